@@ -1,0 +1,132 @@
+"""``python -m dp_ops``: generate demo data, run a report in-process, print the ledger.
+
+Errors print one clear line (``error: ...``) and exit with status 2; ``--verbose`` shows
+the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import date, timedelta
+
+from dp_ops import settings
+
+log = logging.getLogger("dp_ops")
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from exc
+
+
+def _days(start: date, end: date) -> list[date]:
+    if end < start:
+        raise ValueError(f"--end {end} is before --start {start}")
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from dp_ops.generator import generate
+
+    root = settings.data_root()
+    t0 = time.monotonic()
+    summary = generate(root, args.start, args.end, users=args.users, seed=args.seed,
+                       progress=lambda msg: print(f"  {msg}", flush=True))
+    print(summary.describe())
+    print(f"generated into {root.root} in {time.monotonic() - t0:.1f} s")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from dp_ops.mobility import steps
+
+    if args.report != "mobility":
+        raise NotImplementedError(f"report {args.report!r} is not built yet")
+    root = settings.data_root()
+    cfg = settings.load_mobility_config()
+    url = settings.ledger(root)
+    run_id = args.run_id or f"cli__{uuid.uuid4().hex[:12]}"
+    days = _days(args.start, args.end)
+    t0 = time.monotonic()
+    for i, day in enumerate(days, 1):
+        for step in (
+            lambda d: steps.ingest(root, cfg, d),
+            lambda d: steps.bound(root, cfg, d),
+            lambda d: steps.noise(root, cfg, d, run_id=run_id, ledger_url=url,
+                                  region=args.region, renoise=args.renoise,
+                                  reason=args.reason),
+            lambda d: steps.build_baseline(root, cfg, ledger_url=url),
+            lambda d: steps.report(root, cfg, d, ledger_url=url),
+        ):
+            result = step(day)
+            log.info(result.summary)
+        print(f"[{i}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
+    print(steps.gate(root, cfg, run_id=run_id).summary)
+    print(steps.publish(root, cfg, run_id=run_id, ledger_url=url).summary)
+    return 0
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from dp_ops.ledger import Ledger, format_ledger
+
+    root = settings.data_root()
+    ledger = Ledger(settings.ledger(root))
+    try:
+        print(format_ledger(ledger.spends(args.report, args.date)))
+    finally:
+        ledger.dispose()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m dp_ops", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verbose", "-v", action="store_true", help="log every step")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="write synthetic input and its truth")
+    gen.add_argument("--start", type=_date, default=date(2020, 1, 1))
+    gen.add_argument("--end", type=_date, default=date(2020, 3, 31))
+    gen.add_argument("--users", type=int, default=20000)
+    gen.add_argument("--seed", type=int, default=2020)
+    gen.set_defaults(func=cmd_generate)
+
+    run = sub.add_parser("run", help="run a report in-process, in date order")
+    run.add_argument("report", choices=["mobility", "symptoms"])
+    run.add_argument("--start", type=_date, required=True)
+    run.add_argument("--end", type=_date, required=True)
+    run.add_argument("--region", default=None, help="rerun one region (stored noise reused)")
+    run.add_argument("--renoise", action="store_true",
+                     help="draw fresh noise for --region (spends budget, needs --reason)")
+    run.add_argument("--reason", default="", help="why; recorded in the ledger")
+    run.add_argument("--run-id", default=None, help="ledger run id (default: a new one)")
+    run.set_defaults(func=cmd_run)
+
+    led = sub.add_parser("ledger", help="print privacy spends and composed epsilon")
+    led.add_argument("--report", default=None)
+    led.add_argument("--date", type=_date, default=None)
+    led.set_defaults(func=cmd_ledger)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one clear line; details with --verbose
+        if args.verbose:
+            log.exception("failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

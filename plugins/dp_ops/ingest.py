@@ -1,0 +1,170 @@
+"""Ingestion: validate one day's raw partition, split it into clean rows and quarantine.
+
+Contract (SPEC section 3). File-level problems fail the task with a message naming the
+file: a missing partition, a partition with no Parquet file, a file that cannot be read
+(truncated, corrupt, not Parquet), a missing or unexpected column, a column of the wrong
+type. Row-level problems send the row to ``quarantine/<source>/date=D/rows.parquet`` with
+its reason, file and row number; such rows never reach an aggregate. Every input row lands
+in exactly one of the two outputs, so nothing is lost.
+
+Logs and summaries name paths and reasons, never rows, ids or counts of people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dp_ops.config import ALL_STAY_CATEGORIES
+from dp_ops.paths import DataRoot
+from dp_ops.results import StepResult
+from dp_ops.sql import render_sql
+from dp_ops.storage import atomic_copy_to_parquet, write_json_atomic
+
+MAX_ID_LENGTH = 256
+LOCATION_SOURCE = "location_history"
+
+
+class IngestError(RuntimeError):
+    """A raw partition or file cannot be ingested; the message names it."""
+
+
+@dataclass(frozen=True)
+class SourceSchema:
+    name: str
+    string_columns: tuple[str, ...]
+    numeric_columns: tuple[str, ...]
+    optional_columns: tuple[str, ...] = ("date",)
+    nullable_string_columns: tuple[str, ...] = ()
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return self.string_columns + self.numeric_columns
+
+
+LOCATION_SCHEMA = SourceSchema(
+    name=LOCATION_SOURCE,
+    string_columns=("user_id", "region_id", "place_id", "place_category"),
+    numeric_columns=("dwell_hours",),
+)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _is_string(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
+
+
+def check_file_schema(path: Path, schema: SourceSchema) -> bool:
+    """Raise :class:`IngestError` naming ``path`` unless its columns match ``schema``.
+
+    Returns whether the optional ``date`` column is present.
+    """
+    try:
+        file_schema = pq.read_schema(path)
+        # reading the footer is not enough to catch a truncated body
+        pq.ParquetFile(path).metadata  # noqa: B018
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise IngestError(f"cannot read Parquet file {path}: {exc}") from exc
+    names = file_schema.names
+    missing = [c for c in schema.required if c not in names]
+    if missing:
+        raise IngestError(f"{path}: missing required column(s) {missing}; "
+                          f"expected {list(schema.required)}")
+    extra = [c for c in names if c not in schema.required + schema.optional_columns]
+    if extra:
+        raise IngestError(f"{path}: unexpected column(s) {extra}; "
+                          f"expected {list(schema.required)} (optional: "
+                          f"{list(schema.optional_columns)})")
+    for col in schema.string_columns:
+        t = file_schema.field(col).type
+        if not _is_string(t):
+            raise IngestError(f"{path}: column {col!r} has type {t}, expected string")
+    for col in schema.numeric_columns:
+        t = file_schema.field(col).type
+        if not _is_numeric(t):
+            raise IngestError(f"{path}: column {col!r} has type {t}, expected a number")
+    return "date" in names
+
+
+def partition_files(root: DataRoot, source: str, day: date) -> list[Path]:
+    part = root.raw_partition(source, day)
+    if not part.is_dir():
+        raise IngestError(f"missing raw partition {part}: a missing partition is an error, "
+                          "not an empty day (write the partition, or exclude the date)")
+    files = sorted(p for p in part.iterdir() if p.is_file() and not p.name.startswith("."))
+    parquet = [p for p in files if p.suffix == ".parquet"]
+    strays = [p.name for p in files if p.suffix != ".parquet"]
+    if strays:
+        raise IngestError(f"raw partition {part} holds non-Parquet file(s) {strays}")
+    if not parquet:
+        raise IngestError(f"raw partition {part} holds no Parquet file")
+    return parquet
+
+
+def _lookup_tables(con: duckdb.DuckDBPyConnection, finest_regions: Iterable[str],
+                   categories: Iterable[str]) -> None:
+    con.register("finest_regions", pa.table({"region_id": pa.array(sorted(finest_regions),
+                                                                    pa.string())}))
+    con.register("stay_categories", pa.table({"category": pa.array(list(categories),
+                                                                     pa.string())}))
+
+
+def ingest_location_history(root: DataRoot, day: date) -> StepResult:
+    """Validate ``raw/location_history/date=day`` into clean rows and quarantine."""
+    from dp_ops.geography import read_regions
+
+    files = partition_files(root, LOCATION_SOURCE, day)
+    has_date = [check_file_schema(f, LOCATION_SCHEMA) for f in files]
+    regions = read_regions(root.regions_csv)
+    con = duckdb.connect()
+    try:
+        finest = set(regions["region_id"]) - set(regions["parent_id"])
+        _lookup_tables(con, finest, ALL_STAY_CATEGORIES)
+        source = ("read_parquet($files, filename=true, file_row_number=true, "
+                  "union_by_name=true)")
+        query = render_sql("ingest_location_history", source=source, has_date=any(has_date))
+        params = {"files": [str(f) for f in files], "day": day.isoformat(),
+                  "max_id_length": MAX_ID_LENGTH}
+        try:
+            con.execute(f"CREATE TEMP TABLE judged AS {query}", params)
+        except duckdb.Error as exc:
+            raise IngestError(f"cannot read raw partition {root.raw_partition(LOCATION_SOURCE, day)}"
+                              f": {exc}") from exc
+        clean = root.clean_partition(LOCATION_SOURCE, day) / "part.parquet"
+        quarantine = root.quarantine_partition(LOCATION_SOURCE, day) / "rows.parquet"
+        atomic_copy_to_parquet(
+            con, "SELECT user_id, region_id, place_id, place_category, dwell_hours "
+                 "FROM judged WHERE reason IS NULL", clean)
+        reasons = [r for (r,) in con.execute(
+            "SELECT DISTINCT reason FROM judged WHERE reason IS NOT NULL ORDER BY 1").fetchall()]
+        counts = dict(con.execute("SELECT coalesce(reason, 'clean'), count(*) FROM judged "
+                                  "GROUP BY 1").fetchall())
+        if reasons:
+            atomic_copy_to_parquet(
+                con, "SELECT * FROM judged WHERE reason IS NOT NULL "
+                     "ORDER BY source_file, source_row", quarantine)
+        elif quarantine.exists():
+            quarantine.unlink()  # a corrected partition leaves no stale quarantine
+    finally:
+        con.close()
+    # Row counts stay in the private work area; the summary names reasons and paths only.
+    write_json_atomic(clean.parent / "ingest_report.json",
+                       {"date": day.isoformat(), "files": [str(f) for f in files],
+                        "rows_by_outcome": counts})
+    if reasons:
+        summary = (f"ingested location history for {day}: clean rows in {clean.parent}; "
+                   f"rows quarantined for: {', '.join(reasons)} (see {quarantine})")
+    else:
+        summary = f"ingested location history for {day}: clean rows in {clean.parent}"
+    return StepResult(summary, (str(clean),))

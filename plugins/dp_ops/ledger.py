@@ -1,0 +1,332 @@
+"""The privacy budget ledger (SPEC section 6): append-only, atomic, checked before noise.
+
+Every noise draw is preceded by a *spend* row in the ledger. A spend names a slot
+``(report, date, level, metric, region_scope)`` and a generation (0 for the first noising
+of the slot, 1, 2, ... for explicit re-noises), the epsilon it costs each user-day of that
+date, the kind (``noise``, ``renoise``, ``method_update``), the method version, the run id,
+the reason and the time. Rows are only ever inserted: an event, once written, never
+changes meaning.
+
+Accounting: a user-day's data is read by every slot of its date, so the composed epsilon
+per user-day of a date is the plain sum of the epsilons of that date's spends for the
+report (basic composition, an upper bound: a region re-noise is charged to every
+user-day of the date, not only to the region's users).
+
+Atomicity: :meth:`Ledger.reserve` checks slots and the cap and inserts in one
+transaction that holds an exclusive lock for each date it touches: on SQLite the whole
+database (``BEGIN IMMEDIATE``), on PostgreSQL a row of ``budget_lock`` (``SELECT ... FOR
+UPDATE``). Two processes racing for one slot or for the last of the budget therefore
+serialise, and exactly one wins; the loser sees the winner's spend (and reuses it) or is
+refused by the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+KINDS = ("noise", "renoise", "method_update")
+ALL_REGIONS = "*"
+_EPS_TOLERANCE = 1e-9
+
+metadata = sa.MetaData()
+
+budget_spend = sa.Table(
+    "budget_spend",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("report", sa.String(64), nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("level", sa.Integer, nullable=False),
+    sa.Column("metric", sa.String(64), nullable=False),
+    sa.Column("region_scope", sa.String(128), nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("epsilon", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("method_version", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(250), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("created_at", sa.String(32), nullable=False),
+    sa.UniqueConstraint("report", "day", "level", "metric", "region_scope", "generation",
+                        name="uq_budget_spend_slot_generation"),
+)
+
+budget_lock = sa.Table(
+    "budget_lock",
+    metadata,
+    sa.Column("report", sa.String(64), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+)
+
+
+class LedgerError(RuntimeError):
+    """Base class of ledger refusals."""
+
+
+class BudgetExceeded(LedgerError):
+    """A spend would take a user-day past the report's cap; nothing was drawn."""
+
+
+class SlotAlreadySpent(LedgerError):
+    """The slot has already been noised; re-noising must be asked for explicitly."""
+
+
+@dataclass(frozen=True, order=True)
+class Slot:
+    """One noised unit: every cell of ``metric`` at ``level`` on ``day`` within the scope
+    (``*`` for all regions of the level, else one region id)."""
+
+    report: str
+    day: date
+    level: int
+    metric: str
+    region_scope: str = ALL_REGIONS
+
+    def describe(self) -> str:
+        return (f"{self.report}/{self.day.isoformat()}/level {self.level}/{self.metric}"
+                f"/region {self.region_scope}")
+
+
+@dataclass(frozen=True)
+class SpendRequest:
+    slot: Slot
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A row of the ledger."""
+
+    id: int
+    slot: Slot
+    generation: int
+    epsilon: float
+    kind: str
+    method_version: str
+    run_id: str
+    reason: str
+    created_at: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> Spend:
+        slot = Slot(row.report, date.fromisoformat(row.day), row.level, row.metric,
+                    row.region_scope)
+        return cls(row.id, slot, row.generation, row.epsilon, row.kind, row.method_version,
+                   row.run_id, row.reason, row.created_at)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The outcome of :meth:`Ledger.reserve`: which spends cover the request and which of
+    them this call created (``new``) rather than found (reused)."""
+
+    spends: tuple[Spend, ...]
+    new_ids: frozenset[int]
+
+    @property
+    def spent_now(self) -> float:
+        return math.fsum(s.epsilon for s in self.spends if s.id in self.new_ids)
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 120})
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # let us issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
+            dbapi_conn.isolation_level = None
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute("PRAGMA busy_timeout=120000")
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Ledger:
+    """Append-only budget ledger behind a SQLAlchemy URL (SQLite file or PostgreSQL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _make_engine(url)
+        self._create_schema()
+
+    def _create_schema(self) -> None:
+        try:
+            metadata.create_all(self.engine, checkfirst=True)
+        except sa.exc.DBAPIError:
+            # another process created it between the check and the create
+            metadata.create_all(self.engine, checkfirst=True)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- reading ------------------------------------------------------------------
+    def spends(self, report: str | None = None, day: date | None = None) -> list[Spend]:
+        q = sa.select(budget_spend).order_by(budget_spend.c.id)
+        if report is not None:
+            q = q.where(budget_spend.c.report == report)
+        if day is not None:
+            q = q.where(budget_spend.c.day == day.isoformat())
+        with self.engine.connect() as conn:
+            return [Spend.from_row(r) for r in conn.execute(q)]
+
+    def spent(self, report: str, day: date) -> float:
+        """Composed epsilon per user-day of ``day`` for ``report``."""
+        return math.fsum(s.epsilon for s in self.spends(report, day))
+
+    def totals(self, report: str | None = None) -> dict[tuple[str, date], float]:
+        out: dict[tuple[str, date], list[float]] = {}
+        for s in self.spends(report):
+            out.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
+        return {k: math.fsum(v) for k, v in sorted(out.items())}
+
+    # -- writing ------------------------------------------------------------------
+    def reserve(
+        self,
+        requests: Sequence[SpendRequest],
+        *,
+        run_id: str,
+        kind: str,
+        cap: float,
+        method_version: str,
+        reason: str = "",
+    ) -> Reservation:
+        """Atomically cover every requested slot with a spend, or refuse before any noise.
+
+        ``kind="noise"``: a slot already noised is reused (no spend; a retry or a second
+        run); otherwise generation 0 is spent. ``kind="renoise"`` or ``"method_update"``:
+        a new generation is always spent (an explicit, recorded re-noise). Spends that
+        would take any date past ``cap`` raise :class:`BudgetExceeded` naming the date, the
+        slot, the spent and requested epsilon and the cap; nothing is written then.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
+        if not requests:
+            return Reservation((), frozenset())
+        for r in requests:
+            if not (r.epsilon > 0 and math.isfinite(r.epsilon)):
+                raise ValueError(f"epsilon={r.epsilon!r} for {r.slot.describe()}: must be > 0")
+        days = sorted({(r.slot.report, r.slot.day) for r in requests})
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        with self.engine.begin() as conn:
+            for report, day in days:
+                self._lock_day(conn, report, day)
+            chosen: list[Spend] = []
+            to_insert: list[dict[str, Any]] = []
+            for r in requests:
+                existing = self._slot_spends(conn, r.slot)
+                if kind == "noise" and existing:
+                    chosen.append(existing[0])
+                    continue
+                generation = (existing[-1].generation + 1) if existing else 0
+                to_insert.append({
+                    "report": r.slot.report, "day": r.slot.day.isoformat(),
+                    "level": r.slot.level, "metric": r.slot.metric,
+                    "region_scope": r.slot.region_scope, "generation": generation,
+                    "epsilon": float(r.epsilon), "kind": kind,
+                    "method_version": method_version, "run_id": run_id,
+                    "reason": reason, "created_at": now,
+                })
+            self._check_cap(conn, to_insert, cap)
+            new_ids: set[int] = set()
+            for row in to_insert:
+                new_id = conn.execute(budget_spend.insert().values(**row)).inserted_primary_key[0]
+                new_ids.add(int(new_id))
+                chosen.append(Spend(id=int(new_id), slot=Slot(
+                    row["report"], date.fromisoformat(row["day"]), row["level"],
+                    row["metric"], row["region_scope"]), generation=row["generation"],
+                    epsilon=row["epsilon"], kind=kind, method_version=method_version,
+                    run_id=run_id, reason=reason, created_at=now))
+        return Reservation(tuple(sorted(chosen, key=lambda s: s.id)), frozenset(new_ids))
+
+    def spend(self, request: SpendRequest, *, run_id: str, cap: float, method_version: str,
+              reason: str = "") -> Spend:
+        """Spend generation 0 of a slot; refuse (:class:`SlotAlreadySpent`) if it exists."""
+        with self.engine.begin() as conn:
+            self._lock_day(conn, request.slot.report, request.slot.day)
+            if self._slot_spends(conn, request.slot):
+                raise SlotAlreadySpent(
+                    f"slot {request.slot.describe()} was already noised; reuse its stored "
+                    "values, or ask for a re-noise explicitly")
+        res = self.reserve([request], run_id=run_id, kind="noise", cap=cap,
+                           method_version=method_version, reason=reason)
+        if not res.new_ids:  # lost a race between the two transactions
+            raise SlotAlreadySpent(f"slot {request.slot.describe()} was already noised")
+        return res.spends[0]
+
+    # -- internals ----------------------------------------------------------------
+    def _lock_day(self, conn: Connection, report: str, day: date) -> None:
+        key = {"report": report, "day": day.isoformat()}
+        if conn.dialect.name == "sqlite":
+            return  # BEGIN IMMEDIATE already holds the database's write lock
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            conn.execute(pg_insert(budget_lock).values(**key).on_conflict_do_nothing())
+        else:
+            exists = conn.execute(sa.select(budget_lock).filter_by(**key)).first()
+            if not exists:
+                conn.execute(budget_lock.insert().values(**key))
+        conn.execute(sa.select(budget_lock).filter_by(**key).with_for_update())
+
+    def _slot_spends(self, conn: Connection, slot: Slot) -> list[Spend]:
+        q = (sa.select(budget_spend)
+             .where(budget_spend.c.report == slot.report,
+                    budget_spend.c.day == slot.day.isoformat(),
+                    budget_spend.c.level == slot.level,
+                    budget_spend.c.metric == slot.metric,
+                    budget_spend.c.region_scope == slot.region_scope)
+             .order_by(budget_spend.c.generation))
+        return [Spend.from_row(r) for r in conn.execute(q)]
+
+    def _check_cap(self, conn: Connection, rows: Iterable[dict[str, Any]], cap: float) -> None:
+        pending: dict[tuple[str, str], float] = {}
+        for row in rows:
+            key = (row["report"], row["day"])
+            spent = pending.get(key)
+            if spent is None:
+                spent = math.fsum(conn.execute(
+                    sa.select(budget_spend.c.epsilon).where(
+                        budget_spend.c.report == row["report"],
+                        budget_spend.c.day == row["day"])).scalars())
+            if spent + row["epsilon"] > cap + _EPS_TOLERANCE:
+                slot = Slot(row["report"], date.fromisoformat(row["day"]), row["level"],
+                            row["metric"], row["region_scope"])
+                raise BudgetExceeded(
+                    f"privacy budget refused for date {row['day']}, slot {slot.describe()}: "
+                    f"spent {spent:.4f} + requested {row['epsilon']:.4f} would exceed the "
+                    f"per-user-day cap {cap:.4f} for report {row['report']!r}; no noise "
+                    "was drawn")
+            pending[key] = spent + row["epsilon"]
+
+
+def format_ledger(spends: Sequence[Spend]) -> str:
+    """A human-readable table of spends and the composed epsilon per user-day."""
+    if not spends:
+        return "(no spends)"
+    lines = [f"{'id':>6} {'report':<10} {'date':<10} {'lvl':>3} {'metric':<18} "
+             f"{'scope':<12} {'gen':>3} {'epsilon':>8} {'kind':<13} {'version':<8} run_id"]
+    per_day: dict[tuple[str, date], list[float]] = {}
+    for s in spends:
+        lines.append(f"{s.id:>6} {s.slot.report:<10} {s.slot.day.isoformat():<10} "
+                     f"{s.slot.level:>3} {s.slot.metric:<18} {s.slot.region_scope:<12} "
+                     f"{s.generation:>3} {s.epsilon:>8.4f} {s.kind:<13} "
+                     f"{s.method_version:<8} {s.run_id}")
+        per_day.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
+    lines.append("")
+    lines.append("composed epsilon per user-day (basic composition over metrics and levels):")
+    for (report, day), eps in sorted(per_day.items()):
+        lines.append(f"  {report:<10} {day.isoformat()}  {math.fsum(eps):.4f}  "
+                     f"({len(eps)} spends)")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The Community Mobility Report pipeline (SPEC section 4): pure step functions."""

@@ -1,0 +1,263 @@
+"""Assemble, gate and publish a mobility release (SPEC sections 7 and 8).
+
+``stage_and_validate`` builds the candidate release from the per-day report files (the
+contiguous run of days from the first public date), validates it with Great Expectations
+and writes it to ``staging/mobility/<run>/``. ``publish_staged`` checks the privacy
+accounting, then moves the staged directory to ``published/mobility/releases/<id>/`` with
+one rename and repoints the ``latest`` symlink with another, so readers see either the old
+release or the new one, never a mix. A failed gate leaves ``latest`` where it was.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import dp_ops
+from dp_ops.config import MobilityConfig
+from dp_ops.ledger import Ledger
+from dp_ops.mobility.estimates import CATEGORIES
+from dp_ops.mobility.noising import REPORT
+from dp_ops.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
+from dp_ops.paths import DataRoot
+from dp_ops.results import StepResult
+from dp_ops.storage import write_json_atomic
+
+GLOBAL_CSV = "Global_Mobility_Report.csv"
+GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
+REGION_DIR = "Region_Mobility_Report_CSVs"
+SORT_KEYS = ["country_region_code", "sub_region_1", "sub_region_2", "metro_area", "date"]
+
+
+class PublishRefused(RuntimeError):
+    """The staged release may not be published (gate not passed, accounting over cap)."""
+
+
+def staging_dir(root: DataRoot, run_id: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:120]
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+    return root.root / "staging" / REPORT / f"{safe}-{digest}"
+
+
+def report_days(root: DataRoot, cfg: MobilityConfig) -> list[date]:
+    """The contiguous days from ``first_public_date`` that have report rows."""
+    days = []
+    day = cfg.first_public_date
+    while root.report_file(REPORT, day).is_file():
+        days.append(day)
+        day += timedelta(days=1)
+    return days
+
+
+def assemble(root: DataRoot, days: list[date]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(internal domain table, published table) for ``days``."""
+    internal = pd.concat([pq.read_table(root.report_file(REPORT, d)).to_pandas() for d in days],
+                         ignore_index=True)
+    published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
+    published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
+    for col in CHANGE_COLUMNS:
+        published[col] = published[col].astype("Int64")
+    return internal, published
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """Google's CSV conventions: header, no index, empty cell for a missing value, LF."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False, na_rep="", lineterminator="\n", encoding="utf-8")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict[str, Any]]:
+    """Global CSV and Parquet, and per-year, per-country CSVs; returns their checksums."""
+    target.mkdir(parents=True, exist_ok=True)
+    write_csv(published, target / GLOBAL_CSV)
+    pq.write_table(pa.Table.from_pandas(published, preserve_index=False),
+                   target / GLOBAL_PARQUET)
+    years = published["date"].str.slice(0, 4)
+    for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
+        write_csv(part, target / REGION_DIR / f"{year}_{code}_Region_Mobility_Report.csv")
+    files = sorted(p for p in target.rglob("*") if p.is_file())
+    return {str(p.relative_to(target)): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in files}
+
+
+def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
+    """Row reasons, and per level and category the share of eligible region-days whose
+    change is published (computed from noisy values only)."""
+    reasons = internal["row_reason"].value_counts().sort_index()
+    eligible = internal[~internal["row_reason"].isin(["area_under_minimum",
+                                                       "contributors_under_minimum"])]
+    shares: dict[str, dict[str, float]] = {}
+    for level, part in eligible.groupby("level"):
+        shares[str(int(level))] = {
+            cat: round(float(part[f"{cat}_percent_change_from_baseline"].notna().mean()), 4)
+            for cat in CATEGORIES}
+    return {"row_reasons": {str(k): int(v) for k, v in reasons.items()},
+            "published_share_of_eligible_by_level": shares}
+
+
+def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
+    from dp_ops.gate import require_pass, validate_mobility_release
+
+    stage = staging_dir(root, run_id)
+    if stage.exists():
+        shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
+    days = report_days(root, cfg)
+    if not days:
+        stage.mkdir(parents=True)
+        write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
+        return StepResult("nothing to release yet: no report days from "
+                          f"{cfg.first_public_date}", (str(stage),))
+    internal, published = assemble(root, days)
+    result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
+                                       run_name=f"mobility-{run_id}")
+    require_pass(result)  # raises GateFailed naming the failures and the Data Docs
+    release_files = stage / "release"
+    files = write_release_files(published, release_files)
+    write_json_atomic(stage / "staged.json", {
+        "empty": False,
+        "run_id": run_id,
+        "first_date": days[0].isoformat(),
+        "last_date": days[-1].isoformat(),
+        "files": files,
+        "rows": {"published": len(published), "domain": len(internal)},
+        "suppression": suppression_summary(internal),
+        "gate": {"success": result.success, "evaluated": result.evaluated,
+                 "data_docs": result.data_docs_index},
+    })
+    return StepResult(f"release candidate {days[0]}..{days[-1]} passed the gate "
+                      f"({result.evaluated} expectations); staged in {stage}; Data Docs: "
+                      f"{result.data_docs_index}", (str(stage),))
+
+
+@contextmanager
+def _publish_lock(root: DataRoot) -> Iterator[None]:
+    lock = root.root / "staging" / f".{REPORT}.publish.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
+                       last: date) -> dict[str, Any]:
+    """Composed epsilon per user-day over every date whose noise feeds the release (the
+    baseline window and the released days)."""
+    totals = {d: eps for (_, d), eps in ledger.totals(REPORT).items()
+              if d <= last and (d >= first or cfg.baseline_start <= d <= cfg.baseline_end)}
+    worst = max(totals.values(), default=0.0)
+    return {
+        "privacy_unit": "user-day",
+        "delta": 0,
+        "composition": "basic (sum over metrics and levels of each date)",
+        "per_user_day_max": round(worst, 6),
+        "per_user_day_normal_run": round(cfg.run_epsilon, 6),
+        "cap": round(cfg.cap, 6),
+        "dates_accounted": len(totals),
+        "dates_over_normal_run": sorted(d.isoformat() for d, e in totals.items()
+                                        if e > cfg.run_epsilon + 1e-9),
+        "sum_over_dates": round(math.fsum(totals.values()), 6),
+    }
+
+
+def _current_release(root: DataRoot) -> dict[str, Any] | None:
+    manifest = root.latest_release(REPORT) / "manifest.json"
+    if not manifest.is_file():
+        return None
+    return dict(json.loads(manifest.read_text()))
+
+
+def _point_latest(root: DataRoot, release: Path, scratch: Path) -> None:
+    link_tmp = scratch / "latest.symlink"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(os.path.relpath(release, root.published_dir(REPORT)), link_tmp)
+    os.replace(link_tmp, root.latest_release(REPORT))
+
+
+def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+                   ledger_url: str) -> StepResult:
+    stage = staging_dir(root, run_id)
+    staged_file = stage / "staged.json"
+    if not staged_file.is_file():
+        raise PublishRefused(f"no staged release for run {run_id!r} at {stage}: the gate "
+                             "step must pass first")
+    staged = json.loads(staged_file.read_text())
+    if staged["empty"]:
+        return StepResult("nothing to publish yet (no report days)")
+    if not staged["gate"]["success"]:
+        raise PublishRefused(f"staged release {stage} did not pass the gate")
+    files_dir = stage / "release"
+    for name, meta in staged["files"].items():
+        if sha256_file(files_dir / name) != meta["sha256"]:
+            raise PublishRefused(f"staged file {files_dir / name} changed after the gate")
+    first, last = date.fromisoformat(staged["first_date"]), date.fromisoformat(staged["last_date"])
+    ledger = Ledger(ledger_url)
+    try:
+        epsilon = epsilon_accounting(ledger, cfg, first, last)
+    finally:
+        ledger.dispose()
+    if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
+        raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
+                             f"user-day of {epsilon['per_user_day_max']}, over the cap "
+                             f"{cfg.cap:.4f}; not published")
+    release_id = f"{last.isoformat()}-{staged['files'][GLOBAL_CSV]['sha256'][:12]}"
+    releases = root.published_dir(REPORT) / "releases"
+    target = releases / release_id
+    manifest = {
+        "report": REPORT,
+        "release_id": release_id,
+        "run_id": run_id,
+        "software_version": dp_ops.__version__,
+        "method_version": cfg.method_version,
+        "first_date": staged["first_date"],
+        "last_date": staged["last_date"],
+        "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
+                   "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
+                   "baseline_window": [cfg.baseline_start.isoformat(),
+                                       cfg.baseline_end.isoformat()]},
+        "rows": staged["rows"],
+        "suppression": staged["suppression"],
+        "epsilon": epsilon,
+        "files": staged["files"],
+        "gate": staged["gate"],
+    }
+    with _publish_lock(root):
+        current = _current_release(root)
+        if current and current["last_date"] > staged["last_date"]:
+            return StepResult(f"kept release {current['release_id']}: it already covers "
+                              f"{current['last_date']}, later than this run's {last}")
+        if not target.exists():
+            write_json_atomic(files_dir / "manifest.json", manifest)
+            releases.mkdir(parents=True, exist_ok=True)
+            os.rename(files_dir, target)
+        _point_latest(root, target, stage)
+    shutil.rmtree(stage, ignore_errors=True)
+    return StepResult(f"published mobility release {release_id} ({first}..{last}, "
+                      f"{staged['rows']['published']} rows, epsilon per user-day max "
+                      f"{epsilon['per_user_day_max']}) at {root.latest_release(REPORT)}",
+                      (str(target),))

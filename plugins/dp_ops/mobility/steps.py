@@ -1,0 +1,112 @@
+"""The mobility report's task functions: the DAGs and ``python -m dp_ops run mobility`` call
+exactly these, in this order for each day:
+
+    ingest -> bound -> noise (budget-checked) -> build_baseline -> report -> gate -> publish
+
+Every function takes the data root and the config, writes its outputs to files under the
+data root, and returns a :class:`StepResult` whose ``summary`` is safe to log: it never
+holds raw rows, user ids or un-noised aggregates (it names paths and counts of cells).
+Every step is idempotent: rerunning it after a crash gives the same files, and the noise
+step spends budget at most once per slot.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from dp_ops.config import MobilityConfig
+from dp_ops.paths import DataRoot
+from dp_ops.results import StepResult
+
+REPORT = "mobility"
+
+__all__ = ["REPORT", "StepResult", "bound", "build_baseline", "gate", "ingest", "noise",
+           "publish", "report", "run_days"]
+
+
+def ingest(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
+    """Validate ``raw/location_history/date=day``; clean rows to ``work/clean``, bad rows to
+    ``quarantine`` with their reason. A missing partition or unreadable file raises."""
+    from dp_ops.ingest import ingest_location_history
+
+    return ingest_location_history(root, day)
+
+
+def bound(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
+    """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
+    from dp_ops.mobility.bounding import bound_day
+
+    return bound_day(root, cfg, day)
+
+
+def noise(
+    root: DataRoot,
+    cfg: MobilityConfig,
+    day: date,
+    *,
+    run_id: str,
+    ledger_url: str,
+    region: str | None = None,
+    renoise: bool = False,
+    reason: str = "",
+) -> StepResult:
+    """Reserve budget in the ledger (refusing past the cap before any draw), then draw and
+    store noisy values for every cell of the public domain, or reuse stored ones."""
+    from dp_ops.mobility.noising import noise_day
+
+    return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
+                     renoise=renoise, reason=reason)
+
+
+def build_baseline(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str) -> StepResult:
+    """Freeze the baseline once the whole window is noised; afterwards a no-op."""
+    from dp_ops.mobility.baseline import build_baseline_once
+
+    return build_baseline_once(root, cfg, ledger_url=ledger_url)
+
+
+def report(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: str) -> StepResult:
+    """Percent changes and suppression for ``day`` from noisy values and the baseline."""
+    from dp_ops.mobility.report import report_day
+
+    return report_day(root, cfg, day, ledger_url=ledger_url)
+
+
+def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
+    """Assemble the candidate release in a staging directory and validate it with Great
+    Expectations; raises :class:`dp_ops.gate.GateFailed` (naming the Data Docs) if not."""
+    from dp_ops.mobility.release import stage_and_validate
+
+    return stage_and_validate(root, cfg, run_id=run_id)
+
+
+def publish(root: DataRoot, cfg: MobilityConfig, *, run_id: str, ledger_url: str) -> StepResult:
+    """Atomically promote the validated staged release to ``published/mobility/latest``."""
+    from dp_ops.mobility.release import publish_staged
+
+    return publish_staged(root, cfg, run_id=run_id, ledger_url=ledger_url)
+
+
+def run_days(
+    root: DataRoot,
+    cfg: MobilityConfig,
+    days: list[date],
+    *,
+    run_id: str,
+    ledger_url: str,
+    region: str | None = None,
+    renoise: bool = False,
+    reason: str = "",
+) -> list[StepResult]:
+    """Run the whole chain in-process, in date order (the CLI's ``run mobility``)."""
+    results: list[StepResult] = []
+    for day in sorted(days):
+        results.append(ingest(root, cfg, day))
+        results.append(bound(root, cfg, day))
+        results.append(noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url,
+                             region=region, renoise=renoise, reason=reason))
+        results.append(build_baseline(root, cfg, ledger_url=ledger_url))
+        results.append(report(root, cfg, day, ledger_url=ledger_url))
+    results.append(gate(root, cfg, run_id=run_id))
+    results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
+    return results

@@ -1,0 +1,97 @@
+"""Where everything lives under the data root (SPEC section 3 and 11).
+
+The data root is configurable with ``DP_DATA_ROOT`` (default ``./data``). Areas:
+
+- ``reference/``   public inputs (region table, symptom list)
+- ``raw/``         private input partitions (never committed, never logged)
+- ``truth/``       the generator's non-private ground truth, for evaluation only;
+                   nothing in the pipeline reads it
+- ``work/``        private intermediate files (clean rows, bounded true aggregates);
+                   only the noise step reads the bounded aggregates
+- ``quarantine/``  rejected input rows with their reasons
+- ``noise/``       stored noisy values, one file per ledger reservation batch
+- ``baseline/``    the frozen baseline (written once)
+- ``report/``      per-day post-processed, suppressed report rows (noisy values only)
+- ``published/``   releases; ``published/<report>/latest`` points at the newest
+- ``gx/``          Great Expectations project (expectation suites, Data Docs)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+DEFAULT_DATA_ROOT = "./data"
+
+
+@dataclass(frozen=True)
+class DataRoot:
+    """Typed accessors for the data-root layout; creates nothing by itself."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> DataRoot:
+        return cls(Path(os.environ.get("DP_DATA_ROOT", DEFAULT_DATA_ROOT)).resolve())
+
+    # -- public reference ------------------------------------------------------------
+    @property
+    def regions_csv(self) -> Path:
+        return self.root / "reference" / "regions.csv"
+
+    @property
+    def symptoms_txt(self) -> Path:
+        return self.root / "reference" / "symptoms.txt"
+
+    # -- private input -----------------------------------------------------------------
+    def raw_partition(self, source: str, day: date) -> Path:
+        """``source`` is ``location_history`` or ``search_activity``."""
+        return self.root / "raw" / source / f"date={day.isoformat()}"
+
+    @property
+    def truth_dir(self) -> Path:
+        return self.root / "truth"
+
+    # -- private intermediates -------------------------------------------------------
+    def clean_partition(self, source: str, day: date) -> Path:
+        return self.root / "work" / "clean" / source / f"date={day.isoformat()}"
+
+    def quarantine_partition(self, source: str, day: date) -> Path:
+        return self.root / "quarantine" / source / f"date={day.isoformat()}"
+
+    def bounded_file(self, report: str, day: date) -> Path:
+        return self.root / "work" / "bounded" / report / f"date={day.isoformat()}" / "aggregates.parquet"
+
+    # -- noisy values and everything derived from them ---------------------------
+    def noise_dir(self, report: str, day: date) -> Path:
+        return self.root / "noise" / report / f"date={day.isoformat()}"
+
+    def baseline_file(self, report: str) -> Path:
+        return self.root / "baseline" / report / "baseline.parquet"
+
+    def report_file(self, report: str, day: date) -> Path:
+        return self.root / "report" / report / f"date={day.isoformat()}" / "rows.parquet"
+
+    def report_glob(self, report: str) -> str:
+        return str(self.root / "report" / report / "date=*" / "rows.parquet")
+
+    def published_dir(self, report: str) -> Path:
+        return self.root / "published" / report
+
+    def latest_release(self, report: str) -> Path:
+        return self.published_dir(report) / "latest"
+
+    @property
+    def gx_dir(self) -> Path:
+        return self.root / "gx"
+
+    @property
+    def default_ledger_url(self) -> str:
+        return f"sqlite:///{self.root / 'ledger.sqlite'}"
+
+
+def ledger_url(root: DataRoot) -> str:
+    """``DP_LEDGER_URL`` if set, else a SQLite file under the data root."""
+    return os.environ.get("DP_LEDGER_URL") or root.default_ledger_url
