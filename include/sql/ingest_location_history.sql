@@ -10,7 +10,7 @@ WITH typed AS (
         CAST(place_category AS VARCHAR) AS place_category,
         TRY_CAST(dwell_hours AS DOUBLE) AS dwell_hours,
         CAST(dwell_hours AS VARCHAR)    AS dwell_hours_text,
-        {% if has_date %}TRY_CAST(date AS DATE){% else %}CAST($day AS DATE){% endif %} AS row_date,
+        {% if has_date %}TRY_CAST("date" AS DATE){% else %}CAST($day AS DATE){% endif %} AS row_date,
         filename                        AS source_file,
         file_row_number                 AS source_row
     FROM {{ source }}
@@ -31,7 +31,10 @@ judged AS (
             WHEN sc.category IS NULL THEN 'unknown place_category'
             WHEN t.dwell_hours IS NULL AND t.dwell_hours_text IS NOT NULL THEN 'dwell_hours is not a number'
             WHEN t.dwell_hours IS NULL THEN 'null dwell_hours'
-            WHEN isnan(t.dwell_hours) OR isinf(t.dwell_hours) THEN 'dwell_hours is not finite'
+            -- DuckDB 2.0's isnan() misses NaN read from Parquet (zone-map statistics), so
+            -- test the text form, which is exact.
+            WHEN lower(CAST(t.dwell_hours AS VARCHAR)) IN ('nan', '-nan', 'inf', '-inf')
+                THEN 'dwell_hours is not finite'
             WHEN t.dwell_hours < 0 THEN 'negative dwell_hours'
             WHEN t.dwell_hours > 24 THEN 'dwell_hours over 24'
             WHEN t.row_date IS NULL OR t.row_date <> CAST($day AS DATE) THEN 'date outside the partition'

@@ -131,16 +131,17 @@ def ingest_location_history(root: DataRoot, day: date) -> StepResult:
     try:
         finest = set(regions["region_id"]) - set(regions["parent_id"])
         _lookup_tables(con, finest, ALL_STAY_CATEGORIES)
+        # hive_partitioning=false: the path's date=... must not overwrite a date column
         source = ("read_parquet($files, filename=true, file_row_number=true, "
-                  "union_by_name=true)")
+                  "hive_partitioning=false, union_by_name=true)")
         query = render_sql("ingest_location_history", source=source, has_date=any(has_date))
         params = {"files": [str(f) for f in files], "day": day.isoformat(),
                   "max_id_length": MAX_ID_LENGTH}
         try:
             con.execute(f"CREATE TEMP TABLE judged AS {query}", params)
         except duckdb.Error as exc:
-            raise IngestError(f"cannot read raw partition {root.raw_partition(LOCATION_SOURCE, day)}"
-                              f": {exc}") from exc
+            part = root.raw_partition(LOCATION_SOURCE, day)
+            raise IngestError(f"cannot read raw partition {part}: {exc}") from exc
         clean = root.clean_partition(LOCATION_SOURCE, day) / "part.parquet"
         quarantine = root.quarantine_partition(LOCATION_SOURCE, day) / "rows.parquet"
         atomic_copy_to_parquet(

@@ -62,7 +62,8 @@ class DataRoot:
         return self.root / "quarantine" / source / f"date={day.isoformat()}"
 
     def bounded_file(self, report: str, day: date) -> Path:
-        return self.root / "work" / "bounded" / report / f"date={day.isoformat()}" / "aggregates.parquet"
+        part = f"date={day.isoformat()}"
+        return self.root / "work" / "bounded" / report / part / "aggregates.parquet"
 
     # -- noisy values and everything derived from them ---------------------------
     def noise_dir(self, report: str, day: date) -> Path:

@@ -66,7 +66,7 @@ def bound_day(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
     con = duckdb.connect()
     try:
         register_ancestors(con, ancestors(read_regions(root.regions_csv)))
-        stays = "read_parquet($clean_file)"
+        stays = "read_parquet($clean_file, hive_partitioning=false)"
         params = bounding_params(cfg, day) | {"clean_file": str(clean)}
         atomic_copy_to_parquet(con, cell_aggregates_sql(stays), target, params)
     finally:
