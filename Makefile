@@ -1,0 +1,51 @@
+# Two commands do all the setup on a fresh machine with Python 3.11:
+#   make demo   build the environment, generate demo data, run the mobility report through
+#               Airflow (real scheduler, backfill 2020-01-01..2020-03-31, SQLite metadata DB)
+#   make test   build the environment and run every test (what .ci/run runs)
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+DEMO_START ?= 2020-01-01
+DEMO_END   ?= 2020-03-31
+DEMO_USERS ?= 60000
+
+export PYTHONPATH := $(CURDIR)/plugins
+export GX_ANALYTICS_ENABLED := false
+export DP_DATA_ROOT ?= $(CURDIR)/data
+
+.PHONY: venv demo generate run test test-fast lint constraints clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	touch $@
+
+generate: venv
+	$(PY) -m dp_ops generate --start $(DEMO_START) --end $(DEMO_END) --users $(DEMO_USERS)
+
+demo: generate
+	$(PY) scripts/airflow_demo.py --start $(DEMO_START) --end $(DEMO_END)
+
+# the same chain in-process, without Airflow (fast local runs and debugging)
+run: generate
+	$(PY) -m dp_ops run mobility --start $(DEMO_START) --end $(DEMO_END)
+
+test: venv
+	$(PY) -m pytest -q
+
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow"
+
+lint: venv
+	$(VENV)/bin/ruff check plugins dags tests scripts benchmarks
+	$(VENV)/bin/mypy plugins/dp_ops
+
+constraints: venv
+	$(PY) -m pip freeze --exclude-editable > constraints.txt
+
+clean:
+	rm -rf data airflow_home .pytest_cache .hypothesis

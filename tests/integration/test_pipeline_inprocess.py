@@ -1,0 +1,138 @@
+"""The mobility chain end to end in-process (the CLI's path), on small synthetic data."""
+
+from __future__ import annotations
+
+import filecmp
+from datetime import date, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from dp_ops.config import MobilityConfig
+from dp_ops.generator import generate
+from dp_ops.geography import read_regions, write_regions
+from dp_ops.ledger import Ledger
+from dp_ops.mobility import steps
+from dp_ops.mobility.noising import load_noisy_cells
+from dp_ops.paths import DataRoot
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+START, END = date(2020, 1, 1), date(2020, 2, 17)
+EMPTY_REGION = "DM-01-999"
+SPEC_HEADER = (
+    "country_region_code,country_region,sub_region_1,sub_region_2,metro_area,"
+    "iso_3166_2_code,census_fips_code,place_id,date,"
+    "retail_and_recreation_percent_change_from_baseline,"
+    "grocery_and_pharmacy_percent_change_from_baseline,parks_percent_change_from_baseline,"
+    "transit_stations_percent_change_from_baseline,workplaces_percent_change_from_baseline,"
+    "residential_percent_change_from_baseline"
+)
+
+
+def days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = DataRoot(tmp_path_factory.mktemp("inprocess"))
+    generate(root, START, END, users=4000, seed=11)
+    # a public region nobody visits: delta = 0 needs its cells noised all the same
+    regions = read_regions(root.regions_csv)
+    parent = regions[regions["region_id"] == "DM-01"].iloc[0]
+    extra = parent.copy()
+    extra["region_id"], extra["parent_id"], extra["level"] = EMPTY_REGION, "DM-01", 2
+    extra["sub_region_2"], extra["area_km2"] = "Emptyville", 25.0
+    extra["place_id"] = "ChIJemptyvilleemptyvill00"
+    write_regions(pd.concat([regions, extra.to_frame().T], ignore_index=True), root.regions_csv)
+    cfg = MobilityConfig()
+    url = f"sqlite:///{root.root / 'ledger.sqlite'}"
+    steps.run_days(root, cfg, days(START, END), run_id="first", ledger_url=url)
+    return {"root": root, "cfg": cfg, "url": url}
+
+
+def test_release_has_googles_exact_header(pipeline: dict[str, object]) -> None:
+    root = pipeline["root"]
+    assert isinstance(root, DataRoot)
+    latest = root.latest_release("mobility")
+    with open(latest / "Global_Mobility_Report.csv", "rb") as fh:
+        assert fh.readline() == (SPEC_HEADER + "\n").encode()
+    per_country = latest / "Region_Mobility_Report_CSVs" / "2020_DM_Region_Mobility_Report.csv"
+    with open(per_country, "rb") as fh:
+        assert fh.readline() == (SPEC_HEADER + "\n").encode()
+    release = pd.read_csv(latest / "Global_Mobility_Report.csv", dtype=str, keep_default_na=False)
+    assert set(release["date"]) == {"2020-02-15", "2020-02-16", "2020-02-17"}
+    values = release.iloc[:, 9:].stack()
+    assert values[values != ""].str.fullmatch(r"-?\d+").all()  # integers or empty
+
+
+def test_region_without_users_still_gets_noisy_cells(pipeline: dict[str, object]) -> None:
+    root, url = pipeline["root"], pipeline["url"]
+    assert isinstance(root, DataRoot) and isinstance(url, str)
+    ledger = Ledger(url)
+    day = date(2020, 2, 3)
+    cells = load_noisy_cells(root, day, ledger.spends("mobility", day))
+    empty = cells[cells["region_id"] == EMPTY_REGION]
+    assert len(empty) == 11  # 7 place categories, workplaces, residential x2, contributors
+    # it is in the report domain and never published (too few DP-contributing users)
+    rows = pq.read_table(root.report_file("mobility", date(2020, 2, 16))).to_pandas()
+    row = rows[rows["region_id"] == EMPTY_REGION].iloc[0]
+    assert not row["publish_row"] and row["row_reason"] == "contributors_under_minimum"
+
+
+def test_small_region_never_published(pipeline: dict[str, object]) -> None:
+    root = pipeline["root"]
+    assert isinstance(root, DataRoot)
+    regions = read_regions(root.regions_csv)
+    small = regions.loc[regions["area_km2"] < 3, "place_id"]
+    assert len(small) >= 1
+    release = pd.read_csv(root.latest_release("mobility") / "Global_Mobility_Report.csv",
+                          dtype=str, keep_default_na=False)
+    assert not release["place_id"].isin(small).any()
+
+
+def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, object],
+                                                         tmp_path: Path) -> None:
+    root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
+    assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    assert isinstance(url, str)
+    ledger = Ledger(url)
+    before = ledger.spends()
+    first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
+    steps.run_days(root, cfg, days(date(2020, 2, 14), END), run_id="second", ledger_url=url)
+    assert ledger.spends() == before  # nothing spent: stored noise reused
+    latest = root.latest_release("mobility")
+    assert (latest / "Global_Mobility_Report.csv").read_bytes() == first
+    assert filecmp.cmp(latest / "Global_Mobility_Report.csv",
+                       latest / "Global_Mobility_Report.csv")
+    # every date's composed epsilon is one normal run
+    for (_, _day), eps in ledger.totals("mobility").items():
+        assert eps == pytest.approx(cfg.run_epsilon)
+
+
+def test_renoise_of_one_region_spends_and_changes_only_its_chain(
+        pipeline: dict[str, object]) -> None:
+    root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
+    assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    assert isinstance(url, str)
+    day = END
+    ledger = Ledger(url)
+    before_cells = load_noisy_cells(root, day, ledger.spends("mobility", day))
+    regions = read_regions(root.regions_csv)
+    region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[3])
+    steps.ingest(root, cfg, day)
+    steps.bound(root, cfg, day)
+    steps.noise(root, cfg, day, run_id="oncall", ledger_url=url, region=region, renoise=True,
+                reason="raw data corrected")
+    spent = ledger.spent("mobility", day)
+    assert spent == pytest.approx(2 * cfg.run_epsilon)  # the region's three levels again
+    after_cells = load_noisy_cells(root, day, ledger.spends("mobility", day))
+    merged = before_cells.merge(after_cells, on=["level", "region_id", "metric"])
+    changed = merged[merged["spend_id_x"] != merged["spend_id_y"]]
+    parent = regions.set_index("region_id").loc[region, "parent_id"]
+    assert set(changed["region_id"]) == {region, parent, "DM"}
+    renoises = [s for s in ledger.spends("mobility", day) if s.kind == "renoise"]
+    assert {s.reason for s in renoises} == {"raw data corrected"}
