@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEMO_START ?= 2020-01-01
 DEMO_END   ?= 2020-03-31
-DEMO_USERS ?= 60000
+DEMO_USERS ?= 100000
 
 export PYTHONPATH := $(CURDIR)/plugins
 export GX_ANALYTICS_ENABLED := false

@@ -85,6 +85,13 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from dp_ops.evaluation import evaluate_mobility
+
+    print(evaluate_mobility(settings.data_root()).describe())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dp_ops", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     led.add_argument("--report", default=None)
     led.add_argument("--date", type=_date, default=None)
     led.set_defaults(func=cmd_ledger)
+
+    ev = sub.add_parser("evaluate", help="compare the latest release with the synthetic "
+                                         "truth (evaluation only)")
+    ev.add_argument("report", choices=["mobility"])
+    ev.set_defaults(func=cmd_evaluate)
     return parser
 
 
