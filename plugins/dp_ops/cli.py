@@ -33,11 +33,11 @@ def _days(start: date, end: date) -> list[date]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from dp_ops.generator import generate
+    from dp_ops.generator import DEFAULT_USERS, generate
 
     root = settings.data_root()
     t0 = time.monotonic()
-    summary = generate(root, args.start, args.end, users=args.users, seed=args.seed,
+    summary = generate(root, args.start, args.end, users=args.users or DEFAULT_USERS, seed=args.seed,
                        progress=lambda msg: print(f"  {msg}", flush=True))
     print(summary.describe())
     print(f"generated into {root.root} in {time.monotonic() - t0:.1f} s")
@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="write synthetic input and its truth")
     gen.add_argument("--start", type=_date, default=date(2020, 1, 1))
     gen.add_argument("--end", type=_date, default=date(2020, 3, 31))
-    gen.add_argument("--users", type=int, default=20000)
+    gen.add_argument("--users", type=int, default=None,
+                     help="population size (default: the generator's demo size)")
     gen.add_argument("--seed", type=int, default=2020)
     gen.set_defaults(func=cmd_generate)
 

@@ -134,6 +134,13 @@ class Reservation:
         return math.fsum(s.epsilon for s in self.spends if s.id in self.new_ids)
 
 
+def _make_read_engine(url: str) -> Engine:
+    """Reads need no write lock: on SQLite (WAL) they see the last committed state."""
+    if url.startswith("sqlite"):
+        return sa.create_engine(url, connect_args={"timeout": 120})
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"timeout": 120})
@@ -160,6 +167,7 @@ class Ledger:
         self.url = url
         self.engine = _make_engine(url)
         self._create_schema()
+        self.read_engine = _make_read_engine(url)
 
     def _create_schema(self) -> None:
         try:
@@ -170,6 +178,7 @@ class Ledger:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        self.read_engine.dispose()
 
     # -- reading ------------------------------------------------------------------
     def spends(self, report: str | None = None, day: date | None = None) -> list[Spend]:
@@ -178,7 +187,7 @@ class Ledger:
             q = q.where(budget_spend.c.report == report)
         if day is not None:
             q = q.where(budget_spend.c.day == day.isoformat())
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             return [Spend.from_row(r) for r in conn.execute(q)]
 
     def spent(self, report: str, day: date) -> float:
@@ -214,6 +223,12 @@ class Ledger:
             raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
         if not requests:
             return Reservation((), frozenset())
+        seen: set[Slot] = set()
+        for r in requests:
+            if r.slot in seen:
+                raise ValueError(f"slot {r.slot.describe()} is requested twice in one "
+                                 "reservation")
+            seen.add(r.slot)
         for r in requests:
             if not (r.epsilon > 0 and math.isfinite(r.epsilon)):
                 raise ValueError(f"epsilon={r.epsilon!r} for {r.slot.describe()}: must be > 0")
@@ -241,9 +256,11 @@ class Ledger:
             self._check_cap(conn, to_insert, cap)
             new_ids: set[int] = set()
             for row in to_insert:
-                new_id = conn.execute(budget_spend.insert().values(**row)).inserted_primary_key[0]
-                new_ids.add(int(new_id))
-                chosen.append(Spend(id=int(new_id), slot=Slot(
+                key = conn.execute(budget_spend.insert().values(**row)).inserted_primary_key
+                assert key is not None
+                new_id = int(key[0])
+                new_ids.add(new_id)
+                chosen.append(Spend(id=new_id, slot=Slot(
                     row["report"], date.fromisoformat(row["day"]), row["level"],
                     row["metric"], row["region_scope"]), generation=row["generation"],
                     epsilon=row["epsilon"], kind=kind, method_version=method_version,

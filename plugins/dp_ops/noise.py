@@ -89,9 +89,12 @@ def discrete_laplace_pmf(k: NDArray[np.int64] | int, *, epsilon: float,
 
 
 def discrete_laplace_tail(m: int, *, epsilon: float, sensitivity: int) -> float:
-    """P(|Z| > m) = 2 a^(m+1) / (1 + a) for m >= 0."""
+    """P(|Z| > m) = 2 a^(m+1) / (1 + a) for m >= 0.
+
+    ``a^(m+1)`` is computed as ``exp(-(m+1) epsilon / sensitivity)``: raising a rounded
+    ``a`` to a large power would multiply its rounding error by ``m + 1``."""
     a = discrete_laplace_a(epsilon, sensitivity)
-    return 2 * a ** (m + 1) / (1 + a)
+    return 2 * np.exp(-(np.asarray(m) + 1) * epsilon / sensitivity) / (1 + a)
 
 
 def discrete_laplace_margin(alpha: float, *, epsilon: float, sensitivity: int) -> int:
@@ -103,7 +106,7 @@ def discrete_laplace_margin(alpha: float, *, epsilon: float, sensitivity: int) -
         raise ValueError(f"alpha={alpha!r}: must be in (0, 1)")
     a = discrete_laplace_a(epsilon, sensitivity)
     # 2 a^(m+1)/(1+a) <= alpha  <=>  m + 1 >= ln(alpha (1+a) / 2) / ln a
-    m = math.ceil(math.log(alpha * (1 + a) / 2) / math.log(a)) - 1
+    m = math.ceil(math.log(alpha * (1 + a) / 2) / (-epsilon / sensitivity)) - 1
     m = max(m, 0)
     # guard against floating rounding at the boundary
     while discrete_laplace_tail(m, epsilon=epsilon, sensitivity=sensitivity) > alpha:
