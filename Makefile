@@ -42,7 +42,7 @@ test-fast: venv
 
 lint: venv
 	$(VENV)/bin/ruff check plugins dags tests scripts benchmarks
-	$(VENV)/bin/mypy plugins/dp_ops
+	cd plugins && ../$(VENV)/bin/mypy --config-file ../mypy.ini -p dp_ops
 
 constraints: venv
 	$(PY) -m pip freeze --exclude-editable > constraints.txt

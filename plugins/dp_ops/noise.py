@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -88,7 +89,8 @@ def discrete_laplace_pmf(k: NDArray[np.int64] | int, *, epsilon: float,
     return (1 - a) / (1 + a) * np.power(a, k)
 
 
-def discrete_laplace_tail(m: int, *, epsilon: float, sensitivity: int) -> float:
+def discrete_laplace_tail(m: int | NDArray[np.int64], *, epsilon: float,
+                          sensitivity: int) -> Any:
     """P(|Z| > m) = 2 a^(m+1) / (1 + a) for m >= 0.
 
     ``a^(m+1)`` is computed as ``exp(-(m+1) epsilon / sensitivity)``: raising a rounded
