@@ -1,0 +1,106 @@
+"""
+# Community Mobility Report — daily
+
+One run per day (the run's data interval, 00:00–24:00 UTC, is the day it processes) turns
+that day's private location history into differentially private mobility metrics and
+republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
+
+- `ingest`: validate `raw/location_history/date=<day>`; bad rows go to quarantine.
+- `bound_contributions`: per-user contribution bounding, true partial aggregates (private).
+- `noise`: check and reserve privacy budget in the ledger, then draw discrete Laplace noise
+  once per cell; retries and reruns reuse the stored noise and spend nothing.
+- `build_baseline`: freeze the baseline once the window 2020-01-03..02-06 is fully noised
+  (emits the `mobility_baseline` asset); afterwards a no-op.
+- `wait_for_baseline`: days from the first public date (2020-02-15) wait, in reschedule
+  mode, until the baseline exists.
+- `report`: percent change against the baseline and reliability suppression (noisy values
+  only).
+- `gate`: stage the release and validate it with Great Expectations.
+- `publish`: atomically promote the staged release to `latest`.
+
+All of them are thin calls into `dp_ops.mobility.steps`.
+
+**Failures.** A budget refusal (`BudgetExceeded`) or a failed gate (`GateFailed`) fails the
+task at once, without retry: read the task log (the gate logs the path of the GX Data
+Docs). The last good release stays published. Other errors retry twice.
+
+**Ordering.** Runs may finish out of order (a backfill runs two at a time). Each `gate`
+stages the whole release from the report days present, and `publish` never replaces
+`latest` with a release that ends on an earlier day, so the newest complete release wins.
+
+**Backfill.** The DAG is created paused and does not catch up by itself. Backfill with
+`airflow backfill create --dag-id mobility_report --from-date 2020-01-01 --to-date
+2020-03-31 --max-active-runs 2` (forwards, never `--run-backwards`: later days wait for the
+baseline), with the scheduler running and the DAG unpaused; `scripts/airflow_demo.py`
+does all of it.
+
+**On-call rerun of one region and day:** trigger `mobility_region_rerun`.
+
+No data ever goes through XCom or the logs: tasks pass paths and counts of cells.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import Asset, CronDataIntervalTimetable, chain, dag
+
+from dp_ops.dag_tags import Tag, tags
+from dp_ops.operators import (
+    BaselineReadySensor,
+    BudgetCheckedNoiseOperator,
+    GreatExpectationsGateOperator,
+    ReportStepOperator,
+)
+
+# The day a run processes: the start of its one-day data interval.
+DAY = "{{ data_interval_start | ds }}"
+
+# The frozen baseline (``DataRoot.baseline_file("mobility")``); its data root is only
+# known at run time, so the asset is identified by name.
+MOBILITY_BASELINE = Asset(name="mobility_baseline", group="mobility")
+
+
+@dag(
+    dag_id="mobility_report",
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
+    start_date=datetime(2020, 1, 1, tzinfo=UTC),
+    catchup=False,
+    is_paused_upon_creation=True,
+    # Two runs overlap one run's Python start-up and DB waits with another's work on a
+    # 2-core machine; more only adds contention (docs/airflow.md has the measurements).
+    max_active_runs=2,
+    default_args={
+        "owner": "dp-ops",
+        "retries": 2,
+        "retry_delay": timedelta(seconds=20),
+        "execution_timeout": timedelta(hours=1),
+    },
+    doc_md=__doc__,
+    tags=tags(Tag.MOBILITY, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+)
+def mobility_report() -> None:
+    ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY)
+    bound_contributions = ReportStepOperator(task_id="bound_contributions", step="bound",
+                                             day=DAY)
+    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY)
+    build_baseline = ReportStepOperator(task_id="build_baseline", step="build_baseline",
+                                        outlets=[MOBILITY_BASELINE])
+    wait_for_baseline = BaselineReadySensor(
+        task_id="wait_for_baseline",
+        day=DAY,
+        mode="reschedule",
+        poke_interval=30,
+        timeout=timedelta(hours=12),
+    )
+    report = ReportStepOperator(task_id="report", step="report", day=DAY)
+    # Each run stages and promotes the whole release; publish keeps `latest` if it already
+    # ends on a later day, so runs finishing out of order cannot roll the release back.
+    gate = GreatExpectationsGateOperator(task_id="gate")
+    publish = ReportStepOperator(task_id="publish", step="publish")
+
+    chain(ingest, bound_contributions, noise, build_baseline, wait_for_baseline, report,
+          gate, publish)
+
+
+mobility_report()

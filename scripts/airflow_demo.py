@@ -1,0 +1,491 @@
+#!/usr/bin/env python
+"""Backfill the mobility report through a real, local Airflow 3 (``make demo``).
+
+What it does, in order:
+
+1. configures an isolated Airflow home (``$AIRFLOW_HOME``, default ``<repo>/airflow_home``):
+   SQLite metadata DB, LocalExecutor, this repository's ``dags/`` and ``plugins/``, no
+   example DAGs, no scheduled runs (only the backfill runs);
+2. ``airflow db migrate``;
+3. starts ``airflow api-server`` (Airflow 3 tasks report their state to its Execution API,
+   and it serves the UI) and ``airflow dag-processor`` in the background, logs in
+   ``$AIRFLOW_HOME/logs/demo/``;
+4. waits until the DAG is parsed (fails loudly on import errors), unpauses it;
+5. ``airflow backfill create`` for the date range (forwards, ``--max-active-runs``),
+   retried when SQLite says "database is locked", then starts ``airflow scheduler``
+   (which executes the backfill runs);
+6. follows the runs until all succeed, or stops at the first failed run and prints the
+   failed task and the path of its log;
+7. stops the background processes (also on Ctrl-C or failure), prints where the release
+   is (``$DP_DATA_ROOT/published/mobility/latest/``) and how long it took.
+
+It expects the synthetic input to exist already (``python -m dp_ops generate``).
+``--keep-running`` leaves Airflow up afterwards so the UI can be browsed.
+
+Run state is read straight from the SQLite metadata DB (read-only), because each
+``airflow`` CLI call costs ~5 s of CPU on a 2-core machine; every change goes through the
+``airflow`` CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DAG_ID = "mobility_report"
+LOCKED = "database is locked"
+
+
+def log(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says why and where to look."""
+
+
+# --------------------------------------------------------------------------- settings --
+def free_port(preferred: int) -> int:
+    """``preferred`` if nothing listens on it, else any free port."""
+    for port in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise DemoError("no free TCP port")
+
+
+def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port: int,
+                log_port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(args.dags_folder),
+        # Airflow's plugin manager exec()s every .py file under plugins_folder as a
+        # top-level module (dp_ops/__main__.py would run the dp_ops CLI inside the
+        # scheduler). dp_ops holds no Airflow plugin, so it is put on the import path
+        # instead and plugins_folder is an (empty) folder of the Airflow home.
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "plugins")] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # LocalExecutor is Airflow 3's default and works on SQLite (there is no
+        # SequentialExecutor any more). Its worker processes are forked up front, so
+        # parallelism is kept to what the backfill can use.
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(max(2, args.max_active_runs * 2)),
+        # SQLite allows one writer; wait for the lock (default 5 s) instead of failing.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__BASE_URL": f"http://localhost:{api_port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{api_port}/execution/",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_port),
+        # Only the backfill runs: unpausing must not also start "yesterday's" scheduled run,
+        # for which the demo has no input data.
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "GX_ANALYTICS_ENABLED": "false",
+        "DP_DATA_ROOT": str(data_root),
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+# --------------------------------------------------------------------------- processes --
+@dataclass
+class Services:
+    """The background Airflow processes, each in its own process group."""
+
+    env: dict[str, str]
+    log_dir: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    restarts: int = 0
+
+    def start(self, name: str, *cmd: str) -> None:
+        self.commands[name] = cmd
+        out = (self.log_dir / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            ["airflow", *cmd], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        log(f"started airflow {' '.join(cmd)} (pid {self.procs[name].pid}, "
+            f"log {self.log_dir / (name + '.log')})")
+
+    def check_alive(self) -> None:
+        for name, p in list(self.procs.items()):
+            if p.poll() is None:
+                continue
+            where = self.log_dir / (name + ".log")
+            # On SQLite the scheduler can die of a write conflict (seen here: StaleDataError
+            # on dag_run); its state is all in the DB, so starting it again is safe.
+            if name == "scheduler" and self.restarts < 3:
+                self.restarts += 1
+                log(f"airflow scheduler exited ({p.returncode}, see {where}); restarting "
+                    f"({self.restarts}/3)")
+                self.start(name, *self.commands[name])
+                continue
+            raise DemoError(f"airflow {name} exited with code {p.returncode}; see {where}")
+
+    def stop(self, *names: str) -> None:
+        # The scheduler first, so that it stops handing out work.
+        order = [n for n in ("scheduler", "dag-processor", "api-server")
+                 if n in self.procs and (not names or n in names)]
+        for name in order:
+            p = self.procs[name]
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 45
+        for name in order:
+            p = self.procs[name]
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"airflow {name} did not stop in time; killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            # Whatever the process left in its group (task runners) goes with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        if order:
+            log("stopped " + ", ".join(order))
+        for name in order:
+            del self.procs[name]
+
+
+WARM_IMPORTS = '''"""Written by scripts/airflow_demo.py --warm-imports: pre-import the
+pipeline's heavy libraries in the scheduler. Its LocalExecutor workers and their task processes are
+forked from it (no exec), so every task starts with them already imported instead of
+paying ~1 s (pandas, pyarrow, DuckDB) to ~4 s (Great Expectations) each time."""
+
+import os
+import sys
+
+if sys.argv[1:2] == ["scheduler"]:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import duckdb  # noqa: F401
+    import great_expectations  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+'''
+
+
+def write_local_settings(home: Path, warm: bool) -> None:
+    path = home / "config" / "airflow_local_settings.py"
+    if warm:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(WARM_IMPORTS)
+    elif path.is_file() and "airflow_demo.py" in path.read_text():
+        path.unlink()
+
+
+def airflow_cli(env: dict[str, str], log_dir: Path, name: str, *cmd: str,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(["airflow", *cmd], env=env, capture_output=True, text=True)
+    with (log_dir / f"{name}.log").open("a") as f:
+        f.write(f"$ airflow {' '.join(cmd)}\n{res.stdout}\n{res.stderr}\n")
+    if check and res.returncode != 0:
+        tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-15:])
+        raise DemoError(f"`airflow {' '.join(cmd)}` failed ({res.returncode}):\n{tail}")
+    return res
+
+
+# --------------------------------------------------------------------------- metadata --
+class Metadata:
+    """Read-only queries on the SQLite metadata DB."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+
+    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple]:
+        for attempt in range(10):
+            try:
+                con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
+                try:
+                    return con.execute(sql, params).fetchall()
+                finally:
+                    con.close()
+            except sqlite3.OperationalError as exc:
+                if LOCKED not in str(exc) or attempt == 9:
+                    raise
+                time.sleep(1)
+        return []
+
+    def dag_parsed(self, dag_id: str) -> bool:
+        rows = self.query("SELECT is_stale FROM dag WHERE dag_id = ?", (dag_id,))
+        return bool(rows) and not rows[0][0]
+
+    def import_errors(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self.query("SELECT filename, stacktrace FROM import_error")]
+
+    def active_backfill(self, dag_id: str) -> bool:
+        return bool(self.query(
+            "SELECT 1 FROM backfill WHERE dag_id = ? AND completed_at IS NULL", (dag_id,)))
+
+    def runs(self, dag_id: str, start: date, end: date) -> dict[str, tuple[str, str]]:
+        """logical day -> (run_id, state), the newest run for each day of the range."""
+        rows = self.query(
+            "SELECT substr(logical_date, 1, 10), run_id, state FROM dag_run "
+            "WHERE dag_id = ? AND substr(logical_date, 1, 10) BETWEEN ? AND ? ORDER BY id",
+            (dag_id, start.isoformat(), end.isoformat()))
+        return {day: (run_id, state) for day, run_id, state in rows}
+
+    def failed_tasks(self, dag_id: str, run_id: str) -> list[tuple[str, int]]:
+        return [(r[0], int(r[1])) for r in self.query(
+            "SELECT task_id, try_number FROM task_instance WHERE dag_id = ? AND run_id = ? "
+            "AND state IN ('failed', 'upstream_failed') ORDER BY start_date",
+            (dag_id, run_id))]
+
+
+def task_log(home: Path, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
+    """Airflow 3's default ``log_filename_template``."""
+    return (home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+            / f"attempt={max(attempt, 1)}.log")
+
+
+# --------------------------------------------------------------------------- steps --
+def wait_for_api(services: Services, port: int, timeout: float) -> None:
+    url = f"http://127.0.0.1:{port}/api/v2/monitor/health"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        services.check_alive()
+        with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    json.loads(r.read())
+                    return
+        time.sleep(2)
+    raise DemoError(f"api-server not healthy at {url} after {timeout:.0f} s")
+
+
+def wait_for_dag(services: Services, meta: Metadata, dag_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        services.check_alive()
+        errors = meta.import_errors()
+        if errors:
+            text = "\n\n".join(f"{f}:\n{trace}" for f, trace in errors)
+            raise DemoError(f"DAG import errors:\n{text}")
+        if meta.dag_parsed(dag_id):
+            return
+        time.sleep(2)
+    raise DemoError(f"DAG {dag_id} not parsed after {timeout:.0f} s; see "
+                    f"{services.log_dir / 'dag-processor.log'}")
+
+
+def create_backfill(env: dict[str, str], log_dir: Path, args: argparse.Namespace,
+                    meta: Metadata) -> None:
+    """``airflow backfill create``; on "database is locked", wait and retry.
+
+    A locked DB can interrupt the command after the backfill row and some of its runs were
+    committed; the caller's loop then waits for that backfill and creates the missing days.
+    """
+    cmd = ["backfill", "create", "--dag-id", args.dag_id,
+           "--from-date", args.start.isoformat(), "--to-date", args.end.isoformat(),
+           "--max-active-runs", str(args.max_active_runs), "--reprocess-behavior", "failed"]
+    for attempt in range(1, 7):
+        res = airflow_cli(env, log_dir, "backfill-create", *cmd, check=False)
+        out = res.stdout + res.stderr
+        if res.returncode == 0:
+            return
+        if LOCKED in out or "Another backfill is running" in out:
+            log(f"backfill create attempt {attempt}: "
+                f"{'database is locked' if LOCKED in out else 'a backfill is already active'}"
+                "; retrying")
+            if meta.active_backfill(args.dag_id):
+                return  # created (maybe partially); the caller follows it
+            time.sleep(5 * attempt)
+            continue
+        tail = "\n".join(out.strip().splitlines()[-15:])
+        raise DemoError(f"`airflow {' '.join(cmd)}` failed ({res.returncode}):\n{tail}")
+    raise DemoError("airflow backfill create kept failing with 'database is locked'; see "
+                    f"{log_dir / 'backfill-create.log'}")
+
+
+def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace,
+                    home: Path, t0: float) -> None:
+    days = [(args.start + timedelta(days=i)).isoformat()
+            for i in range((args.end - args.start).days + 1)]
+    deadline = time.monotonic() + args.timeout_minutes * 60
+    last_line = ""
+    last_print = 0.0
+    creations = 0
+    while True:
+        services.check_alive()
+        runs = meta.runs(args.dag_id, args.start, args.end)
+        states = [runs.get(d, ("", "missing"))[1] for d in days]
+        failed = [d for d in days if runs.get(d, ("", ""))[1] == "failed"]
+        if failed:
+            lines = []
+            for d in failed:
+                run_id = runs[d][0]
+                for task_id, attempt in meta.failed_tasks(args.dag_id, run_id):
+                    lines.append(f"  {d}  run {run_id}  task {task_id}  log "
+                                 f"{task_log(home, args.dag_id, run_id, task_id, attempt)}")
+            raise DemoError(f"{len(failed)} run(s) failed:\n" + "\n".join(lines))
+        done = states.count("success")
+        line = (f"runs done {done}/{len(days)} (running {states.count('running')}, queued "
+                f"{states.count('queued')}), elapsed {time.monotonic() - t0:.0f} s")
+        if line != last_line and time.monotonic() - last_print > 10 or done == len(days):
+            log(line)
+            last_line, last_print = line, time.monotonic()
+        if done == len(days):
+            return
+        if "missing" in states and not meta.active_backfill(args.dag_id):
+            if creations >= 5:
+                raise DemoError("backfill keeps missing days: " + ", ".join(
+                    d for d, s in zip(days, states, strict=True) if s == "missing"))
+            creations += 1
+            services.stop("scheduler")
+            create_backfill(services.env, services.log_dir, args, meta)
+            services.start("scheduler", *services.commands["scheduler"])
+            continue
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {args.timeout_minutes} min: {line}")
+        time.sleep(3)
+
+
+def check_input(data_root: Path, start: date, end: date) -> None:
+    missing = [p for p in (data_root / "reference" / "regions.csv",
+                           data_root / "raw" / "location_history" / f"date={start}",
+                           data_root / "raw" / "location_history" / f"date={end}")
+               if not p.exists()]
+    if missing:
+        raise DemoError(
+            "no synthetic input for the demo range: missing " + ", ".join(map(str, missing))
+            + f"\ngenerate it first, e.g. DP_DATA_ROOT={data_root} python -m dp_ops generate "
+            f"--start {start} --end {end}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--start", type=date.fromisoformat, default=date(2020, 1, 1))
+    p.add_argument("--end", type=date.fromisoformat, default=date(2020, 3, 31))
+    p.add_argument("--airflow-home", type=Path,
+                   default=Path(os.environ.get("AIRFLOW_HOME") or REPO / "airflow_home"),
+                   help="default: $AIRFLOW_HOME, else <repo>/airflow_home")
+    p.add_argument("--max-active-runs", type=int, default=2,
+                   help="concurrent backfill runs (default 2, the fastest measured on 2 "
+                        "cores; see docs/airflow.md)")
+    p.add_argument("--port", type=int, default=8080,
+                   help="api-server (UI) port; another free port if taken")
+    p.add_argument("--dag-id", default=DEFAULT_DAG_ID)
+    p.add_argument("--dags-folder", type=Path, default=REPO / "dags")
+    p.add_argument("--timeout-minutes", type=float, default=120)
+    p.add_argument("--fresh", action="store_true",
+                   help="delete the Airflow metadata DB and logs first (not the data root)")
+    p.add_argument("--warm-imports", action=argparse.BooleanOptionalAction, default=True,
+                   help="pre-import pandas/pyarrow/DuckDB/GX in the scheduler so that the "
+                        "forked task processes start warm (default on)")
+    p.add_argument("--keep-running", action="store_true",
+                   help="leave Airflow running afterwards (UI at the printed URL)")
+    p.add_argument("--skip-input-check", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.end < args.start:
+        p.error(f"--end {args.end} is before --start {args.start}")
+    if args.max_active_runs < 1:
+        p.error("--max-active-runs must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.monotonic()
+    home = args.airflow_home.resolve()
+    data_root = Path(os.environ.get("DP_DATA_ROOT") or REPO / "data").resolve()
+    if shutil.which("airflow") is None:
+        log("`airflow` is not on PATH: activate the venv (e.g. PATH=.venv/bin:$PATH)")
+        return 2
+    try:
+        if not args.skip_input_check:
+            check_input(data_root, args.start, args.end)
+    except DemoError as exc:
+        log(str(exc))
+        return 2
+
+    if args.fresh:
+        for p in (home / "airflow.db", home / "airflow.db-wal", home / "airflow.db-shm"):
+            p.unlink(missing_ok=True)
+        shutil.rmtree(home / "logs", ignore_errors=True)
+    log_dir = home / "logs" / "demo"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (home / "plugins").mkdir(exist_ok=True)
+    write_local_settings(home, args.warm_imports)
+    api_port = free_port(args.port)
+    env = airflow_env(args, home, data_root, api_port, free_port(8793))
+    log(f"AIRFLOW_HOME={home}  DP_DATA_ROOT={data_root}  DAG {args.dag_id} "
+        f"{args.start}..{args.end}  max_active_runs={args.max_active_runs}")
+
+    services = Services(env=env, log_dir=log_dir)
+    meta = Metadata(home / "airflow.db")
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    ok = False
+    try:
+        log("airflow db migrate ...")
+        airflow_cli(env, log_dir, "db-migrate", "db", "migrate")
+        services.start("api-server", "api-server")
+        services.start("dag-processor", "dag-processor")
+        wait_for_api(services, api_port, timeout=180)
+        log(f"api-server up: UI at http://localhost:{api_port} (user admin, password in "
+            f"{home / 'simple_auth_manager_passwords.json.generated'})")
+        wait_for_dag(services, meta, args.dag_id, timeout=300)
+        log(f"{args.dag_id} parsed; unpausing")
+        airflow_cli(env, log_dir, "unpause", "dags", "unpause", args.dag_id)
+        t_backfill = time.monotonic()
+        runs = meta.runs(args.dag_id, args.start, args.end)
+        if not meta.active_backfill(args.dag_id) and not all(
+                runs.get((args.start + timedelta(days=i)).isoformat(), ("", ""))[1] == "success"
+                for i in range((args.end - args.start).days + 1)):
+            create_backfill(env, log_dir, args, meta)
+            log(f"backfill created ({time.monotonic() - t_backfill:.0f} s)")
+        # Started only now: `backfill create` racing the scheduler's writes on SQLite
+        # failed with "database is locked" and once crashed the scheduler (StaleDataError).
+        services.start("scheduler", "scheduler")
+        follow_backfill(services, meta, args, home, t0)
+        log(f"backfill done in {time.monotonic() - t_backfill:.0f} s")
+        ok = True
+    except DemoError as exc:
+        log(f"FAILED: {exc}")
+    except KeyboardInterrupt:
+        log("interrupted")
+    finally:
+        if args.keep_running and ok:
+            groups = " ".join(f"-{p.pid}" for p in services.procs.values())
+            log(f"Airflow keeps running: UI http://localhost:{api_port}; stop it with "
+                f"kill -TERM -- {groups}")
+        else:
+            services.stop()
+    release = data_root / "published" / "mobility" / "latest"
+    log(f"elapsed {time.monotonic() - t0:.0f} s")
+    if ok:
+        log(f"release: {release}/" + ("" if release.exists() else "  (missing!)"))
+        return 0 if release.exists() or args.dag_id != DEFAULT_DAG_ID else 1
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

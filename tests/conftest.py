@@ -1,0 +1,72 @@
+"""Shared test fixtures.
+
+Airflow reads ``AIRFLOW_HOME`` and its ``AIRFLOW__*`` settings once, when ``airflow`` is
+first imported, so the isolated Airflow home is set up here at import time, before any
+test module can import Airflow: no test ever touches a developer's own Airflow home or
+metadata DB. The metadata DB itself is only migrated (a few seconds) by the
+``airflow_db`` fixture, for the tests that run DAGs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="dp_ops_airflow_home_"))
+(_AIRFLOW_HOME / "plugins").mkdir()
+os.environ.update({
+    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+    # Not <repo>/plugins: Airflow's plugin manager exec()s every .py file there as a
+    # top-level module (dp_ops/__main__.py would run the CLI). pytest.ini's pythonpath
+    # puts plugins/ on sys.path instead.
+    "AIRFLOW__CORE__PLUGINS_FOLDER": str(_AIRFLOW_HOME / "plugins"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
+    "GX_ANALYTICS_ENABLED": "false",
+})
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def airflow_home() -> Path:
+    """The session's isolated ``AIRFLOW_HOME`` (DB not necessarily migrated)."""
+    return _AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def airflow_db(airflow_home: Path) -> Path:
+    """A migrated SQLite metadata DB in the isolated Airflow home (``dag.test()`` and
+    ``airflow dags test`` need one). Migrated once per session, in a subprocess so that
+    this process's Airflow settings stay untouched."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO / "plugins")] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    res = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        pytest.fail(f"airflow db migrate failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return airflow_home / "airflow.db"
+
+
+@pytest.fixture
+def dp_data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty data root in ``DP_DATA_ROOT`` with the default ledger under it (any
+    ``DP_LEDGER_URL`` or ``DP_MOBILITY_CONFIG`` of the developer's shell is removed)."""
+    root = tmp_path / "data"
+    root.mkdir()
+    monkeypatch.setenv("DP_DATA_ROOT", str(root))
+    monkeypatch.delenv("DP_LEDGER_URL", raising=False)
+    monkeypatch.delenv("DP_MOBILITY_CONFIG", raising=False)
+    yield root

@@ -1,0 +1,158 @@
+"""DAG integrity: every DAG file imports cleanly and declares what the project promises.
+
+Generic checks (import errors, tags from the fixed list, doc, retries) run for every DAG
+in ``dags/``; the mobility DAGs also get their exact graph, schedule and params checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk import BaseSensorOperator, CronDataIntervalTimetable
+from airflow.sdk.definitions.timetables.simple import NullTimetable
+
+from dp_ops.dag_tags import ALLOWED_TAGS
+from dp_ops.operators import BudgetCheckedNoiseOperator, GreatExpectationsGateOperator
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+
+MOBILITY_CHAIN = ["ingest", "bound_contributions", "noise", "build_baseline",
+                  "wait_for_baseline", "report", "gate", "publish"]
+RERUN_CHAIN = ["validate_request", "ingest", "bound_contributions", "noise", "report", "gate",
+               "publish"]
+
+
+@pytest.fixture(scope="module")
+def dagbag() -> DagBag:
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_no_import_errors(dagbag: DagBag) -> None:
+    assert dagbag.import_errors == {}
+
+
+def test_expected_dags_present(dagbag: DagBag) -> None:
+    assert {"mobility_report", "mobility_region_rerun"} <= set(dagbag.dag_ids)
+
+
+def _all_dag_ids() -> list[str]:
+    return sorted(DagBag(dag_folder=str(DAGS)).dag_ids)
+
+
+@pytest.mark.parametrize("dag_id", _all_dag_ids())
+def test_every_dag_has_tags_doc_and_retries(dagbag: DagBag, dag_id: str) -> None:
+    dag = dagbag.dags[dag_id]
+    assert dag.tags, f"{dag_id} has no tags"
+    assert set(dag.tags) <= ALLOWED_TAGS, f"{dag_id}: tags not in dp_ops.dag_tags: " \
+        f"{set(dag.tags) - ALLOWED_TAGS}"
+    assert dag.doc_md and len(dag.doc_md.strip()) > 50, f"{dag_id} has no doc_md"
+    for task in dag.tasks:
+        if task.task_id == "validate_request":
+            continue  # a bad request does not get better by retrying
+        assert task.retries >= 1, f"{dag_id}.{task.task_id} has no retries"
+        assert task.retry_delay.total_seconds() <= 300, f"{dag_id}.{task.task_id}"
+
+
+def _assert_chain(dag, chain: list[str]) -> None:
+    assert sorted(dag.task_ids) == sorted(chain)
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert dag.get_task(upstream).downstream_task_ids == {downstream}, upstream
+    assert dag.get_task(chain[0]).upstream_task_ids == set()
+    assert dag.get_task(chain[-1]).downstream_task_ids == set()
+
+
+def test_mobility_report_graph(dagbag: DagBag) -> None:
+    dag = dagbag.dags["mobility_report"]
+    _assert_chain(dag, MOBILITY_CHAIN)
+    assert isinstance(dag.get_task("noise"), BudgetCheckedNoiseOperator)
+    assert isinstance(dag.get_task("gate"), GreatExpectationsGateOperator)
+    sensor = dag.get_task("wait_for_baseline")
+    assert isinstance(sensor, BaseSensorOperator)
+    assert sensor.mode == "reschedule"
+    assert sensor.poke_interval <= 60
+    assert [a.name for a in dag.get_task("build_baseline").outlets] == ["mobility_baseline"]
+
+
+def test_mobility_report_schedule(dagbag: DagBag) -> None:
+    dag = dagbag.dags["mobility_report"]
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert dag.timetable.expression == "0 0 * * *"
+    assert str(dag.timetable.timezone) == "UTC"
+    assert dag.start_date.isoformat().startswith("2020-01-01T00:00:00")
+    assert dag.start_date.utcoffset().total_seconds() == 0
+    assert dag.catchup is False
+    assert dag.is_paused_upon_creation is True
+    assert 1 <= dag.max_active_runs <= 4
+
+
+def test_mobility_report_tasks_process_the_data_interval_start(dagbag: DagBag) -> None:
+    dag = dagbag.dags["mobility_report"]
+    for task_id in ("ingest", "bound_contributions", "noise", "wait_for_baseline", "report"):
+        assert dag.get_task(task_id).day == "{{ data_interval_start | ds }}", task_id
+
+
+def test_rerun_graph_and_params(dagbag: DagBag) -> None:
+    dag = dagbag.dags["mobility_region_rerun"]
+    _assert_chain(dag, RERUN_CHAIN)
+    assert isinstance(dag.timetable, NullTimetable)  # schedule=None: manual runs only
+    assert dag.max_active_runs == 1
+    assert set(dag.params.keys()) == {"date", "region", "renoise", "reason"}
+    schema = {k: dag.params.get_param(k).schema for k in dag.params.keys()}
+    assert schema["date"]["type"] == "string" and schema["date"]["format"] == "date"
+    assert schema["region"]["type"] == "string"
+    assert schema["renoise"]["type"] == "boolean"
+    assert dag.params.get_param("renoise").value is False
+    assert schema["reason"]["type"] == "string" and schema["reason"]["minLength"] >= 3
+    for required in ("date", "region", "reason"):
+        assert not dag.params.get_param(required).has_value, f"{required} must be required"
+    noise = dag.get_task("noise")
+    assert (noise.day, noise.region, noise.renoise, noise.reason) == (
+        "{{ params.date }}", "{{ params.region }}", "{{ params.renoise }}",
+        "{{ params.reason }}")
+
+
+def test_operators_declare_their_templates() -> None:
+    assert set(BudgetCheckedNoiseOperator.template_fields) == {"day", "region", "renoise",
+                                                               "reason"}
+
+
+@pytest.mark.parametrize("value,expected", [(True, True), (False, False), ("True", True),
+                                            ("False", False), (" false ", False), ("1", True)])
+def test_rendered_renoise_is_parsed_strictly(value: object, expected: bool) -> None:
+    from dp_ops.operators._runtime import parse_bool
+
+    assert parse_bool(value, field="renoise") is expected
+
+
+def test_rendered_renoise_rejects_garbage() -> None:
+    from dp_ops.operators._runtime import parse_bool
+
+    with pytest.raises(ValueError, match="renoise"):
+        parse_bool("maybe", field="renoise")
+
+
+def test_dag_files_do_no_heavy_imports() -> None:
+    """Parsing the DAGs must not import the pipeline's heavy libraries (the DAG processor
+    re-parses every file every 30 s) nor read the data root."""
+    code = (
+        "import json, sys, runpy\n"
+        f"sys.path.insert(0, {str(REPO / 'plugins')!r})\n"
+        "import os; os.environ['DP_DATA_ROOT'] = '/nonexistent/dp-data-root'\n"
+        f"for f in {sorted(str(p) for p in DAGS.glob('mobility_*.py'))!r}:\n"
+        "    runpy.run_path(f)\n"
+        "heavy = ['duckdb', 'pandas', 'great_expectations', 'pyarrow', 'numpy',\n"
+        "         'dp_ops.mobility.noising', 'dp_ops.ledger', 'dp_ops.gate']\n"
+        "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    loaded = json.loads(res.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"DAG files import {loaded} at parse time"
+    assert not Path("/nonexistent/dp-data-root").exists()

@@ -1,0 +1,226 @@
+"""The mobility DAGs run end to end through Airflow (``dag.test()``) on small synthetic data.
+
+``dag.test()`` runs every task of one DAG run in this process, through the same operators,
+templates and dependency checks as the scheduler, against the session's migrated SQLite
+metadata DB (``airflow_db`` fixture). A run for day D is made with logical date D + 1 day:
+for a manual run, Airflow 3 gives ``CronDataIntervalTimetable("@daily")`` the last whole
+interval before the logical date, so ``data_interval_start`` (the day processed) is D,
+exactly as in a backfill run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+START, END = date(2020, 1, 1), date(2020, 2, 20)
+USERS = 1500
+SEED = 11
+
+
+def _days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _logical_date(day: date) -> datetime:
+    """The logical date of a manual/test run whose data interval starts on ``day``."""
+    return datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1)
+
+
+@pytest.fixture(scope="module")
+def dags(airflow_db: Path) -> dict:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
+def _delete_runs(*dag_ids: str) -> None:
+    """Forget earlier ``dag.test()`` runs: the session's metadata DB is shared, and a
+    finished run for the same logical date would not be run again."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.dag_id.in_(dag_ids)))
+
+
+def _task_states(dag_run) -> dict[str, tuple[str | None, int]]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        tis = session.scalars(select(TaskInstance).where(
+            TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id))
+        return {ti.task_id: (str(ti.state) if ti.state else None, ti.try_number) for ti in tis}
+
+
+def _run_day(dag, day: date):
+    dag_run = dag.test(logical_date=_logical_date(day))
+    states = _task_states(dag_run)
+    assert dag_run.state == "success", f"{dag.dag_id} {day}: {states}"
+    return dag_run
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Synthetic input for START..END, in ``DP_DATA_ROOT`` for the whole module."""
+    from dp_ops.generator import generate
+    from dp_ops.paths import DataRoot
+
+    root = tmp_path_factory.mktemp("mobility_e2e") / "data"
+    root.mkdir()
+    generate(DataRoot(root), START, END, users=USERS, seed=SEED)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DP_DATA_ROOT", str(root))
+        mp.delenv("DP_LEDGER_URL", raising=False)
+        mp.delenv("DP_MOBILITY_CONFIG", raising=False)
+        yield root
+
+
+def _ledger_total(root: Path) -> tuple[int, float]:
+    from dp_ops.ledger import Ledger
+    from dp_ops.paths import DataRoot, ledger_url
+
+    ledger = Ledger(ledger_url(DataRoot(root)))
+    try:
+        spends = ledger.spends("mobility")
+        return len(spends), sum(s.epsilon for s in spends)
+    finally:
+        ledger.dispose()
+
+
+@pytest.fixture(scope="module")
+def backfilled(dags: dict, data_root: Path) -> Path:
+    """``mobility_report`` run for every day, in date order, like a backfill."""
+    _delete_runs("mobility_report", "mobility_region_rerun")
+    dag = dags["mobility_report"]
+    for day in _days(START, END):
+        _run_day(dag, day)
+    return data_root
+
+
+def test_release_published(backfilled: Path) -> None:
+    latest = backfilled / "published" / "mobility" / "latest"
+    csv = latest / "Global_Mobility_Report.csv"
+    assert csv.is_file()
+    header, *rows = csv.read_text().splitlines()
+    assert header.startswith("country_region_code,country_region,sub_region_1")
+    published_days = {line.split(",")[8] for line in rows}
+    assert published_days, "no published rows"
+    assert min(published_days) >= "2020-02-15"  # nothing before the first public date
+    assert max(published_days) == END.isoformat()
+    assert (latest / "manifest.json").is_file()
+    json.loads((latest / "manifest.json").read_text())
+
+
+def test_ledger_has_spends_for_every_day(backfilled: Path) -> None:
+    from dp_ops.ledger import Ledger
+    from dp_ops.paths import DataRoot, ledger_url
+
+    ledger = Ledger(ledger_url(DataRoot(backfilled)))
+    try:
+        days = {day for (_report, day) in ledger.totals("mobility")}
+    finally:
+        ledger.dispose()
+    assert days == set(_days(START, END))
+    assert (backfilled / "baseline" / "mobility" / "baseline.parquet").is_file()
+
+
+def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
+    """A second run for the same day reuses the stored noise: same ledger, same release."""
+    csv = backfilled / "published" / "mobility" / "latest" / "Global_Mobility_Report.csv"
+    before_csv = csv.read_bytes()
+    before = _ledger_total(backfilled)
+    _delete_runs("mobility_report")  # a new run for the same day (not just a retry)
+    _run_day(dags["mobility_report"], END)
+    assert _ledger_total(backfilled) == before
+    assert csv.read_bytes() == before_csv
+
+
+def _a_region(root: Path) -> str:
+    import csv as csv_module
+
+    with (root / "reference" / "regions.csv").open(newline="") as f:
+        rows = list(csv_module.DictReader(f))
+    return next(r["region_id"] for r in rows if r["level"] == "2")
+
+
+def test_region_rerun_without_renoise_spends_nothing(dags: dict, backfilled: Path) -> None:
+    before = _ledger_total(backfilled)
+    dag_run = dags["mobility_region_rerun"].test(
+        logical_date=None,
+        run_conf={"date": END.isoformat(), "region": _a_region(backfilled), "renoise": False,
+                  "reason": "integration test: reuse stored noise"})
+    assert dag_run.state == "success", _task_states(dag_run)
+    assert _ledger_total(backfilled) == before
+
+
+def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
+                                                            backfilled: Path) -> None:
+    from dp_ops.ledger import Ledger
+    from dp_ops.paths import DataRoot, ledger_url
+
+    count, total = _ledger_total(backfilled)
+    reason = "integration test: corrected raw data"
+    dag_run = dags["mobility_region_rerun"].test(
+        logical_date=None,
+        run_conf={"date": END.isoformat(), "region": _a_region(backfilled), "renoise": True,
+                  "reason": reason})
+    assert dag_run.state == "success", _task_states(dag_run)
+    new_count, new_total = _ledger_total(backfilled)
+    assert new_count > count and new_total > total
+    ledger = Ledger(ledger_url(DataRoot(backfilled)))
+    try:
+        new = ledger.spends("mobility", END)[-1]
+    finally:
+        ledger.dispose()
+    assert new.reason == reason
+
+
+def test_region_rerun_rejects_unknown_region(dags: dict, backfilled: Path) -> None:
+    dag_run = dags["mobility_region_rerun"].test(
+        logical_date=None,
+        run_conf={"date": END.isoformat(), "region": "XX-nowhere", "renoise": False,
+                  "reason": "integration test"})
+    states = _task_states(dag_run)
+    assert dag_run.state == "failed"
+    assert states["validate_request"] == ("failed", 1)
+    assert states["ingest"][0] in ("upstream_failed", None)
+
+
+def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spend past the cap is refused before any draw, and the task is not retried."""
+    from dp_ops.generator import generate
+    from dp_ops.paths import DataRoot
+
+    root = tmp_path / "data"
+    root.mkdir()
+    day = date(2020, 1, 1)
+    generate(DataRoot(root), day, day, users=200, seed=SEED)
+    config = tmp_path / "mobility.json"
+    config.write_text(json.dumps({"cap_override": 0.5}))  # below one normal run's cost
+    monkeypatch.setenv("DP_DATA_ROOT", str(root))
+    monkeypatch.setenv("DP_MOBILITY_CONFIG", str(config))
+    monkeypatch.delenv("DP_LEDGER_URL", raising=False)
+    _delete_runs("mobility_report")
+
+    dag_run = dags["mobility_report"].test(logical_date=_logical_date(day))
+    states = _task_states(dag_run)
+    assert dag_run.state == "failed"
+    assert states["noise"] == ("failed", 1), states  # one try: no retry
+    assert states["ingest"][0] == "success"
+    assert _ledger_total(root) == (0, 0)
+    _delete_runs("mobility_report")
