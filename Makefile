@@ -4,12 +4,14 @@
 #   make test   build the environment and run every test (what .ci/run runs)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+PYTHON := $(PYTHON)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 DEMO_START ?= 2020-01-01
 DEMO_END   ?= 2020-03-31
 DEMO_USERS ?= 100000
 
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PYTHONPATH := $(CURDIR)/plugins
 export GX_ANALYTICS_ENABLED := false
 export DP_DATA_ROOT ?= $(CURDIR)/data
@@ -28,7 +30,7 @@ generate: venv
 	$(PY) -m dp_ops generate --start $(DEMO_START) --end $(DEMO_END) --users $(DEMO_USERS)
 
 demo: generate
-	$(PY) scripts/airflow_demo.py --start $(DEMO_START) --end $(DEMO_END)
+	$(PY) scripts/airflow_demo.py --fresh --start $(DEMO_START) --end $(DEMO_END)
 
 # the same chain in-process, without Airflow (fast local runs and debugging)
 run: generate
