@@ -136,3 +136,38 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     assert set(changed["region_id"]) == {region, parent, "DM"}
     renoises = [s for s in ledger.spends("mobility", day) if s.kind == "renoise"]
     assert {s.reason for s in renoises} == {"raw data corrected"}
+
+
+def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
+        pipeline: dict[str, object]) -> None:
+    from dp_ops.gate import GateFailed
+    from dp_ops.storage import write_parquet_atomic
+
+    root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
+    assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    assert isinstance(url, str)
+    latest = root.latest_release("mobility")
+    before = latest.resolve()
+    csv_before = (latest / "Global_Mobility_Report.csv").read_bytes()
+    # a faulty report step marks the 1.8 km^2 town as publishable on the last day
+    report_file = root.report_file("mobility", END)
+    rows = pq.read_table(report_file).to_pandas()
+    small = rows["area_km2"] < cfg.min_area_km2
+    assert small.any()
+    rows.loc[small, "publish_row"] = True
+    rows.loc[small, "parks_percent_change_from_baseline"] = 5
+    import pyarrow as pa
+
+    write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), report_file)
+    try:
+        with pytest.raises(GateFailed, match="area_km2") as failure:
+            steps.gate(root, cfg, run_id="faulty")
+        docs = str(failure.value).split("Data Docs: ")[1].split()[0]
+        assert Path(docs).is_file()
+        assert latest.resolve() == before
+        assert (latest / "Global_Mobility_Report.csv").read_bytes() == csv_before
+        with pytest.raises(Exception, match="gate step must pass"):
+            steps.publish(root, cfg, run_id="faulty", ledger_url=url)
+        assert latest.resolve() == before
+    finally:
+        steps.report(root, cfg, END, ledger_url=url)  # the corrected step restores it
