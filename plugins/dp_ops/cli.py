@@ -37,8 +37,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     root = settings.data_root()
     t0 = time.monotonic()
-    summary = generate(root, args.start, args.end, users=args.users or DEFAULT_USERS, seed=args.seed,
-                       progress=lambda msg: print(f"  {msg}", flush=True))
+    summary = generate(root, args.start, args.end, users=args.users or DEFAULT_USERS,
+                       seed=args.seed, progress=lambda msg: print(f"  {msg}", flush=True))
     print(summary.describe())
     print(f"generated into {root.root} in {time.monotonic() - t0:.1f} s")
     return 0
