@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -198,6 +199,14 @@ def write_local_settings(home: Path, warm: bool) -> None:
         path.unlink()
 
 
+def write_env_file(home: Path, env: dict[str, str]) -> Path:
+    """``$AIRFLOW_HOME/demo.env``: source it to point the ``airflow`` CLI at this demo."""
+    keys = sorted(k for k in env if k.startswith(("AIRFLOW", "DP_", "GX_")) or k == "PYTHONPATH")
+    path = home / "demo.env"
+    path.write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in keys))
+    return path
+
+
 def airflow_cli(env: dict[str, str], log_dir: Path, name: str, *cmd: str,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(["airflow", *cmd], env=env, capture_output=True, text=True)
@@ -241,6 +250,10 @@ class Metadata:
         return bool(self.query(
             "SELECT 1 FROM backfill WHERE dag_id = ? AND completed_at IS NULL", (dag_id,)))
 
+    def unfinished_runs(self, dag_id: str) -> int:
+        return int(self.query("SELECT count(*) FROM dag_run WHERE dag_id = ? AND state IN "
+                              "('queued', 'running')", (dag_id,))[0][0])
+
     def runs(self, dag_id: str, start: date, end: date) -> dict[str, tuple[str, str]]:
         """logical day -> (run_id, state), the newest run for each day of the range."""
         rows = self.query(
@@ -252,8 +265,21 @@ class Metadata:
     def failed_tasks(self, dag_id: str, run_id: str) -> list[tuple[str, int]]:
         return [(r[0], int(r[1])) for r in self.query(
             "SELECT task_id, try_number FROM task_instance WHERE dag_id = ? AND run_id = ? "
-            "AND state IN ('failed', 'upstream_failed') ORDER BY start_date",
+            "AND state = 'failed' ORDER BY start_date",
             (dag_id, run_id))]
+
+
+def task_error(log_file: Path) -> str:
+    """The last exception recorded in a task log (JSON lines), e.g. ``IngestError: ...``."""
+    error = ""
+    with contextlib.suppress(OSError):
+        for line in log_file.read_text(errors="replace").splitlines():
+            if '"error_detail"' not in line:
+                continue
+            with contextlib.suppress(ValueError, TypeError, KeyError, IndexError):
+                detail = json.loads(line)["error_detail"][-1]
+                error = f"{detail['exc_type']}: {detail['exc_value']}"
+    return error
 
 
 def task_log(home: Path, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
@@ -290,6 +316,21 @@ def wait_for_dag(services: Services, meta: Metadata, dag_id: str, timeout: float
         time.sleep(2)
     raise DemoError(f"DAG {dag_id} not parsed after {timeout:.0f} s; see "
                     f"{services.log_dir / 'dag-processor.log'}")
+
+
+def close_finished_backfill(services: Services, meta: Metadata, dag_id: str) -> None:
+    """An earlier demo stopped at a failed run leaves its backfill open (the scheduler closes
+    finished backfills every 30 s), and Airflow allows one open backfill per DAG. Let the
+    scheduler close it, so that failed days can be backfilled again."""
+    if not meta.active_backfill(dag_id) or meta.unfinished_runs(dag_id):
+        return
+    log("closing the earlier, finished backfill (the scheduler does it within ~30 s)")
+    services.start("scheduler", "scheduler")
+    deadline = time.monotonic() + 120
+    while meta.active_backfill(dag_id) and time.monotonic() < deadline:
+        services.check_alive()
+        time.sleep(3)
+    services.stop("scheduler")
 
 
 def create_backfill(env: dict[str, str], log_dir: Path, args: argparse.Namespace,
@@ -339,8 +380,11 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
             for d in failed:
                 run_id = runs[d][0]
                 for task_id, attempt in meta.failed_tasks(args.dag_id, run_id):
-                    lines.append(f"  {d}  run {run_id}  task {task_id}  log "
-                                 f"{task_log(home, args.dag_id, run_id, task_id, attempt)}")
+                    log_file = task_log(home, args.dag_id, run_id, task_id, attempt)
+                    lines.append(f"  {d}  run {run_id}  task {task_id} (try {attempt})\n"
+                                 f"    log {log_file}")
+                    if error := task_error(log_file):
+                        lines.append(f"    {error[:500]}")
             raise DemoError(f"{len(failed)} run(s) failed:\n" + "\n".join(lines))
         done = states.count("success")
         line = (f"runs done {done}/{len(days)} (running {states.count('running')}, queued "
@@ -360,7 +404,13 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
             services.start("scheduler", *services.commands["scheduler"])
             continue
         if time.monotonic() > deadline:
-            raise DemoError(f"timed out after {args.timeout_minutes} min: {line}")
+            hint = ""
+            baseline = Path(services.env["DP_DATA_ROOT"]) / "baseline" / "mobility"
+            if args.dag_id == DEFAULT_DAG_ID and not (baseline / "baseline.parquet").exists():
+                hint = (f"\n{baseline}/baseline.parquet does not exist: runs from the first "
+                        "public date wait for it in wait_for_baseline; the baseline window "
+                        "(2020-01-03..2020-02-06) must be noised first")
+            raise DemoError(f"timed out after {args.timeout_minutes} min: {line}{hint}")
         time.sleep(3)
 
 
@@ -384,8 +434,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--airflow-home", type=Path,
                    default=Path(os.environ.get("AIRFLOW_HOME") or REPO / "airflow_home"),
                    help="default: $AIRFLOW_HOME, else <repo>/airflow_home")
-    p.add_argument("--max-active-runs", type=int, default=2,
-                   help="concurrent backfill runs (default 2, the fastest measured on 2 "
+    p.add_argument("--max-active-runs", type=int, default=4,
+                   help="concurrent backfill runs (default 4, the fastest measured on 2 "
                         "cores; see docs/airflow.md)")
     p.add_argument("--port", type=int, default=8080,
                    help="api-server (UI) port; another free port if taken")
@@ -433,16 +483,19 @@ def main(argv: list[str] | None = None) -> int:
     write_local_settings(home, args.warm_imports)
     api_port = free_port(args.port)
     env = airflow_env(args, home, data_root, api_port, free_port(8793))
+    env_file = write_env_file(home, env)
     log(f"AIRFLOW_HOME={home}  DP_DATA_ROOT={data_root}  DAG {args.dag_id} "
         f"{args.start}..{args.end}  max_active_runs={args.max_active_runs}")
 
     services = Services(env=env, log_dir=log_dir)
     meta = Metadata(home / "airflow.db")
 
-    def on_sigterm(signum: int, frame: object) -> None:
+    def on_sigterm(signum: int, frame: object) -> None:  # SIGINT too
         raise KeyboardInterrupt
 
+    # Explicitly, because a shell that starts the demo in the background ignores SIGINT.
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_sigterm)
     ok = False
     try:
         log("airflow db migrate ...")
@@ -455,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_dag(services, meta, args.dag_id, timeout=300)
         log(f"{args.dag_id} parsed; unpausing")
         airflow_cli(env, log_dir, "unpause", "dags", "unpause", args.dag_id)
+        close_finished_backfill(services, meta, args.dag_id)
         t_backfill = time.monotonic()
         runs = meta.runs(args.dag_id, args.start, args.end)
         if not meta.active_backfill(args.dag_id) and not all(
@@ -475,15 +529,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.keep_running and ok:
             groups = " ".join(f"-{p.pid}" for p in services.procs.values())
-            log(f"Airflow keeps running: UI http://localhost:{api_port}; stop it with "
-                f"kill -TERM -- {groups}")
+            log(f"Airflow keeps running: UI http://localhost:{api_port}; for the airflow "
+                f"CLI: source {env_file}; stop it with kill -TERM -- {groups}")
         else:
             services.stop()
     release = data_root / "published" / "mobility" / "latest"
     log(f"elapsed {time.monotonic() - t0:.0f} s")
-    if ok:
-        log(f"release: {release}/" + ("" if release.exists() else "  (missing!)"))
-        return 0 if release.exists() or args.dag_id != DEFAULT_DAG_ID else 1
+    if not ok:
+        return 1
+    if release.exists():
+        log(f"release: {release}/")
+        return 0
+    sys.path.insert(0, str(REPO / "plugins"))
+    from dp_ops.settings import load_mobility_config
+
+    first_public = load_mobility_config().first_public_date
+    if args.dag_id != DEFAULT_DAG_ID or args.end < first_public:
+        log(f"no release: nothing is published before the first public date {first_public}")
+        return 0
+    log(f"release missing: {release}/ does not exist")
     return 1
 
 

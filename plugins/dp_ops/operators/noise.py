@@ -56,6 +56,6 @@ class BudgetCheckedNoiseOperator(BaseOperator):
                                     reason=str(self.reason or ""))
         except BudgetExceeded as exc:
             self.log.error("privacy budget refused, no noise drawn: %s", exc)
-            raise AirflowFailException(f"privacy budget refused: {exc}") from exc
+            raise AirflowFailException(str(exc)) from exc
         self.log.info("noise: %s", result.summary)
         return result.summary
