@@ -118,8 +118,6 @@ def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
 
 
 def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
-    from dp_ops.gate import require_pass, validate_mobility_release
-
     stage = staging_dir(root, run_id)
     if stage.exists():
         shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
@@ -129,6 +127,9 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
         write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
         return StepResult("nothing to release yet: no report days from "
                           f"{cfg.first_public_date}", (str(stage),))
+    # imported only when there is something to validate: GX takes seconds to import
+    from dp_ops.gate import require_pass, validate_mobility_release
+
     internal, published = assemble(root, days)
     result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
                                        run_name=f"mobility-{run_id}")
