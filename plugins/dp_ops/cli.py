@@ -46,6 +46,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from dp_ops.mobility import steps
+    from dp_ops.results import StepResult
 
     if args.report != "mobility":
         raise NotImplementedError(f"report {args.report!r} is not built yet")
@@ -55,21 +56,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"cli__{uuid.uuid4().hex[:12]}"
     days = _days(args.start, args.end)
     t0 = time.monotonic()
-    for i, day in enumerate(days, 1):
-        for step in (
-            lambda d: steps.ingest(root, cfg, d),
-            lambda d: steps.bound(root, cfg, d),
-            lambda d: steps.noise(root, cfg, d, run_id=run_id, ledger_url=url,
-                                  region=args.region, renoise=args.renoise,
-                                  reason=args.reason),
-            lambda d: steps.build_baseline(root, cfg, ledger_url=url),
-            lambda d: steps.report(root, cfg, d, ledger_url=url),
-        ):
-            result = step(day)
+    done = 0
+
+    def progress(day: date, results: list[StepResult]) -> None:
+        nonlocal done
+        done += 1
+        for result in results:
             log.info(result.summary)
-        print(f"[{i}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
-    print(steps.gate(root, cfg, run_id=run_id).summary)
-    print(steps.publish(root, cfg, run_id=run_id, ledger_url=url).summary)
+        print(f"[{done}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
+
+    results = steps.run_days(root, cfg, days, run_id=run_id, ledger_url=url,
+                             region=args.region, renoise=args.renoise, reason=args.reason,
+                             on_day=progress)
+    for result in results[-2:]:  # gate and publish
+        print(result.summary)
     return 0
 
 

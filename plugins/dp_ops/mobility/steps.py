@@ -12,6 +12,7 @@ step spends budget at most once per slot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
 
 from dp_ops.config import MobilityConfig
@@ -97,16 +98,23 @@ def run_days(
     region: str | None = None,
     renoise: bool = False,
     reason: str = "",
+    on_day: Callable[[date, list[StepResult]], None] | None = None,
 ) -> list[StepResult]:
-    """Run the whole chain in-process, in date order (the CLI's ``run mobility``)."""
+    """Run the whole chain in-process, in date order (the CLI's ``run mobility``);
+    ``on_day`` is called with each finished day's results (for progress)."""
     results: list[StepResult] = []
     for day in sorted(days):
-        results.append(ingest(root, cfg, day))
-        results.append(bound(root, cfg, day))
-        results.append(noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url,
-                             region=region, renoise=renoise, reason=reason))
-        results.append(build_baseline(root, cfg, ledger_url=ledger_url))
-        results.append(report(root, cfg, day, ledger_url=ledger_url))
+        day_results = [
+            ingest(root, cfg, day),
+            bound(root, cfg, day),
+            noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
+                  renoise=renoise, reason=reason),
+            build_baseline(root, cfg, ledger_url=ledger_url),
+            report(root, cfg, day, ledger_url=ledger_url),
+        ]
+        results.extend(day_results)
+        if on_day is not None:
+            on_day(day, day_results)
     results.append(gate(root, cfg, run_id=run_id))
     results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
     return results
