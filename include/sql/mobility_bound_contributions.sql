@@ -1,7 +1,7 @@
 -- Contribution bounding for one day of the mobility report.
 -- Output: each user's bounded contributions, one row per (user_id, level, region_id,
 -- metric) with the value the user adds to that cell. Private: summed per cell by
--- mobility_aggregate_cells.sql and read only by the noise step.
+-- aggregate_cells.sql and read only by the noise step.
 --
 -- Inputs: the stays relation (clean stays: user_id, region_id, place_category, dwell_hours),
 --         ancestors(finest_region_id, level, region_id): each finest region and its

@@ -29,6 +29,7 @@ from dp_ops.storage import atomic_copy_to_parquet, write_json_atomic
 
 MAX_ID_LENGTH = 256
 LOCATION_SOURCE = "location_history"
+SEARCH_SOURCE = "search_activity"
 
 
 class IngestError(RuntimeError):
@@ -52,6 +53,11 @@ LOCATION_SCHEMA = SourceSchema(
     name=LOCATION_SOURCE,
     string_columns=("user_id", "region_id", "place_id", "place_category"),
     numeric_columns=("dwell_hours",),
+)
+SEARCH_SCHEMA = SourceSchema(
+    name=SEARCH_SOURCE,
+    string_columns=("user_id", "region_id", "symptom"),
+    numeric_columns=(),
 )
 
 
@@ -112,41 +118,47 @@ def partition_files(root: DataRoot, source: str, day: date) -> list[Path]:
     return parquet
 
 
-def _lookup_tables(con: duckdb.DuckDBPyConnection, finest_regions: Iterable[str],
-                   categories: Iterable[str]) -> None:
-    con.register("finest_regions", pa.table({"region_id": pa.array(sorted(finest_regions),
-                                                                    pa.string())}))
-    con.register("stay_categories", pa.table({"category": pa.array(list(categories),
-                                                                     pa.string())}))
+def _lookup_tables(con: duckdb.DuckDBPyConnection, tables: dict[str, tuple[str, Iterable[str]]]
+                   ) -> None:
+    """Register one-column lookup tables: name -> (column, values)."""
+    for name, (column, values) in tables.items():
+        con.register(name, pa.table({column: pa.array(sorted(set(values)), pa.string())}))
 
 
-def ingest_location_history(root: DataRoot, day: date) -> StepResult:
-    """Validate ``raw/location_history/date=day`` into clean rows and quarantine."""
-    from dp_ops.geography import read_regions
+@dataclass(frozen=True)
+class _Ingestion:
+    """What differs between the sources: schema, SQL, lookups and the clean columns."""
 
-    files = partition_files(root, LOCATION_SOURCE, day)
-    has_date = [check_file_schema(f, LOCATION_SCHEMA) for f in files]
-    regions = read_regions(root.regions_csv)
+    schema: SourceSchema
+    sql: str
+    clean_columns: tuple[str, ...]
+    label: str
+
+
+def _ingest(root: DataRoot, day: date, spec: _Ingestion,
+            lookups: dict[str, tuple[str, Iterable[str]]]) -> StepResult:
+    source_name = spec.schema.name
+    files = partition_files(root, source_name, day)
+    has_date = [check_file_schema(f, spec.schema) for f in files]
     con = duckdb.connect()
     try:
-        finest = set(regions["region_id"]) - set(regions["parent_id"])
-        _lookup_tables(con, finest, ALL_STAY_CATEGORIES)
+        _lookup_tables(con, lookups)
         # hive_partitioning=false: the path's date=... must not overwrite a date column
         source = ("read_parquet($files, filename=true, file_row_number=true, "
                   "hive_partitioning=false, union_by_name=true)")
-        query = render_sql("ingest_location_history", source=source, has_date=any(has_date))
+        query = render_sql(spec.sql, source=source, has_date=any(has_date))
         params = {"files": [str(f) for f in files], "day": day.isoformat(),
                   "max_id_length": MAX_ID_LENGTH}
         try:
             con.execute(f"CREATE TEMP TABLE judged AS {query}", params)
         except duckdb.Error as exc:
-            part = root.raw_partition(LOCATION_SOURCE, day)
+            part = root.raw_partition(source_name, day)
             raise IngestError(f"cannot read raw partition {part}: {exc}") from exc
-        clean = root.clean_partition(LOCATION_SOURCE, day) / "part.parquet"
-        quarantine = root.quarantine_partition(LOCATION_SOURCE, day) / "rows.parquet"
+        clean = root.clean_partition(source_name, day) / "part.parquet"
+        quarantine = root.quarantine_partition(source_name, day) / "rows.parquet"
         atomic_copy_to_parquet(
-            con, "SELECT user_id, region_id, place_id, place_category, dwell_hours "
-                 "FROM judged WHERE reason IS NULL", clean)
+            con, f"SELECT {', '.join(spec.clean_columns)} FROM judged WHERE reason IS NULL",
+            clean)
         reasons = [r for (r,) in con.execute(
             "SELECT DISTINCT reason FROM judged WHERE reason IS NOT NULL ORDER BY 1").fetchall()]
         counts = dict(con.execute("SELECT coalesce(reason, 'clean'), count(*) FROM judged "
@@ -161,11 +173,67 @@ def ingest_location_history(root: DataRoot, day: date) -> StepResult:
         con.close()
     # Row counts stay in the private work area; the summary names reasons and paths only.
     write_json_atomic(clean.parent / "ingest_report.json",
-                       {"date": day.isoformat(), "files": [str(f) for f in files],
-                        "rows_by_outcome": counts})
+                      {"date": day.isoformat(), "files": [str(f) for f in files],
+                       "rows_by_outcome": counts})
     if reasons:
-        summary = (f"ingested location history for {day}: clean rows in {clean.parent}; "
-                   f"rows quarantined for: {', '.join(reasons)} (see {quarantine})")
-    else:
-        summary = f"ingested location history for {day}: clean rows in {clean.parent}"
-    return StepResult(summary, (str(clean),))
+        return StepResult(f"ingested {spec.label} for {day}: clean rows in {clean.parent}; "
+                          f"rows quarantined for: {', '.join(reasons)} (see {quarantine})",
+                          (str(clean),))
+    return StepResult(f"ingested {spec.label} for {day}: clean rows in {clean.parent}",
+                      (str(clean),))
+
+
+def _finest_regions(root: DataRoot) -> set[str]:
+    from dp_ops.geography import read_regions
+
+    regions = read_regions(root.regions_csv)
+    return set(regions["region_id"]) - set(regions["parent_id"])
+
+
+def ingest_location_history(root: DataRoot, day: date) -> StepResult:
+    """Validate ``raw/location_history/date=day`` into clean rows and quarantine."""
+    spec = _Ingestion(LOCATION_SCHEMA, "ingest_location_history",
+                      ("user_id", "region_id", "place_id", "place_category", "dwell_hours"),
+                      "location history")
+    return _ingest(root, day, spec, {
+        "finest_regions": ("region_id", _finest_regions(root)),
+        "stay_categories": ("category", ALL_STAY_CATEGORIES),
+    })
+
+
+def read_symptoms(path: Path) -> list[str]:
+    """The public symptom list, one name a line, in output column order. Raises naming
+    the file and line for an empty name, a duplicate, or a missing file."""
+    if not path.is_file():
+        raise IngestError(f"symptom list {path} not found (run `python -m dp_ops generate` "
+                          "or copy the list there)")
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    text = path.read_text(encoding="utf-8").rstrip("\n")  # trailing newlines are fine
+    for number, line in enumerate(text.splitlines(), start=1):
+        name = line.strip()
+        if not name:
+            raise IngestError(f"{path}, line {number}: empty symptom name")
+        if name in seen:
+            raise IngestError(f"{path}, line {number}: symptom {name!r} repeats line "
+                              f"{seen[name]}")
+        seen[name] = number
+        names.append(name)
+    if not names:
+        raise IngestError(f"symptom list {path} is empty")
+    return names
+
+
+def ingest_search_activity(root: DataRoot, day: date) -> StepResult:
+    """Validate ``raw/search_activity/date=day`` into clean rows and quarantine.
+
+    Repeated identical rows are kept: without a timestamp a second identical row is a
+    second search of the same thing, which is normal, and bounding counts a user once
+    per symptom anyway.
+    """
+    spec = _Ingestion(SEARCH_SCHEMA, "ingest_search_activity",
+                      ("user_id", "region_id", "symptom"), "search activity")
+    return _ingest(root, day, spec, {
+        "finest_regions": ("region_id", _finest_regions(root)),
+        "symptom_names": ("symptom", read_symptoms(root.symptoms_txt)),
+    })

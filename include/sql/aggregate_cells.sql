@@ -1,4 +1,4 @@
--- Sum bounded per-user contributions into (level, region_id, metric) cells. The output
+-- Sum bounded per-user contributions (either report) into (level, region_id, metric) cells. The output
 -- is TRUE (un-noised) and private; cells absent here are zero, and the noise step still
 -- noises them (delta = 0 needs the whole public domain).
 -- Input: the contributions relation with user_id, level, region_id, metric, value.
