@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import date, timedelta
+from typing import Any
 
 from dp_ops import settings
 
@@ -45,13 +46,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from dp_ops.mobility import steps
     from dp_ops.results import StepResult
 
-    if args.report != "mobility":
-        raise NotImplementedError(f"report {args.report!r} is not built yet")
+    if args.report == "mobility":
+        from dp_ops.mobility import steps as mobility_steps
+
+        run_days: Any = mobility_steps.run_days
+    else:
+        from dp_ops.symptoms import steps as symptoms_steps
+
+        run_days = symptoms_steps.run_days
     root = settings.data_root()
-    cfg = settings.load_mobility_config()
+    cfg = settings.load_config(args.report)
     url = settings.ledger(root)
     run_id = args.run_id or f"cli__{uuid.uuid4().hex[:12]}"
     days = _days(args.start, args.end)
@@ -65,9 +71,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info(result.summary)
         print(f"[{done}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
 
-    results = steps.run_days(root, cfg, days, run_id=run_id, ledger_url=url,
-                             region=args.region, renoise=args.renoise, reason=args.reason,
-                             on_day=progress)
+    results = run_days(root, cfg, days, run_id=run_id, ledger_url=url,
+                       region=args.region, renoise=args.renoise, reason=args.reason,
+                       on_day=progress)
     for result in results[-2:]:  # gate and publish
         print(result.summary)
     return 0

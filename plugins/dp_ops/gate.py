@@ -494,19 +494,30 @@ def validate_mobility_release(
     the run in Data Docs (e.g. the Airflow run id). Raises nothing on failed
     expectations: call :func:`require_pass` to stop the release.
     """
+    return run_suites(
+        [(internal_suite(cfg), "internal", internal),
+         (published_suite(cfg), "published", published)],
+        gx_dir=gx_dir, parameters=_internal_parameters(internal), run_name=run_name)
+
+
+def run_suites(
+    runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]],
+    *,
+    gx_dir: Path,
+    parameters: dict[str, Any],
+    run_name: str,
+) -> GateResult:
+    """Validate each (suite, asset name, dataframe) in the GX project at ``gx_dir``, with
+    Data Docs, under the project lock; return what failed (raise nothing)."""
     gx_dir = Path(gx_dir)
-    parameters = _internal_parameters(internal)
     run_id = RunIdentifier(run_name=run_name, run_time=datetime.now(UTC))
     with _project_lock(gx_dir):
         context = _open_context(gx_dir)
         # Make room for this run's result of each suite before the docs index is rebuilt.
         _prune_validations(context, KEEP_VALIDATIONS - 1)
-        runs = (
-            (_checkpoint(context, internal_suite(cfg), "internal"), internal),
-            (_checkpoint(context, published_suite(cfg), "published"), published),
-        )
         results: list[tuple[Any, ExpectationSuiteValidationResult]] = []
-        for checkpoint, frame in runs:
+        for suite, asset_name, frame in runs:
+            checkpoint = _checkpoint(context, suite, asset_name)
             outcome = checkpoint.run(
                 batch_parameters={"dataframe": frame},
                 expectation_parameters=parameters,

@@ -10,7 +10,7 @@ The data root is configurable with ``DP_DATA_ROOT`` (default ``./data``). Areas:
                    only the noise step reads the bounded aggregates
 - ``quarantine/``  rejected input rows with their reasons
 - ``noise/``       stored noisy values, one file per ledger reservation batch
-- ``baseline/``    the frozen baseline (written once)
+- ``baseline/``    the frozen baseline (mobility) and scaling factors (symptoms)
 - ``report/``      per-day post-processed, suppressed report rows (noisy values only)
 - ``published/``   releases; ``published/<report>/latest`` points at the newest
 - ``gx/``          Great Expectations project (expectation suites, Data Docs)
@@ -71,6 +71,10 @@ class DataRoot:
 
     def baseline_file(self, report: str) -> Path:
         return self.root / "baseline" / report / "baseline.parquet"
+
+    def scaling_file(self, report: str) -> Path:
+        """Stored per-region scaling factors (symptoms), fixed at first release."""
+        return self.root / "baseline" / report / "scaling_factors.parquet"
 
     def report_file(self, report: str, day: date) -> Path:
         return self.root / "report" / report / f"date={day.isoformat()}" / "rows.parquet"

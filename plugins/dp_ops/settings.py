@@ -1,8 +1,9 @@
 """Runtime settings: where data lives, which ledger, which report configuration.
 
 All of it comes from the environment so that the DAGs, the CLI and the tests agree:
-``DP_DATA_ROOT``, ``DP_LEDGER_URL`` and ``DP_MOBILITY_CONFIG`` (optional JSON file with
-:class:`~dp_ops.config.MobilityConfig` fields).
+``DP_DATA_ROOT``, ``DP_LEDGER_URL``, ``DP_MOBILITY_CONFIG`` and ``DP_SYMPTOMS_CONFIG``
+(optional JSON files with :class:`~dp_ops.config.MobilityConfig` /
+:class:`~dp_ops.config.SymptomsConfig` fields).
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
-from dp_ops.config import ConfigError, MobilityConfig
+from dp_ops.config import ConfigError, MobilityConfig, SymptomsConfig
 from dp_ops.paths import DataRoot, ledger_url
 
 
@@ -23,15 +25,34 @@ def ledger(root: DataRoot | None = None) -> str:
     return ledger_url(root or data_root())
 
 
-def load_mobility_config() -> MobilityConfig:
-    """Defaults, overridden by the JSON file named in ``DP_MOBILITY_CONFIG`` if set."""
-    path = os.environ.get("DP_MOBILITY_CONFIG")
+def _json_object(variable: str) -> dict[str, Any] | None:
+    path = os.environ.get(variable)
     if not path:
-        return MobilityConfig()
+        return None
     try:
         values = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"DP_MOBILITY_CONFIG={path!r}: cannot read JSON: {exc}") from exc
+        raise ConfigError(f"{variable}={path!r}: cannot read JSON: {exc}") from exc
     if not isinstance(values, dict):
-        raise ConfigError(f"DP_MOBILITY_CONFIG={path!r}: expected a JSON object")
-    return MobilityConfig.from_mapping(values)
+        raise ConfigError(f"{variable}={path!r}: expected a JSON object")
+    return values
+
+
+def load_mobility_config() -> MobilityConfig:
+    """Defaults, overridden by the JSON file named in ``DP_MOBILITY_CONFIG`` if set."""
+    values = _json_object("DP_MOBILITY_CONFIG")
+    return MobilityConfig() if values is None else MobilityConfig.from_mapping(values)
+
+
+def load_symptoms_config() -> SymptomsConfig:
+    """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG`` if set."""
+    values = _json_object("DP_SYMPTOMS_CONFIG")
+    return SymptomsConfig() if values is None else SymptomsConfig.from_mapping(values)
+
+
+def load_config(report: str) -> MobilityConfig | SymptomsConfig:
+    if report == "mobility":
+        return load_mobility_config()
+    if report == "symptoms":
+        return load_symptoms_config()
+    raise ConfigError(f"report={report!r}: must be 'mobility' or 'symptoms'")

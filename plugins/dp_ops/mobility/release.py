@@ -10,15 +10,9 @@ release or the new one, never a mix. A failed gate leaves ``latest`` where it wa
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import math
-import os
-import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,14 +22,28 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
+from dp_ops import release
 from dp_ops.config import MobilityConfig
 from dp_ops.ledger import Ledger
 from dp_ops.mobility.estimates import CATEGORIES
 from dp_ops.mobility.noising import REPORT
 from dp_ops.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.paths import DataRoot
+from dp_ops.release import (
+    PublishRefused,
+    checksums,
+    current_release,
+    promote,
+    publish_lock,
+    sha256_file,
+    verify_checksums,
+    write_csv,
+)
 from dp_ops.results import StepResult
 from dp_ops.storage import write_json_atomic
+
+__all__ = ["PublishRefused", "assemble", "epsilon_accounting", "publish_staged",
+           "report_days", "stage_and_validate", "staging_dir", "write_release_files"]
 
 GLOBAL_CSV = "Global_Mobility_Report.csv"
 GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
@@ -43,14 +51,8 @@ REGION_DIR = "Region_Mobility_Report_CSVs"
 SORT_KEYS = ["country_region_code", "sub_region_1", "sub_region_2", "metro_area", "date"]
 
 
-class PublishRefused(RuntimeError):
-    """The staged release may not be published (gate not passed, accounting over cap)."""
-
-
 def staging_dir(root: DataRoot, run_id: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:120]
-    digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-    return root.root / "staging" / REPORT / f"{safe}-{digest}"
+    return release.staging_dir(root, REPORT, run_id)
 
 
 def report_days(root: DataRoot, cfg: MobilityConfig) -> list[date]:
@@ -74,20 +76,6 @@ def assemble(root: DataRoot, days: list[date]) -> tuple[pd.DataFrame, pd.DataFra
     return internal, published
 
 
-def write_csv(frame: pd.DataFrame, path: Path) -> None:
-    """Google's CSV conventions: header, no index, empty cell for a missing value, LF."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False, na_rep="", lineterminator="\n", encoding="utf-8")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict[str, Any]]:
     """Global CSV and Parquet, and per-year, per-country CSVs; returns their checksums."""
     target.mkdir(parents=True, exist_ok=True)
@@ -97,9 +85,7 @@ def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict
     years = published["date"].str.slice(0, 4)
     for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
         write_csv(part, target / REGION_DIR / f"{year}_{code}_Region_Mobility_Report.csv")
-    files = sorted(p for p in target.rglob("*") if p.is_file())
-    return {str(p.relative_to(target)): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-            for p in files}
+    return checksums(target)
 
 
 def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
@@ -152,18 +138,6 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
                       f"{result.data_docs_index}", (str(stage),))
 
 
-@contextmanager
-def _publish_lock(root: DataRoot) -> Iterator[None]:
-    lock = root.root / "staging" / f".{REPORT}.publish.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
                        last: date) -> dict[str, Any]:
     """Composed epsilon per user-day over every date whose noise feeds the release (the
@@ -185,21 +159,6 @@ def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
     }
 
 
-def _current_release(root: DataRoot) -> dict[str, Any] | None:
-    manifest = root.latest_release(REPORT) / "manifest.json"
-    if not manifest.is_file():
-        return None
-    return dict(json.loads(manifest.read_text()))
-
-
-def _point_latest(root: DataRoot, release: Path, scratch: Path) -> None:
-    link_tmp = scratch / "latest.symlink"
-    if link_tmp.is_symlink() or link_tmp.exists():
-        link_tmp.unlink()
-    os.symlink(os.path.relpath(release, root.published_dir(REPORT)), link_tmp)
-    os.replace(link_tmp, root.latest_release(REPORT))
-
-
 def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                    ledger_url: str) -> StepResult:
     stage = staging_dir(root, run_id)
@@ -213,9 +172,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     if not staged["gate"]["success"]:
         raise PublishRefused(f"staged release {stage} did not pass the gate")
     files_dir = stage / "release"
-    for name, meta in staged["files"].items():
-        if sha256_file(files_dir / name) != meta["sha256"]:
-            raise PublishRefused(f"staged file {files_dir / name} changed after the gate")
+    verify_checksums(files_dir, staged["files"])
     first, last = date.fromisoformat(staged["first_date"]), date.fromisoformat(staged["last_date"])
     ledger = Ledger(ledger_url)
     try:
@@ -227,8 +184,6 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                              f"user-day of {epsilon['per_user_day_max']}, over the cap "
                              f"{cfg.cap:.4f}; not published")
     release_id = f"{last.isoformat()}-{staged['files'][GLOBAL_CSV]['sha256'][:12]}"
-    releases = root.published_dir(REPORT) / "releases"
-    target = releases / release_id
     manifest = {
         "report": REPORT,
         "release_id": release_id,
@@ -247,16 +202,12 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         "files": staged["files"],
         "gate": staged["gate"],
     }
-    with _publish_lock(root):
-        current = _current_release(root)
+    with publish_lock(root, REPORT):
+        current = current_release(root, REPORT)
         if current and current["last_date"] > staged["last_date"]:
             return StepResult(f"kept release {current['release_id']}: it already covers "
                               f"{current['last_date']}, later than this run's {last}")
-        if not target.exists():
-            write_json_atomic(files_dir / "manifest.json", manifest)
-            releases.mkdir(parents=True, exist_ok=True)
-            os.rename(files_dir, target)
-        _point_latest(root, target, stage)
+        target = promote(root, REPORT, files_dir, release_id, manifest, stage)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published mobility release {release_id} ({first}..{last}, "
                       f"{staged['rows']['published']} rows, epsilon per user-day max "

@@ -1,0 +1,1 @@
+"""The Search Trends Symptoms dataset (SPEC section 5)."""
