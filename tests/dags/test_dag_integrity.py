@@ -1,7 +1,7 @@
 """DAG integrity: every DAG file imports cleanly and declares what the project promises.
 
 Generic checks (import errors, tags from the fixed list, doc, retries) run for every DAG
-in ``dags/``; the mobility DAGs also get their exact graph, schedule and params checked.
+in ``dags/``; the report DAGs also get their exact graph, schedule and params checked.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ DAGS = REPO / "dags"
 
 MOBILITY_CHAIN = ["ingest", "bound_contributions", "noise", "build_baseline",
                   "wait_for_baseline", "report", "gate", "publish"]
+SYMPTOMS_CHAIN = ["ingest", "bound_contributions", "noise", "report", "gate", "publish"]
 RERUN_CHAIN = ["validate_request", "ingest", "bound_contributions", "noise", "report", "gate",
                "publish"]
 
@@ -38,7 +39,8 @@ def test_no_import_errors(dagbag: DagBag) -> None:
 
 
 def test_expected_dags_present(dagbag: DagBag) -> None:
-    assert {"mobility_report", "mobility_region_rerun"} <= set(dagbag.dag_ids)
+    assert set(dagbag.dag_ids) == {"mobility_report", "mobility_region_rerun",
+                                   "symptoms_dataset", "symptoms_region_rerun"}
 
 
 def _all_dag_ids() -> list[str]:
@@ -79,8 +81,20 @@ def test_mobility_report_graph(dagbag: DagBag) -> None:
     assert [a.name for a in dag.get_task("build_baseline").outlets] == ["mobility_baseline"]
 
 
-def test_mobility_report_schedule(dagbag: DagBag) -> None:
-    dag = dagbag.dags["mobility_report"]
+def test_symptoms_dataset_graph(dagbag: DagBag) -> None:
+    dag = dagbag.dags["symptoms_dataset"]
+    _assert_chain(dag, SYMPTOMS_CHAIN)
+    assert isinstance(dag.get_task("noise"), BudgetCheckedNoiseOperator)
+    assert isinstance(dag.get_task("gate"), GreatExpectationsGateOperator)
+    for task in dag.tasks:
+        assert task.report == "symptoms", task.task_id
+    for task_id in ("ingest", "bound_contributions", "noise", "report"):
+        assert dag.get_task(task_id).day == "{{ data_interval_start | ds }}", task_id
+
+
+@pytest.mark.parametrize("dag_id", ["mobility_report", "symptoms_dataset"])
+def test_daily_schedule(dagbag: DagBag, dag_id: str) -> None:
+    dag = dagbag.dags[dag_id]
     assert isinstance(dag.timetable, CronDataIntervalTimetable)
     assert dag.timetable.expression == "0 0 * * *"
     assert str(dag.timetable.timezone) == "UTC"
@@ -97,8 +111,10 @@ def test_mobility_report_tasks_process_the_data_interval_start(dagbag: DagBag) -
         assert dag.get_task(task_id).day == "{{ data_interval_start | ds }}", task_id
 
 
-def test_rerun_graph_and_params(dagbag: DagBag) -> None:
-    dag = dagbag.dags["mobility_region_rerun"]
+@pytest.mark.parametrize("dag_id,report", [("mobility_region_rerun", "mobility"),
+                                           ("symptoms_region_rerun", "symptoms")])
+def test_rerun_graph_and_params(dagbag: DagBag, dag_id: str, report: str) -> None:
+    dag = dagbag.dags[dag_id]
     _assert_chain(dag, RERUN_CHAIN)
     assert isinstance(dag.timetable, NullTimetable)  # schedule=None: manual runs only
     assert dag.max_active_runs == 1
@@ -115,6 +131,10 @@ def test_rerun_graph_and_params(dagbag: DagBag) -> None:
     assert (noise.day, noise.region, noise.renoise, noise.reason) == (
         "{{ params.date }}", "{{ params.region }}", "{{ params.renoise }}",
         "{{ params.reason }}")
+    for task in dag.tasks:
+        assert task.report == report, task.task_id
+    if report == "symptoms":
+        assert dag.get_task("gate").region == "{{ params.region }}"
 
 
 def test_operators_declare_their_templates() -> None:
@@ -144,10 +164,10 @@ def test_dag_files_do_no_heavy_imports() -> None:
         "import json, sys, runpy\n"
         f"sys.path.insert(0, {str(REPO / 'plugins')!r})\n"
         "import os; os.environ['DP_DATA_ROOT'] = '/nonexistent/dp-data-root'\n"
-        f"for f in {sorted(str(p) for p in DAGS.glob('mobility_*.py'))!r}:\n"
+        f"for f in {sorted(str(p) for p in DAGS.glob('*.py'))!r}:\n"
         "    runpy.run_path(f)\n"
         "heavy = ['duckdb', 'pandas', 'great_expectations', 'pyarrow', 'numpy',\n"
-        "         'dp_ops.mobility.noising', 'dp_ops.ledger', 'dp_ops.gate']\n"
+        "         'dp_ops.noising', 'dp_ops.ledger', 'dp_ops.gate', 'dp_ops.symptoms.release']\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

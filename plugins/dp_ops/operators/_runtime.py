@@ -18,6 +18,7 @@ from typing import Any
 # A report plugs in by providing a steps module with the same function names.
 _REPORTS: dict[str, tuple[str, str]] = {
     "mobility": ("dp_ops.mobility.steps", "load_mobility_config"),
+    "symptoms": ("dp_ops.symptoms.steps", "load_symptoms_config"),
 }
 
 

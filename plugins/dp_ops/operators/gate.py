@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from dp_ops.operators._runtime import resolve
+from dp_ops.operators._runtime import parse_region, resolve
 
 
 def _is_gate_failure(exc: BaseException) -> bool:
@@ -29,20 +29,28 @@ class GreatExpectationsGateOperator(BaseOperator):
     change by retrying, the last good release stays published, and the on-call engineer
     needs the Data Docs path, which is logged. Other errors fail normally (retries apply).
 
-    :param report: which report (``mobility``).
+    :param report: which report (``mobility`` or ``symptoms``).
+    :param region: for an on-call rerun of the symptoms dataset, the rerun region
+        (templated): only it and its ancestors get fresh daily/weekly decisions, every
+        other region keeps those of the current release. Mobility regions are computed
+        independently, so the mobility gate takes no region.
     """
 
-    template_fields: Sequence[str] = ()
+    template_fields: Sequence[str] = ("region",)
     ui_color = "#eaf7e6"
 
-    def __init__(self, *, report: str = "mobility", **kwargs: Any) -> None:
+    def __init__(self, *, report: str = "mobility", region: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.report = report
+        self.region = region
 
     def execute(self, context: Context) -> str:
         rt = resolve(self.report)
+        region = parse_region(self.region)
+        extra = {"region": region} if region is not None else {}
         try:
-            result = rt.steps.gate(rt.root, rt.cfg, run_id=context["run_id"])
+            result = rt.steps.gate(rt.root, rt.cfg, run_id=context["run_id"], **extra)
         except Exception as exc:
             if not _is_gate_failure(exc):
                 raise

@@ -26,7 +26,7 @@ class BudgetCheckedNoiseOperator(BaseOperator):
     :param renoise: draw fresh noise for already-noised slots, spending budget again;
         templated, so ``"True"``/``"False"`` strings are accepted.
     :param reason: why a re-noise was asked for, recorded in the ledger (templated).
-    :param report: which report (``mobility``).
+    :param report: which report (``mobility`` or ``symptoms``).
     """
 
     template_fields: Sequence[str] = ("day", "region", "renoise", "reason")

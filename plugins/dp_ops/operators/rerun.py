@@ -13,6 +13,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from dp_ops.operators._runtime import parse_bool, parse_day, parse_region, resolve
 
+_DAILY_DAG = {"mobility": "mobility_report", "symptoms": "symptoms_dataset"}
+
 
 class RerunRequestError(ValueError):
     """The rerun request cannot be served; the message says which field and why."""
@@ -35,15 +37,18 @@ def check_rerun_request(root: Any, cfg: Any, report: str, day: date, region: str
     if region not in known:
         raise RerunRequestError(
             f"region={region!r}: not a region_id of {regions_csv} ({len(known)} regions)")
-    first = cfg.first_metric_date
+    # mobility noises from its first metric date (the baseline window comes before the
+    # public series); symptoms from its first public date
+    first = getattr(cfg, "first_metric_date", cfg.first_public_date)
     if day < first:
         raise RerunRequestError(f"date={day}: before the first metric date {first}")
     noise_dir: Path = root.noise_dir(report, day)
     if not noise_dir.is_dir() or not any(noise_dir.iterdir()):
         raise RerunRequestError(
             f"date={day}: not noised yet ({noise_dir} is empty); run the daily "
-            f"{report}_report DAG (or its backfill) for that date first")
-    if day >= cfg.first_public_date and not root.baseline_file(report).exists():
+            f"{_DAILY_DAG.get(report, report)} DAG (or its backfill) for that date first")
+    needs_baseline = hasattr(cfg, "baseline_end")
+    if needs_baseline and day >= cfg.first_public_date and not root.baseline_file(report).exists():
         raise RerunRequestError(
             f"date={day}: the {report} baseline is not frozen yet, nothing to report against")
     if len(reason.strip()) < 3:
@@ -59,7 +64,7 @@ class ValidateRerunRequestOperator(BaseOperator):
     :param region: the requested region_id (templated).
     :param renoise: whether fresh noise is asked for (templated; ``"True"``/``"False"`` ok).
     :param reason: why the rerun is needed (templated).
-    :param report: which report (``mobility``).
+    :param report: which report (``mobility`` or ``symptoms``).
     """
 
     template_fields: Sequence[str] = ("day", "region", "renoise", "reason")

@@ -21,7 +21,7 @@ class ReportStepOperator(BaseOperator):
         (the function names of :mod:`dp_ops.mobility.steps`).
     :param day: the day to process, ``YYYY-MM-DD`` (templated); ignored by the steps that
         are not per day (``build_baseline`` and ``publish`` work on all days).
-    :param report: which report's steps to run (``mobility``).
+    :param report: which report's steps to run (``mobility`` or ``symptoms``).
 
     Pushes only the step's ``StepResult.summary`` to XCom: it names paths and counts of
     cells, never rows, user ids or un-noised aggregates.

@@ -1,0 +1,90 @@
+"""
+# Search Trends Symptoms dataset — on-call rerun of one region and day
+
+Trigger this DAG from the UI (**Trigger** opens a form) after, for example, a region's raw
+data for one day was corrected. It re-ingests and re-bounds that day, then noises, reports,
+gates and publishes it again:
+
+- `renoise` off (default): the stored noisy values are reused; nothing is spent.
+- `renoise` on: that region's cells are noised again **through the privacy ledger**, which
+  spends budget again and records `reason`; it is refused (task fails, no retry) if the
+  region's user-days would go past the cap.
+
+Only that region and the levels above it get fresh values and fresh daily/weekly
+decisions; every other region keeps the decisions of the current release, and every
+scaling factor c stays as stored, so the rest of the release is untouched.
+
+`validate_request` fails at once if the region is not in `reference/regions.csv` or the
+date has not been noised by `symptoms_dataset` yet.
+
+The date travels as a param: a manual run has no logical date, and Airflow refuses a
+second run for the same logical date anyway. One rerun at a time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, chain, dag
+
+from dp_ops.dag_tags import Tag, tags
+from dp_ops.operators import (
+    BudgetCheckedNoiseOperator,
+    GreatExpectationsGateOperator,
+    ReportStepOperator,
+    ValidateRerunRequestOperator,
+)
+
+DAY = "{{ params.date }}"
+REGION = "{{ params.region }}"
+RENOISE = "{{ params.renoise }}"
+REASON = "{{ params.reason }}"
+REPORT = "symptoms"
+
+
+@dag(
+    dag_id="symptoms_region_rerun",
+    schedule=None,
+    catchup=False,
+    is_paused_upon_creation=True,
+    max_active_runs=1,
+    default_args={
+        "owner": "dp-ops",
+        "retries": 2,
+        "retry_delay": timedelta(seconds=20),
+        "execution_timeout": timedelta(hours=1),
+    },
+    params={
+        "date": Param(type="string", format="date", title="Date",
+                      description="The day to recompute (YYYY-MM-DD); it must already have "
+                                  "been noised by symptoms_dataset."),
+        "region": Param(type="string", minLength=1, title="Region",
+                        description="A region_id from reference/regions.csv."),
+        "renoise": Param(False, type="boolean", title="Draw fresh noise",
+                         description="Spend privacy budget again for this region and day "
+                                     "(recorded in the ledger). Leave off to reuse the "
+                                     "stored noise."),
+        "reason": Param(type="string", minLength=3, title="Reason",
+                        description="Why this rerun is needed (incident or ticket); recorded "
+                                    "with any spend."),
+    },
+    doc_md=__doc__,
+    tags=tags(Tag.SYMPTOMS, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+)
+def symptoms_region_rerun() -> None:
+    validate_request = ValidateRerunRequestOperator(
+        task_id="validate_request", day=DAY, region=REGION, renoise=RENOISE, reason=REASON,
+        report=REPORT, retries=0)
+    ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY, report=REPORT)
+    bound_contributions = ReportStepOperator(task_id="bound_contributions", step="bound",
+                                             day=DAY, report=REPORT)
+    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, region=REGION,
+                                       renoise=RENOISE, reason=REASON, report=REPORT)
+    report = ReportStepOperator(task_id="report", step="report", day=DAY, report=REPORT)
+    gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT, region=REGION)
+    publish = ReportStepOperator(task_id="publish", step="publish", report=REPORT)
+
+    chain(validate_request, ingest, bound_contributions, noise, report, gate, publish)
+
+
+symptoms_region_rerun()
