@@ -100,7 +100,7 @@ def published_values(candidate: Candidate, regions: pd.DataFrame) -> pd.DataFram
         long["lower_over_ratio"] = long["lower"] / ratio
         long["upper_over_ratio"] = long["upper"] / ratio
     long["value_error"] = (long["value"] - (long["c"] * np.maximum(ratio, 0)).round(2)).abs()
-    long["weekday"] = pd.to_datetime(long["date"]).dt.weekday
+    long["weekday"] = pd.to_datetime(long["date"]).dt.day_of_week
     long["reliable"] = long["reliable"].astype(object)
     return long
 
