@@ -92,9 +92,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from dp_ops.evaluation import evaluate_mobility
+    from dp_ops.evaluation import evaluate_mobility, evaluate_symptoms
 
-    print(evaluate_mobility(settings.data_root()).describe())
+    evaluate = evaluate_mobility if args.report == "mobility" else evaluate_symptoms
+    print(evaluate(settings.data_root()).describe())
     return 0
 
 
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="compare the latest release with the synthetic "
                                          "truth (evaluation only)")
-    ev.add_argument("report", choices=["mobility"])
+    ev.add_argument("report", choices=["mobility", "symptoms"])
     ev.set_defaults(func=cmd_evaluate)
     return parser
 

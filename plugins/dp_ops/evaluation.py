@@ -8,6 +8,7 @@ truth and the share of cells published per category and level.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,3 +70,97 @@ def evaluate_mobility(root: DataRoot, release_dir: Path | None = None) -> Mobili
     share = pd.DataFrame({c: cells.groupby("level")[f"{c}_percent_change_from_baseline"]
                           .apply(lambda s: s.notna().mean()) for c in CATEGORIES})
     return MobilityEvaluation(total, close / total if total else float("nan"), by_cat, share)
+
+
+# -- symptoms --------------------------------------------------------------------------
+
+SYMPTOMS_TRUTH_FILE = "symptoms_truth.parquet"
+
+
+@dataclass(frozen=True)
+class SymptomsEvaluation:
+    series: dict[str, int]           # resolution -> number of (region, symptom) series
+    published: dict[str, int]        # resolution -> published values
+    published_share: dict[str, float]  # resolution -> of all values of the domain
+    within_25: dict[str, float]      # resolution -> share within +/-25% of c x true ratio
+    within_25_by_level: pd.DataFrame
+
+    def describe(self) -> str:
+        lines = [f"series decided daily: {self.series.get('daily', 0)}, weekly: "
+                 f"{self.series.get('weekly', 0)}"]
+        for res in ("daily", "weekly"):
+            lines.append(
+                f"{res}: {self.published.get(res, 0)} values published "
+                f"({100 * self.published_share.get(res, 0.0):.2f}% of the {res} cells of "
+                f"eligible regions); {100 * self.within_25.get(res, float('nan')):.2f}% "
+                "within +/-25% of c x the true ratio")
+        lines.append("within +/-25% by level (rows) and resolution (columns), %:")
+        lines.append((100 * self.within_25_by_level).round(2).to_string())
+        return "\n".join(lines)
+
+
+def _true_ratios(root: DataRoot) -> pd.DataFrame:
+    """True daily and weekly (Monday..Sunday sums) ratio per (region, symptom, date)."""
+    truth = pq.read_table(root.truth_dir / SYMPTOMS_TRUTH_FILE).to_pandas()
+    truth["date"] = pd.to_datetime(truth["date"])
+    volume = truth[truth["symptom"].isna()][["date", "region_id", "users"]].rename(
+        columns={"users": "b_true"})
+    searches = truth[truth["symptom"].notna()][["date", "region_id", "symptom", "users"]].rename(
+        columns={"users": "a_true"})
+    frames = []
+    for resolution in ("daily", "weekly"):
+        v, s = volume.copy(), searches.copy()
+        if resolution == "weekly":
+            for frame in (v, s):
+                frame["date"] = frame["date"] - pd.to_timedelta(frame["date"].dt.dayofweek,
+                                                                unit="D")
+            v = v.groupby(["date", "region_id"], as_index=False)["b_true"].sum()
+            s = s.groupby(["date", "region_id", "symptom"], as_index=False)["a_true"].sum()
+        frames.append(s.merge(v, on=["date", "region_id"], how="left").assign(
+            resolution=resolution))
+    out = pd.concat(frames, ignore_index=True)
+    out["true_ratio"] = out["a_true"] / out["b_true"]
+    out["date"] = out["date"].dt.strftime("%Y-%m-%d")
+    return out[["resolution", "date", "region_id", "symptom", "true_ratio"]]
+
+
+def evaluate_symptoms(root: DataRoot, release_dir: Path | None = None) -> SymptomsEvaluation:
+    """Compare the published symptoms values with c x the true ratio (evaluation only).
+
+    A published value v of scaling factor c is "within 25%" when |v - c r| <= 0.25 c r,
+    r the true ratio of users searching the symptom to users searching anything (a
+    symptom cell absent from the truth has r = 0, which no published value is near).
+    """
+    release_dir = release_dir or root.latest_release("symptoms")
+    resolutions = pq.read_table(release_dir / "series_resolution.parquet").to_pandas()
+    scaling = pq.read_table(release_dir / "scaling_factors.parquet").to_pandas()
+    manifest = json.loads((release_dir / "manifest.json").read_text())
+    regions = read_regions(root.regions_csv)[["region_id", "level", "open_covid_region_code"]]
+    published = []
+    for res in ("daily", "weekly"):
+        for path in sorted(release_dir.glob(f"*_{res}_symptoms_dataset.parquet")):
+            wide = pq.read_table(path).to_pandas()
+            cols = [c for c in wide.columns if c.startswith("symptom:")]
+            long = wide.melt(id_vars=["open_covid_region_code", "date"], value_vars=cols,
+                             var_name="symptom", value_name="value").dropna(subset=["value"])
+            long["symptom"] = long["symptom"].str.slice(len("symptom:"))
+            published.append(long.assign(resolution=res))
+    values = pd.concat(published, ignore_index=True).merge(regions, on="open_covid_region_code")
+    values = values.merge(scaling[["region_id", "resolution", "c"]],
+                          on=["region_id", "resolution"], how="left")
+    values = values.merge(_true_ratios(root), on=["resolution", "date", "region_id", "symptom"],
+                          how="left")
+    values["true_ratio"] = values["true_ratio"].fillna(0.0)
+    expected = values["c"] * values["true_ratio"]
+    values["within"] = (values["value"] - expected).abs() <= 0.25 * expected
+    suppression = manifest["suppression"]["values"]
+    return SymptomsEvaluation(
+        series={str(k): int(v) for k, v in resolutions["resolution"].value_counts().items()},
+        published={res: int((values["resolution"] == res).sum()) for res in ("daily", "weekly")},
+        published_share={res: float(suppression[res]["published_share"])
+                         for res in suppression},
+        within_25={str(res): float(part["within"].mean())
+                   for res, part in values.groupby("resolution")},
+        within_25_by_level=values.pivot_table(index="level", columns="resolution",
+                                              values="within", aggfunc="mean"),
+    )

@@ -1,9 +1,10 @@
 """Synthetic private input for the reports, driven by a known ground-truth trajectory.
 
-Real location logs are private, so the project generates them (SPEC section 3): the public
-region table and symptom list under ``reference/``, one Parquet partition of stays per day
-under ``raw/location_history/``, and the non-private truth under ``truth/`` for evaluation
-only (nothing in the pipeline reads it).
+Real location and search logs are private, so the project generates them (SPEC section 3):
+the public region table and symptom list under ``reference/``, one Parquet partition of
+stays per day under ``raw/location_history/`` and one of searches under
+``raw/search_activity/``, and the non-private truth under ``truth/`` for evaluation only
+(nothing in the pipeline reads it).
 
 Population model
 ----------------
@@ -53,6 +54,53 @@ is the base rate times a multiplicative factor per (category, region, date)::
 The baseline window 2020-01-03..2020-02-06 has no trend: only the weekday pattern varies.
 ``trajectory`` returns these factors for evaluation.
 
+Search activity
+---------------
+The same users, each day drawn from its own stream (``_SEARCH_STREAM``), so the location
+history does not depend on it. One row per search (``SEARCH_SCHEMA``), in the user's home
+municipality; on 2% of searching user-days one row and about half of the others are in
+another municipality of the home county instead (when the county has another).
+
+- A user searches anything with probability 0.55 (x1.03 Monday-Friday, x0.93 at
+  weekends) and then writes 1-3 rows with a null symptom (searches matching no symptom).
+- A searching user also searches symptoms with probability 0.2 x the day's mean symptom
+  factor (popularity-weighted), so the number of symptom searchers follows the
+  trajectory. Distinct symptoms: 1 + min(Poisson(0.25), 2) for 92% of them and
+  4 + Poisson(1.65) (at most 12) for 8%, 1.6 on average, so the pipeline's k = 3 bound
+  has something to drop. The symptoms are drawn by weight without replacement, weight =
+  popularity x factor; 20% of them are searched a second time (an identical row, which
+  ingestion keeps).
+- Popularity is Zipf-like, rank ** -0.92 over a fixed permutation of the 422 names, with
+  the common respiratory and allergy names pinned near the top (Cough, Fever, Headache,
+  Sore throat, Common cold, Nasal congestion, Allergy, Fatigue, ...) and Shortness of
+  breath (rank 150), Anosmia (260) and Ageusia (300) rare: ~35 names hold 60% of the
+  symptom searches of January-March 2020.
+
+Measured at the default 100,000 users (seed 2020, 2020-01-01..03-31): 51,000-57,000
+searching users a day (51,000 at weekends); 9,900-13,700 of them search symptoms until
+mid-March, ~16,700 at the end of March; 120,000-146,000 rows a day, of which
+18,700-32,700 name a symptom. 8% of symptom-searching user-days have more than 3
+distinct symptoms.
+
+The symptom trajectory is one factor per (symptom, date), the same in every region::
+
+    factor = weekday(date) * season[group](day of year) * (1 + (peak - 1) * wave(date))
+
+- ``weekday``: searches for symptoms 6% above average on Mondays, 7% below on Saturdays.
+- ``season``: winter respiratory names (``_WINTER_SYMPTOMS``: cough, fever, sore throat,
+  common cold, chills, nasal congestion, myalgia, fatigue, ...) x1.4 on 1 January, 1.15
+  at the start of March, 0.85 in summer, rising again from October; allergy names
+  (``_ALLERGY_SYMPTOMS``: Allergy, Hay fever, Allergic conjunctivitis, Rhinitis, ...) 0.8-0.9
+  until March, then rising to x2 in mid-May and back by October.
+- ``wave(date)``: a COVID-like rise, 0 until 2020-03-05, 1 from 2020-03-25 to 04-05, then
+  decaying (0.35 on 05-10, 0.15 in summer, a second wave to 0.4 in November). ``peak``
+  (``_COVID_PEAK``): Fever 3, Cough 2.5, Shortness of breath 4, Anosmia and Ageusia 20,
+  smaller rises for chills, myalgia, fatigue, sore throat, pneumonia and a few more.
+
+``symptom_trajectory`` returns these factors for evaluation. The expected number of users
+searching a symptom is proportional to popularity x factor (up to the saturation of drawing
+distinct symptoms, which matters only for the most common names).
+
 Truth
 -----
 ``truth/mobility_truth.parquet`` has one row per (date, region) for every region of the
@@ -61,12 +109,13 @@ contribution bounding or noise, and their percent change against a true baseline
 of the five same-weekday values in the baseline window; NaN when the generated range does
 not cover the window).
 
-Search activity
----------------
-Not generated yet. It will be a ``_search_activity_day`` beside ``_location_history_day``,
-writing ``root.raw_partition("search_activity", day)`` for the same population. Each day
-and each source draws from its own random stream (``_stream``), so adding it will not
-change a byte of the location history.
+``truth/symptoms_truth.parquet`` is long, with columns ``date, level, region_id, symptom,
+users``, exact and unbounded (no k limit, no noise), computed from the written rows. A
+user is in a region when one of their rows has a finest region inside it. For every
+(date, region) of the table at all three levels a row with a null ``symptom`` and
+``users`` = the distinct users with any search in the region (the true B, zero
+included); for each symptom searched there that day a row with ``users`` = the distinct
+users who searched it (the true A; zero cells are left out).
 
 Determinism: the same seed, users, regions and day give byte-identical files, whatever
 the rest of the generated range. The randomness is numpy's (this is synthetic data, not
@@ -107,7 +156,9 @@ from dp_ops.paths import DataRoot
 DEFAULT_USERS = 100_000
 DEFAULT_SEED = 2020
 LOCATION_SOURCE = "location_history"
+SEARCH_SOURCE = "search_activity"
 TRUTH_FILE = "mobility_truth.parquet"
+SYMPTOMS_TRUTH_FILE = "symptoms_truth.parquet"
 _TRUTH_BATCH_DAYS = 10
 
 LOCATION_SCHEMA = pa.schema(
@@ -117,6 +168,13 @@ LOCATION_SCHEMA = pa.schema(
         pa.field("place_id", pa.string()),
         pa.field("place_category", pa.string()),
         pa.field("dwell_hours", pa.float64()),
+    ]
+)
+SEARCH_SCHEMA = pa.schema(
+    [
+        pa.field("user_id", pa.string()),
+        pa.field("region_id", pa.string()),
+        pa.field("symptom", pa.string()),  # null: a search that matches no symptom
     ]
 )
 
@@ -173,7 +231,7 @@ _WORKPLACES_PER_REGION = 60
 _GEOGRAPHY_STREAM = 0
 _POPULATION_STREAM = 1
 _LOCATION_STREAM = 2
-_SEARCH_STREAM = 3  # reserved for search activity
+_SEARCH_STREAM = 3
 
 
 def _stream(seed: int, *key: int) -> np.random.Generator:
@@ -471,6 +529,187 @@ def _location_history_day(geo: _Geography, pop: _Population, day: date, seed: in
     )
 
 
+# -- search activity -------------------------------------------------------------------------
+
+_SEARCH_P = 0.55  # a user searches anything on a day, before the weekday factor
+_SEARCH_WEEKDAY = (1.03, 1.03, 1.03, 1.03, 1.03, 0.93, 0.93)  # Monday .. Sunday
+_NULL_SEARCHES = (1, 3)  # null-symptom rows of a searching user-day, inclusive
+_SYMPTOM_SEARCHER_P = 0.2  # of searching users, at factor 1 for every symptom
+_MANY_SYMPTOMS_P = 0.08  # symptom-searching user-days with 4 or more distinct symptoms
+_FEW_EXTRA_MEAN = 0.25  # the others: 1 + min(Poisson, 2) distinct symptoms
+_MANY_EXTRA_MEAN = 1.65  # the many: 4 + Poisson distinct symptoms (so ~1.6 in all on average)
+_MAX_SYMPTOMS = 12
+_REPEAT_P = 0.2  # a searched symptom is searched a second time
+_AWAY_P = 0.02  # searching user-days with some searches in another municipality of the county
+_AWAY_ROW_P = 0.5  # of an away user-day's rows, those in the other municipality
+
+# Popularity: Zipf-like weight rank ** -0.92 over the symptom list, ranks fixed here for
+# the names the trajectory moves and drawn by a fixed-seed permutation for the rest, so
+# that ~35 of the 422 names hold 60% of the symptom searches of January-March 2020.
+_ZIPF_EXPONENT = 0.92
+_POPULARITY_SEED = 422
+_PINNED_RANKS: dict[str, int] = {
+    "Cough": 1, "Fever": 2, "Headache": 3, "Sore throat": 4, "Common cold": 5,
+    "Nasal congestion": 7, "Allergy": 8, "Fatigue": 9, "Chills": 12, "Rhinorrhea": 14,
+    "Itch": 15, "Sinusitis": 16, "Hay fever": 18, "Myalgia": 20, "Low-grade fever": 24,
+    "Phlegm": 28, "Bronchitis": 30, "Rhinitis": 35, "Allergic conjunctivitis": 40,
+    "Hives": 45, "Pneumonia": 50, "Conjunctivitis": 60, "Shortness of breath": 150,
+    "Viral pneumonia": 220, "Anosmia": 260, "Ageusia": 300,
+}
+# Day of year -> factor of the winter respiratory group and of the allergy group.
+_WINTER_SYMPTOMS = (
+    "Cough", "Fever", "Sore throat", "Common cold", "Nasal congestion", "Rhinorrhea",
+    "Chills", "Shivering", "Low-grade fever", "Sinusitis", "Acute bronchitis", "Bronchitis",
+    "Laryngitis", "Tonsillitis", "Croup", "Phlegm", "Sputum", "Myalgia", "Fatigue",
+    "Headache", "Pneumonia", "Otitis media", "Wheeze", "Post-nasal drip", "Throat irritation",
+)
+_WINTER_KNOTS: tuple[tuple[int, float], ...] = (
+    (1, 1.4), (32, 1.35), (60, 1.15), (91, 0.95), (121, 0.85), (244, 0.85), (305, 1.1),
+    (335, 1.3), (366, 1.4),
+)
+_ALLERGY_SYMPTOMS = (
+    "Allergy", "Allergic conjunctivitis", "Hay fever", "Rhinitis", "Conjunctivitis", "Itch",
+    "Hives", "Red eye", "Asthma",
+)
+_ALLERGY_KNOTS: tuple[tuple[int, float], ...] = (
+    (1, 0.8), (60, 0.9), (80, 1.3), (110, 1.8), (140, 2.0), (170, 1.6), (200, 1.2),
+    (250, 1.1), (290, 0.85), (366, 0.8),
+)
+# The COVID-like wave: factor 1 + (peak - 1) * wave(date) for the names listed.
+_COVID_PEAK: dict[str, float] = {
+    "Fever": 3.0, "Cough": 2.5, "Shortness of breath": 4.0, "Anosmia": 20.0, "Ageusia": 20.0,
+    "Low-grade fever": 2.5, "Chills": 2.0, "Myalgia": 1.8, "Fatigue": 1.8, "Sore throat": 1.5,
+    "Headache": 1.3, "Hypoxemia": 3.0, "Hypoxia": 3.0, "Pneumonia": 3.0,
+    "Viral pneumonia": 5.0, "Shallow breathing": 3.0, "Chest pain": 1.5, "Diarrhea": 1.2,
+}
+_COVID_KNOTS: tuple[tuple[date, float], ...] = (
+    (date(2020, 3, 5), 0.0), (date(2020, 3, 25), 1.0), (date(2020, 4, 5), 1.0),
+    (date(2020, 5, 10), 0.35), (date(2020, 7, 1), 0.15), (date(2020, 10, 1), 0.15),
+    (date(2020, 11, 10), 0.4), (date(2020, 12, 31), 0.3),
+)
+_SYMPTOM_WEEKDAY = (1.06, 1.04, 1.02, 1.0, 0.97, 0.93, 0.98)  # Monday .. Sunday
+
+
+def _symptom_popularity(symptoms: list[str]) -> np.ndarray:
+    """Base weight of each symptom (rank ** -0.92, summing to 1), in list order."""
+    rank = np.zeros(len(symptoms), dtype=np.int64)
+    for i, name in enumerate(symptoms):
+        rank[i] = _PINNED_RANKS.get(name, 0)
+    free_ranks = np.setdiff1d(np.arange(1, len(symptoms) + 1), rank[rank > 0])
+    free = np.flatnonzero(rank == 0)
+    rank[free] = np.random.default_rng(_POPULARITY_SEED).permutation(free_ranks)[:len(free)]
+    weight = rank.astype(float) ** -_ZIPF_EXPONENT
+    return weight / weight.sum()
+
+
+def _seasonal(days: list[date], knots: tuple[tuple[int, float], ...]) -> np.ndarray:
+    x = np.array([d.timetuple().tm_yday for d in days], dtype=float)
+    kx, ky = zip(*knots, strict=True)
+    return np.interp(x, np.array(kx, dtype=float), np.array(ky))
+
+
+def _covid_wave(days: list[date]) -> np.ndarray:
+    x = np.array([d.toordinal() for d in days], dtype=float)
+    kx = np.array([d.toordinal() for d, _ in _COVID_KNOTS], dtype=float)
+    ky = np.array([v for _, v in _COVID_KNOTS])
+    return np.interp(x, kx, ky, left=0.0, right=ky[-1])
+
+
+def _symptom_factors(days: list[date], symptoms: list[str]) -> np.ndarray:
+    """Multiplicative factors, shape (days, symptoms); the same for every region."""
+    out = np.outer(np.array(_SYMPTOM_WEEKDAY)[[d.weekday() for d in days]],
+                   np.ones(len(symptoms)))
+    column = {name: i for i, name in enumerate(symptoms)}
+    for names, knots in ((_WINTER_SYMPTOMS, _WINTER_KNOTS), (_ALLERGY_SYMPTOMS, _ALLERGY_KNOTS)):
+        cols = [column[n] for n in names if n in column]
+        out[:, cols] *= _seasonal(days, knots)[:, None]
+    wave = _covid_wave(days)
+    for name, peak in _COVID_PEAK.items():
+        if name in column:
+            out[:, column[name]] *= 1.0 + (peak - 1.0) * wave
+    return out
+
+
+def _distinct_symptoms(rng: np.random.Generator, n: int) -> np.ndarray:
+    """How many distinct symptoms each of ``n`` symptom-searching user-days searches."""
+    many = rng.random(n) < _MANY_SYMPTOMS_P
+    few = 1 + np.minimum(rng.poisson(_FEW_EXTRA_MEAN, n), 2)
+    lots = np.minimum(4 + rng.poisson(_MANY_EXTRA_MEAN, n), _MAX_SYMPTOMS)
+    return np.where(many, lots, few)
+
+
+def _draw_distinct(rng: np.random.Generator, weights: np.ndarray,
+                   m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``m[i]`` distinct items for each drawer ``i``, drawn by weight without replacement;
+    returns (drawer, item) pairs. Successive sampling: draws with replacement in which a
+    repeat is rejected and drawn again, done in rounds of each drawer's shortfall (a
+    (drawers x items) key matrix would cost ~10x more)."""
+    n_items = len(weights)
+    cum = np.cumsum(weights) / weights.sum()
+    cum[-1] = 1.0
+    short = np.minimum(m, n_items).astype(np.int64)
+    taken = np.zeros(0, dtype=np.int64)  # drawer * n_items + item, sorted
+    while short.any():
+        drawers = np.repeat(np.arange(len(short)), short)
+        items = np.searchsorted(cum, rng.random(len(drawers)), side="right")
+        fresh = np.unique(drawers * n_items + items)
+        fresh = fresh[~np.isin(fresh, taken, assume_unique=True)]
+        short -= np.bincount(fresh // n_items, minlength=len(short))
+        taken = np.union1d(taken, fresh)
+    return taken // n_items, taken % n_items
+
+
+def _search_activity_day(geo: _Geography, pop: _Population, day: date, seed: int,
+                         symptoms: pa.Array, weights: np.ndarray) -> pa.Table:
+    """All searches of one day; ``weights`` is popularity times the day's factors, per
+    symptom. The expected number of users searching a symptom is proportional to its
+    weight (up to the distinct-symptom sampling): the share of searching users who search
+    symptoms scales with the total weight, and each one's symptoms are drawn by weight."""
+    rng = _stream(seed, _SEARCH_STREAM, day.toordinal())
+    n_users = len(pop.home)
+    p_search = _SEARCH_P * _SEARCH_WEEKDAY[day.weekday()]
+    searching = np.flatnonzero(rng.random(n_users) < p_search)
+    n = len(searching)
+    lo, hi = _NULL_SEARCHES
+    null_rows = np.repeat(np.arange(n), rng.integers(lo, hi + 1, size=n))
+    p_symptoms = min(0.9, _SYMPTOM_SEARCHER_P * float(weights.sum()))
+    searcher = np.flatnonzero(rng.random(n) < p_symptoms)  # positions in ``searching``
+    m = _distinct_symptoms(rng, len(searcher))
+    drawer, what = _draw_distinct(rng, weights, m)
+    who = searcher[drawer]
+    again = rng.random(len(who)) < _REPEAT_P
+    who = np.concatenate([who, who[again]])
+    what = np.concatenate([what, what[again]])
+    row_user = np.concatenate([null_rows, who])  # positions in ``searching``
+    row_symptom = np.concatenate([np.full(len(null_rows), -1), what])
+    # A few user-days search partly from another municipality of the home county.
+    home = pop.home[searching]
+    away = rng.random(n) < _AWAY_P
+    elsewhere = geo.draw_in_county(rng, home)
+    for _ in range(8):  # another municipality, unless the county has only one
+        same = np.flatnonzero(away & (elsewhere == home))
+        if not len(same):
+            break
+        elsewhere[same] = geo.draw_in_county(rng, home[same])
+    # An away user-day's first null-symptom row always moves, so it does search elsewhere.
+    first = np.zeros(len(row_user), dtype=bool)
+    first[np.searchsorted(null_rows, np.arange(n))] = True
+    moved = away[row_user] & (first | (rng.random(len(row_user)) < _AWAY_ROW_P))
+    row_region = np.where(moved, elsewhere[row_user], home[row_user])
+    users = searching[row_user]
+    order = np.lexsort((row_symptom, row_region, users))
+    symptom_index = row_symptom[order]
+    region_ids = pa.array(geo.region_ids, type=pa.string())
+    return pa.Table.from_arrays(
+        [
+            pop.user_ids.take(pa.array(users[order])),
+            region_ids.take(pa.array(row_region[order])),
+            symptoms.take(pa.array(symptom_index, mask=symptom_index < 0)),
+        ],
+        schema=SEARCH_SCHEMA,
+    )
+
+
 # -- files -----------------------------------------------------------------------------------
 
 def _write_atomically(table: pa.Table, path: Path) -> None:
@@ -599,6 +838,47 @@ def _truth_schema() -> pa.Schema:
     )
 
 
+_SYMPTOMS_TRUTH_SQL = """
+WITH searches AS (
+    SELECT s.date, a.level, a.region_id, s.user_id, s.symptom
+    FROM read_parquet($paths, hive_partitioning = true, hive_types = {'date': DATE}) AS s
+    JOIN ancestors AS a ON a.finest_region_id = s.region_id
+),
+volume AS (
+    SELECT date, level, region_id, count(DISTINCT user_id) AS users
+    FROM searches
+    GROUP BY ALL
+),
+per_symptom AS (
+    SELECT date, level, region_id, symptom, count(DISTINCT user_id) AS users
+    FROM searches
+    WHERE symptom IS NOT NULL
+    GROUP BY ALL
+)
+SELECT d.date, r.level::TINYINT AS level, r.region_id, NULL::VARCHAR AS symptom,
+       coalesce(v.users, 0)::BIGINT AS users
+FROM (SELECT unnest($days::DATE[]) AS date) AS d
+CROSS JOIN regions AS r
+LEFT JOIN volume AS v USING (date, level, region_id)
+UNION ALL
+SELECT date, level::TINYINT, region_id, symptom, users::BIGINT
+FROM per_symptom
+ORDER BY date, level, region_id, symptom NULLS FIRST
+"""
+SYMPTOMS_TRUTH_SCHEMA = pa.schema(
+    [pa.field("date", pa.date32()), pa.field("level", pa.int8()),
+     pa.field("region_id", pa.string()), pa.field("symptom", pa.string()),
+     pa.field("users", pa.int64())]
+)
+
+
+def _true_symptom_counts(con: duckdb.DuckDBPyConnection, written: dict[date, Path]) -> pa.Table:
+    """Symptoms truth (module docstring) for the search partitions in ``written``."""
+    params = {"paths": [str(p) for p in written.values()], "days": list(written)}
+    table = con.sql(_SYMPTOMS_TRUTH_SQL, params=params).to_arrow_table()
+    return table.cast(SYMPTOMS_TRUTH_SCHEMA)
+
+
 _TRUTH_README = """\
 # Ground truth (NOT private, NOT for release)
 
@@ -619,12 +899,14 @@ class GenerateSummary:
     days: int
     users: int
     rows: int
+    search_rows: int
     regions: int
     paths: tuple[str, ...]
 
     def describe(self) -> str:
         return (f"generated {self.days} days ({self.start}..{self.end}) of location history "
-                f"for {self.users} users in {self.regions} regions: {self.rows} stays; "
+                f"and search activity for {self.users} users in {self.regions} regions: "
+                f"{self.rows} stays, {self.search_rows} searches; "
                 f"wrote {', '.join(self.paths)}")
 
 
@@ -641,12 +923,15 @@ def generate(
     regions: pd.DataFrame | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> GenerateSummary:
-    """Write the reference files, one location-history partition per day in
-    [start, end] and the truth for those days (see the module docstring).
+    """Write the reference files, one location-history and one search-activity partition
+    per day in [start, end] and the truth for those days (see the module docstring).
 
     With the default 100,000 users (seed 2020) a day has ~40,000 users in the capital city,
     1,200-5,900 in each other municipality of the capital county, 180-1,000 in typical
     municipalities (median ~430; the second city ~7,400) and 27-43 in the sparse ones.
+    Searching users (B) on 2020-03-25: ~56,600 in the country, ~300 in the median
+    municipality, ~1,200 in the median county; at the country level Fever ~3,200 and
+    Cough ~4,700 users, the median symptom ~18.
     """
     if end < start:
         raise ValueError(f"generate: end={end} is before start={start}")
@@ -657,9 +942,14 @@ def generate(
     geo = _geography(table, _stream(seed, _GEOGRAPHY_STREAM))
     pop = _population(geo, users, _stream(seed, _POPULATION_STREAM))
     days = _days(start, end)
-    rows = 0
+    symptom_names = default_symptoms()
+    symptoms = pa.array(symptom_names, type=pa.string())
+    popularity = _symptom_popularity(symptom_names)
+    rows = search_rows = 0
     truth: list[pd.DataFrame] = []
+    symptoms_truth: list[pa.Table] = []
     batch: dict[date, Path] = {}
+    search_batch: dict[date, Path] = {}
     with duckdb.connect() as con:
         con.execute("SET enable_progress_bar = false")  # stdout belongs to the caller
         con.register("ancestors", pa.Table.from_pandas(ancestors(table), preserve_index=False))
@@ -672,17 +962,29 @@ def generate(
             _write_atomically(stays, path)
             rows += stays.num_rows
             batch[day] = path
+            weights = popularity * _symptom_factors([day], symptom_names)[0]
+            searches = _search_activity_day(geo, pop, day, seed, symptoms, weights)
+            path = root.raw_partition(SEARCH_SOURCE, day) / "part-0.parquet"
+            _write_atomically(searches, path)
+            search_rows += searches.num_rows
+            search_batch[day] = path
             # Truth in batches of ~10 days: one query each keeps DuckDB's per-query cost
             # low and the memory bounded.
             if len(batch) == _TRUTH_BATCH_DAYS or i == len(days) - 1:
                 truth.append(_true_metrics(con, batch))
-                batch = {}
-                report(f"location history: {i + 1}/{len(days)} days written (up to {day})")
+                symptoms_truth.append(_true_symptom_counts(con, search_batch))
+                batch, search_batch = {}, {}
+                report(f"location history and search activity: {i + 1}/{len(days)} days "
+                       f"written (up to {day})")
     truth_path = _write_truth(root, pd.concat(truth, ignore_index=True))
+    symptoms_truth_path = root.truth_dir / SYMPTOMS_TRUTH_FILE
+    _write_atomically(pa.concat_tables(symptoms_truth), symptoms_truth_path)
     return GenerateSummary(
-        start=start, end=end, days=len(days), users=users, rows=rows, regions=len(table),
+        start=start, end=end, days=len(days), users=users, rows=rows, search_rows=search_rows,
+        regions=len(table),
         paths=(str(root.regions_csv), str(root.symptoms_txt),
-               str(root.root / "raw" / LOCATION_SOURCE), str(truth_path)),
+               str(root.root / "raw" / LOCATION_SOURCE), str(root.root / "raw" / SEARCH_SOURCE),
+               str(truth_path), str(symptoms_truth_path)),
     )
 
 
@@ -710,5 +1012,18 @@ def trajectory(
         "date": np.array(days, dtype=object)[d.ravel()],
         "region_id": geo.region_ids[r.ravel()].astype(str),
         "category": np.array(ALL_STAY_CATEGORIES, dtype=object)[c.ravel()].astype(str),
+        "factor": cube.ravel(),
+    })
+
+
+def symptom_trajectory(symptoms: list[str], start: date, end: date) -> pd.DataFrame:
+    """The ground-truth factors (date, symptom, factor), the same for every region: what
+    the generator multiplies each symptom's base popularity by. For evaluation and tests."""
+    days = _days(start, end)
+    cube = _symptom_factors(days, symptoms)
+    d, c = np.meshgrid(np.arange(len(days)), np.arange(len(symptoms)), indexing="ij")
+    return pd.DataFrame({
+        "date": np.array(days, dtype=object)[d.ravel()],
+        "symptom": np.array(symptoms, dtype=object)[c.ravel()].astype(str),
         "factor": cube.ravel(),
     })
