@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from pathlib import Path
 
 import pytest
+from dagrun_helpers import _days, _delete_runs, _logical_date, _run_day, _task_states
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -25,15 +26,6 @@ USERS = 1500
 SEED = 11
 
 
-def _days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
-def _logical_date(day: date) -> datetime:
-    """The logical date of a manual/test run whose data interval starts on ``day``."""
-    return datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1)
-
-
 @pytest.fixture(scope="module")
 def dags(airflow_db: Path) -> dict:
     from airflow.dag_processing.dagbag import DagBag
@@ -41,35 +33,6 @@ def dags(airflow_db: Path) -> dict:
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     return bag.dags
-
-
-def _delete_runs(*dag_ids: str) -> None:
-    """Forget earlier ``dag.test()`` runs: the session's metadata DB is shared, and a
-    finished run for the same logical date would not be run again."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import delete
-
-    with create_session() as session:
-        session.execute(delete(DagRun).where(DagRun.dag_id.in_(dag_ids)))
-
-
-def _task_states(dag_run) -> dict[str, tuple[str | None, int]]:
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        tis = session.scalars(select(TaskInstance).where(
-            TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id))
-        return {ti.task_id: (str(ti.state) if ti.state else None, ti.try_number) for ti in tis}
-
-
-def _run_day(dag, day: date):
-    dag_run = dag.test(logical_date=_logical_date(day))
-    states = _task_states(dag_run)
-    assert dag_run.state == "success", f"{dag.dag_id} {day}: {states}"
-    return dag_run
 
 
 @pytest.fixture(scope="module")

@@ -252,3 +252,19 @@ def test_publish_stores_factors_and_a_racing_stage_adopts_them(
     # nothing to publish twice: the staging area is gone
     with pytest.raises(PublishRefused):
         release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+
+
+def test_a_release_with_nothing_published_yet_is_valid(regions: pd.DataFrame,
+                                                       tmp_path: Path) -> None:
+    """Day one of a small population: nothing passes the rule; the files are empty but
+    well-formed and no scaling factor is fixed."""
+    rows = constructed_rows(regions, _days(1))
+    rows["reliable"] = False
+    candidate = build_candidate(rows, regions, SYMPTOMS, CFG, _empty_scaling())
+    assert candidate.daily.empty and candidate.weekly.empty
+    assert list(candidate.daily.columns) == header(SYMPTOMS)
+    assert not candidate.scaling["new"].any()
+    result = validate_symptoms_release(candidate, regions, SYMPTOMS, days=["2020-01-01"],
+                                       mondays=[], gx_dir=tmp_path / "gx", cfg=CFG,
+                                       run_name="empty")
+    assert result.success, result.failed

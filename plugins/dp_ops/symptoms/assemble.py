@@ -103,8 +103,9 @@ def scaling_factors(values: pd.DataFrame, stored: pd.DataFrame, cfg: SymptomsCon
     peaks = published.groupby(["region_id", "resolution"])["ratio"].max().reset_index()
     peaks = peaks[peaks["ratio"] > 0]
     known = set(zip(stored["region_id"], stored["resolution"], strict=True))
-    new = peaks[[(r, s) not in known for r, s in zip(peaks["region_id"], peaks["resolution"],
-                                                      strict=True)]]
+    unseen = np.array([(r, s) not in known for r, s in zip(
+        peaks["region_id"], peaks["resolution"], strict=True)], dtype=bool)
+    new = peaks.loc[unseen]
     fresh = pd.DataFrame({
         "region_id": new["region_id"].astype(str),
         "resolution": new["resolution"].astype(str),

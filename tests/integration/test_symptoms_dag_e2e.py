@@ -1,0 +1,134 @@
+"""The symptoms DAGs run end to end through Airflow (``dag.test()``) on small synthetic
+data: the daily DAG for every day like a backfill, then the on-call rerun DAG.
+
+As in ``test_mobility_dag_e2e``: a run for day D has logical date D + 1 day, so its
+``data_interval_start`` (the day processed) is D, exactly as in a backfill run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+from dagrun_helpers import _days, _delete_runs, _logical_date, _run_day, _task_states
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+START, END = date(2020, 1, 1), date(2020, 1, 14)
+USERS = 3000
+SEED = 11
+
+
+@pytest.fixture(scope="module")
+def dags(airflow_db: Path) -> dict:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    from dp_ops.generator import generate
+    from dp_ops.paths import DataRoot
+
+    root = tmp_path_factory.mktemp("symptoms_e2e") / "data"
+    root.mkdir()
+    generate(DataRoot(root), START, END, users=USERS, seed=SEED)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DP_DATA_ROOT", str(root))
+        mp.delenv("DP_LEDGER_URL", raising=False)
+        mp.delenv("DP_SYMPTOMS_CONFIG", raising=False)
+        yield root
+
+
+def _spends(root: Path) -> list:
+    from dp_ops.ledger import Ledger
+    from dp_ops.paths import DataRoot, ledger_url
+
+    ledger = Ledger(ledger_url(DataRoot(root)))
+    try:
+        return ledger.spends("symptoms")
+    finally:
+        ledger.dispose()
+
+
+@pytest.fixture(scope="module")
+def backfilled(dags: dict, data_root: Path) -> Path:
+    _delete_runs("symptoms_dataset", "symptoms_region_rerun")
+    for day in _days(START, END):
+        _run_day(dags["symptoms_dataset"], day)
+    return data_root
+
+
+def test_release_published(backfilled: Path) -> None:
+    latest = backfilled / "published" / "symptoms" / "latest"
+    manifest = json.loads((latest / "manifest.json").read_text())
+    assert manifest["last_date"] == END.isoformat()
+    assert manifest["epsilon"]["per_user_day_max"] == 1.68
+    weekly = (latest / "2020_DM_weekly_symptoms_dataset.csv").read_text().splitlines()
+    assert weekly[0].startswith("open_covid_region_code,country_region_code,country_region,")
+    assert len(weekly[0].split(",")) == 8 + 422
+    assert {line.split(",")[7] for line in weekly[1:]} == {"2020-01-06"}
+    assert (latest / "2020_DM_daily_symptoms_dataset.csv").is_file()
+    assert {s.slot.day for s in _spends(backfilled)} == set(_days(START, END))
+
+
+def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
+    before = _spends(backfilled)
+    _delete_runs("symptoms_dataset")
+    _run_day(dags["symptoms_dataset"], END)
+    assert _spends(backfilled) == before
+
+
+def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
+                                                            backfilled: Path) -> None:
+    before = _spends(backfilled)
+    reason = "integration test: corrected raw search data"
+    dag_run = dags["symptoms_region_rerun"].test(
+        logical_date=None,
+        run_conf={"date": END.isoformat(), "region": "DM-02-001", "renoise": True,
+                  "reason": reason})
+    assert dag_run.state == "success", _task_states(dag_run)
+    new = [s for s in _spends(backfilled) if s not in before]
+    assert len(new) == 6 and {s.reason for s in new} == {reason}
+    assert {s.slot.region_scope for s in new} == {"DM-02-001", "DM-02", "DM"}
+
+
+def test_region_rerun_rejects_a_day_not_noised_yet(dags: dict, backfilled: Path) -> None:
+    dag_run = dags["symptoms_region_rerun"].test(
+        logical_date=None,
+        run_conf={"date": "2020-02-01", "region": "DM-02-001", "renoise": False,
+                  "reason": "integration test"})
+    states = _task_states(dag_run)
+    assert dag_run.state == "failed"
+    assert states["validate_request"] == ("failed", 1)
+
+
+def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from dp_ops.generator import generate
+    from dp_ops.paths import DataRoot
+
+    root = tmp_path / "data"
+    root.mkdir()
+    day = date(2020, 1, 1)
+    generate(DataRoot(root), day, day, users=200, seed=SEED)
+    config = tmp_path / "symptoms.json"
+    config.write_text(json.dumps({"cap_override": 1.0}))  # below one normal run (1.68)
+    monkeypatch.setenv("DP_DATA_ROOT", str(root))
+    monkeypatch.setenv("DP_SYMPTOMS_CONFIG", str(config))
+    monkeypatch.delenv("DP_LEDGER_URL", raising=False)
+    _delete_runs("symptoms_dataset")
+    dag_run = dags["symptoms_dataset"].test(logical_date=_logical_date(day))
+    states = _task_states(dag_run)
+    assert dag_run.state == "failed"
+    assert states["noise"] == ("failed", 1), states
+    assert _spends(root) == []
+    _delete_runs("symptoms_dataset")
