@@ -151,8 +151,9 @@ def build_candidate(daily: pd.DataFrame, regions: pd.DataFrame, symptoms: list[s
                     recompute: set[str] | None = None) -> Candidate:
     """The candidate release from the per-day rows of an unbroken run of days."""
     eligible = eligible_regions(regions, cfg)
-    daily = daily[daily["region_id"].isin(set(eligible["region_id"]))].copy()
-    daily["date"] = pd.to_datetime(daily["date"]).dt.date
+    daily = daily[daily["region_id"].isin(set(eligible["region_id"]))]
+    if daily["date"].dtype.kind == "M":  # the per-day files hold dates; tests may not
+        daily = daily.assign(date=daily["date"].dt.date)
     days = sorted(daily["date"].unique())
     first, last = days[0], days[-1]
     if len(days) != (last - first).days + 1:
@@ -182,7 +183,8 @@ def build_candidate(daily: pd.DataFrame, regions: pd.DataFrame, symptoms: list[s
     values["value"] = np.where(values["published"],
                                np.round(values["c"] * np.maximum(values["ratio"], 0), 2),
                                np.nan)
-    values["date"] = [d.isoformat() for d in values["date"]]
+    labels = {d: d.isoformat() for d in values["date"].unique()}
+    values["date"] = values["date"].map(labels)
 
     day_labels = [d.isoformat() for d in days]
     mondays = sorted(values.loc[values["resolution"] == "weekly", "date"].unique())
