@@ -1,6 +1,7 @@
 # Two commands do all the setup on a fresh machine with Python 3.11:
-#   make demo   build the environment, generate demo data, run the mobility report through
-#               Airflow (real scheduler, backfill 2020-01-01..2020-03-31, SQLite metadata DB)
+#   make demo   build the environment, generate demo data, run both reports (mobility, then
+#               symptoms) through Airflow (real scheduler, backfills 2020-01-01..2020-03-31,
+#               SQLite metadata DB), then compare the releases with the synthetic truth
 #   make test   build the environment and run every test (what .ci/run runs)
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -31,10 +32,13 @@ generate: venv
 
 demo: generate
 	$(PY) scripts/airflow_demo.py --fresh --start $(DEMO_START) --end $(DEMO_END)
+	$(PY) -m dp_ops evaluate mobility
+	$(PY) -m dp_ops evaluate symptoms
 
-# the same chain in-process, without Airflow (fast local runs and debugging)
+# the same chains in-process, without Airflow (fast local runs and debugging)
 run: generate
 	$(PY) -m dp_ops run mobility --start $(DEMO_START) --end $(DEMO_END)
+	$(PY) -m dp_ops run symptoms --start $(DEMO_START) --end $(DEMO_END)
 
 test: venv
 	$(PY) -m pytest -q

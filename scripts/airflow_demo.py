@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Backfill the mobility report through a real, local Airflow 3 (``make demo``).
+"""Backfill both reports through a real, local Airflow 3 (``make demo``).
 
 What it does, in order:
 
@@ -10,14 +10,16 @@ What it does, in order:
 3. starts ``airflow api-server`` (Airflow 3 tasks report their state to its Execution API,
    and it serves the UI) and ``airflow dag-processor`` in the background, logs in
    ``$AIRFLOW_HOME/logs/demo/``;
-4. waits until the DAG is parsed (fails loudly on import errors), unpauses it;
-5. ``airflow backfill create`` for the date range (forwards, ``--max-active-runs``),
-   retried when SQLite says "database is locked", then starts ``airflow scheduler``
-   (which executes the backfill runs);
-6. follows the runs until all succeed, or stops at the first failed run and prints the
-   failed task and the path of its log;
-7. stops the background processes (also on Ctrl-C or failure), prints where the release
-   is (``$DP_DATA_ROOT/published/mobility/latest/``) and how long it took.
+4. for each DAG (``--dag-id``, repeatable; default ``mobility_report`` then
+   ``symptoms_dataset``), one after the other:
+   a. waits until the DAG is parsed (fails loudly on import errors), unpauses it;
+   b. ``airflow backfill create`` for the date range (forwards, ``--max-active-runs``),
+      retried when SQLite says "database is locked", then starts ``airflow scheduler``
+      (which executes the backfill runs);
+   c. follows the runs until all succeed, or stops at the first failed run and prints
+      the failed task and the path of its log;
+5. stops the background processes (also on Ctrl-C or failure), prints where the releases
+   are (``$DP_DATA_ROOT/published/<report>/latest/``) and how long it took.
 
 It expects the synthetic input to exist already (``python -m dp_ops generate``).
 ``--keep-running`` leaves Airflow up afterwards so the UI can be browsed.
@@ -49,6 +51,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DAG_ID = "mobility_report"
+DEFAULT_DAG_IDS = ("mobility_report", "symptoms_dataset")
+REPORT_OF = {"mobility_report": "mobility", "symptoms_dataset": "symptoms"}
 LOCKED = "database is locked"
 
 
@@ -414,10 +418,36 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
         time.sleep(3)
 
 
+def backfill_dag(services: Services, meta: Metadata, args: argparse.Namespace, home: Path,
+                 t0: float) -> None:
+    """Unpause ``args.dag_id``, backfill the date range and follow it to the end."""
+    env, log_dir = services.env, services.log_dir
+    wait_for_dag(services, meta, args.dag_id, timeout=300)
+    log(f"{args.dag_id} parsed; unpausing")
+    services.stop("scheduler")  # `backfill create` racing the scheduler locks SQLite
+    airflow_cli(env, log_dir, "unpause", "dags", "unpause", args.dag_id)
+    close_finished_backfill(services, meta, args.dag_id)
+    t_backfill = time.monotonic()
+    runs = meta.runs(args.dag_id, args.start, args.end)
+    if not meta.active_backfill(args.dag_id) and not all(
+            runs.get((args.start + timedelta(days=i)).isoformat(), ("", ""))[1] == "success"
+            for i in range((args.end - args.start).days + 1)):
+        create_backfill(env, log_dir, args, meta)
+        log(f"{args.dag_id}: backfill created ({time.monotonic() - t_backfill:.0f} s)")
+    # Started only now: `backfill create` racing the scheduler's writes on SQLite
+    # failed with "database is locked" and once crashed the scheduler (StaleDataError).
+    services.start("scheduler", "scheduler")
+    follow_backfill(services, meta, args, home, t0)
+    log(f"{args.dag_id}: backfill done in {time.monotonic() - t_backfill:.0f} s")
+
+
 def check_input(data_root: Path, start: date, end: date) -> None:
     missing = [p for p in (data_root / "reference" / "regions.csv",
+                           data_root / "reference" / "symptoms.txt",
                            data_root / "raw" / "location_history" / f"date={start}",
-                           data_root / "raw" / "location_history" / f"date={end}")
+                           data_root / "raw" / "location_history" / f"date={end}",
+                           data_root / "raw" / "search_activity" / f"date={start}",
+                           data_root / "raw" / "search_activity" / f"date={end}")
                if not p.exists()]
     if missing:
         raise DemoError(
@@ -439,7 +469,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "cores; see docs/airflow.md)")
     p.add_argument("--port", type=int, default=8080,
                    help="api-server (UI) port; another free port if taken")
-    p.add_argument("--dag-id", default=DEFAULT_DAG_ID)
+    p.add_argument("--dag-id", dest="dag_ids", action="append", default=None,
+                   help="a DAG to backfill (repeatable; default: "
+                        f"{' then '.join(DEFAULT_DAG_IDS)})")
     p.add_argument("--dags-folder", type=Path, default=REPO / "dags")
     p.add_argument("--timeout-minutes", type=float, default=120)
     p.add_argument("--fresh", action="store_true",
@@ -451,6 +483,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="leave Airflow running afterwards (UI at the printed URL)")
     p.add_argument("--skip-input-check", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.dag_ids = args.dag_ids or list(DEFAULT_DAG_IDS)
+    args.dag_id = args.dag_ids[0]
     if args.end < args.start:
         p.error(f"--end {args.end} is before --start {args.start}")
     if args.max_active_runs < 1:
@@ -484,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     api_port = free_port(args.port)
     env = airflow_env(args, home, data_root, api_port, free_port(8793))
     env_file = write_env_file(home, env)
-    log(f"AIRFLOW_HOME={home}  DP_DATA_ROOT={data_root}  DAG {args.dag_id} "
+    log(f"AIRFLOW_HOME={home}  DP_DATA_ROOT={data_root}  DAGs {', '.join(args.dag_ids)} "
         f"{args.start}..{args.end}  max_active_runs={args.max_active_runs}")
 
     services = Services(env=env, log_dir=log_dir)
@@ -505,22 +539,9 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_api(services, api_port, timeout=180)
         log(f"api-server up: UI at http://localhost:{api_port} (user admin, password in "
             f"{home / 'simple_auth_manager_passwords.json.generated'})")
-        wait_for_dag(services, meta, args.dag_id, timeout=300)
-        log(f"{args.dag_id} parsed; unpausing")
-        airflow_cli(env, log_dir, "unpause", "dags", "unpause", args.dag_id)
-        close_finished_backfill(services, meta, args.dag_id)
-        t_backfill = time.monotonic()
-        runs = meta.runs(args.dag_id, args.start, args.end)
-        if not meta.active_backfill(args.dag_id) and not all(
-                runs.get((args.start + timedelta(days=i)).isoformat(), ("", ""))[1] == "success"
-                for i in range((args.end - args.start).days + 1)):
-            create_backfill(env, log_dir, args, meta)
-            log(f"backfill created ({time.monotonic() - t_backfill:.0f} s)")
-        # Started only now: `backfill create` racing the scheduler's writes on SQLite
-        # failed with "database is locked" and once crashed the scheduler (StaleDataError).
-        services.start("scheduler", "scheduler")
-        follow_backfill(services, meta, args, home, t0)
-        log(f"backfill done in {time.monotonic() - t_backfill:.0f} s")
+        for dag_id in args.dag_ids:
+            backfill_dag(services, meta, argparse.Namespace(**{**vars(args),
+                                                                "dag_id": dag_id}), home, t0)
         ok = True
     except DemoError as exc:
         log(f"FAILED: {exc}")
@@ -533,22 +554,28 @@ def main(argv: list[str] | None = None) -> int:
                 f"CLI: source {env_file}; stop it with kill -TERM -- {groups}")
         else:
             services.stop()
-    release = data_root / "published" / "mobility" / "latest"
     log(f"elapsed {time.monotonic() - t0:.0f} s")
     if not ok:
         return 1
-    if release.exists():
-        log(f"release: {release}/")
-        return 0
     sys.path.insert(0, str(REPO / "plugins"))
     from dp_ops.settings import load_mobility_config
 
-    first_public = load_mobility_config().first_public_date
-    if args.dag_id != DEFAULT_DAG_ID or args.end < first_public:
-        log(f"no release: nothing is published before the first public date {first_public}")
-        return 0
-    log(f"release missing: {release}/ does not exist")
-    return 1
+    status = 0
+    for dag_id in args.dag_ids:
+        report = REPORT_OF.get(dag_id)
+        if report is None:
+            continue
+        release = data_root / "published" / report / "latest"
+        if release.exists():
+            log(f"{report} release: {release}/")
+            continue
+        first_public = load_mobility_config().first_public_date
+        if report == "mobility" and args.end < first_public:
+            log(f"no mobility release: nothing is published before {first_public}")
+            continue
+        log(f"{report} release missing: {release}/ does not exist")
+        status = 1
+    return status
 
 
 if __name__ == "__main__":
