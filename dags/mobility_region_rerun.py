@@ -19,10 +19,16 @@ second run for the same logical date anyway. One rerun at a time.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from airflow.sdk import chain, dag
 
-from airflow.sdk import Param, chain, dag
-
+from dp_ops.dag_defaults import (
+    DEFAULT_ARGS,
+    RERUN_DAY,
+    RERUN_REASON,
+    RERUN_REGION,
+    RERUN_RENOISE,
+    rerun_params,
+)
 from dp_ops.dag_tags import Tag, tags
 from dp_ops.operators import (
     BudgetCheckedNoiseOperator,
@@ -31,10 +37,7 @@ from dp_ops.operators import (
     ValidateRerunRequestOperator,
 )
 
-DAY = "{{ params.date }}"
-REGION = "{{ params.region }}"
-RENOISE = "{{ params.renoise }}"
-REASON = "{{ params.reason }}"
+DAY, REGION, RENOISE, REASON = RERUN_DAY, RERUN_REGION, RERUN_RENOISE, RERUN_REASON
 
 
 @dag(
@@ -43,26 +46,8 @@ REASON = "{{ params.reason }}"
     catchup=False,
     is_paused_upon_creation=True,
     max_active_runs=1,
-    default_args={
-        "owner": "dp-ops",
-        "retries": 2,
-        "retry_delay": timedelta(seconds=20),
-        "execution_timeout": timedelta(hours=1),
-    },
-    params={
-        "date": Param(type="string", format="date", title="Date",
-                      description="The day to recompute (YYYY-MM-DD); it must already have "
-                                  "been noised by mobility_report."),
-        "region": Param(type="string", minLength=1, title="Region",
-                        description="A region_id from reference/regions.csv."),
-        "renoise": Param(False, type="boolean", title="Draw fresh noise",
-                         description="Spend privacy budget again for this region and day "
-                                     "(recorded in the ledger). Leave off to reuse the "
-                                     "stored noise."),
-        "reason": Param(type="string", minLength=3, title="Reason",
-                        description="Why this rerun is needed (incident or ticket); recorded "
-                                    "with any spend."),
-    },
+    default_args=DEFAULT_ARGS,
+    params=rerun_params("mobility_report"),
     doc_md=__doc__,
     tags=tags(Tag.MOBILITY, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

@@ -45,6 +45,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import Asset, CronDataIntervalTimetable, chain, dag
 
+from dp_ops.dag_defaults import DEFAULT_ARGS, RUN_DAY
 from dp_ops.dag_tags import Tag, tags
 from dp_ops.operators import (
     BaselineReadySensor,
@@ -54,7 +55,7 @@ from dp_ops.operators import (
 )
 
 # The day a run processes: the start of its one-day data interval.
-DAY = "{{ data_interval_start | ds }}"
+DAY = RUN_DAY
 
 # The frozen baseline (``DataRoot.baseline_file("mobility")``); its data root is only
 # known at run time, so the asset is identified by name.
@@ -71,12 +72,7 @@ MOBILITY_BASELINE = Asset(name="mobility_baseline", group="mobility")
     # the fastest measured on the 2-core demo machine (docs/airflow.md). The ledger and
     # the publish step are safe under concurrency.
     max_active_runs=4,
-    default_args={
-        "owner": "dp-ops",
-        "retries": 2,
-        "retry_delay": timedelta(seconds=20),
-        "execution_timeout": timedelta(hours=1),
-    },
+    default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=tags(Tag.MOBILITY, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

@@ -41,10 +41,11 @@ No data goes through XCom or the logs: tasks pass paths and counts of cells.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
+from dp_ops.dag_defaults import DEFAULT_ARGS, RUN_DAY
 from dp_ops.dag_tags import Tag, tags
 from dp_ops.operators import (
     BudgetCheckedNoiseOperator,
@@ -54,7 +55,7 @@ from dp_ops.operators import (
 
 REPORT = "symptoms"
 # The day a run processes: the start of its one-day data interval.
-DAY = "{{ data_interval_start | ds }}"
+DAY = RUN_DAY
 
 
 @dag(
@@ -64,12 +65,7 @@ DAY = "{{ data_interval_start | ds }}"
     catchup=False,
     is_paused_upon_creation=True,
     max_active_runs=4,
-    default_args={
-        "owner": "dp-ops",
-        "retries": 2,
-        "retry_delay": timedelta(seconds=20),
-        "execution_timeout": timedelta(hours=1),
-    },
+    default_args=DEFAULT_ARGS,
     doc_md=__doc__,
     tags=tags(Tag.SYMPTOMS, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

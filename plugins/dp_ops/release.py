@@ -7,10 +7,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +96,22 @@ def promote(root: DataRoot, report: str, files_dir: Path, release_id: str,
         os.rename(files_dir, target)
     point_latest(root, report, target, scratch)
     return target
+
+
+def epsilon_summary(totals: dict[date, float], *, normal_run: float, cap: float,
+                    composition: str) -> dict[str, Any]:
+    """What a manifest says of the privacy spent behind a release: ``totals`` maps each
+    date whose noise feeds the release to its composed epsilon per user-day."""
+    worst = max(totals.values(), default=0.0)
+    return {
+        "privacy_unit": "user-day",
+        "delta": 0,
+        "composition": composition,
+        "per_user_day_max": round(worst, 6),
+        "per_user_day_normal_run": round(normal_run, 6),
+        "cap": round(cap, 6),
+        "dates_accounted": len(totals),
+        "dates_over_normal_run": sorted(d.isoformat() for d, e in totals.items()
+                                        if e > normal_run + 1e-9),
+        "sum_over_dates": round(math.fsum(totals.values()), 6),
+    }

@@ -11,7 +11,6 @@ release or the new one, never a mix. A failed gate leaves ``latest`` where it wa
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from datetime import date, timedelta
 from pathlib import Path
@@ -33,6 +32,7 @@ from dp_ops.release import (
     PublishRefused,
     checksums,
     current_release,
+    epsilon_summary,
     promote,
     publish_lock,
     sha256_file,
@@ -144,19 +144,8 @@ def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
     baseline window and the released days)."""
     totals = {d: eps for (_, d), eps in ledger.totals(REPORT).items()
               if d <= last and (d >= first or cfg.baseline_start <= d <= cfg.baseline_end)}
-    worst = max(totals.values(), default=0.0)
-    return {
-        "privacy_unit": "user-day",
-        "delta": 0,
-        "composition": "basic (sum over metrics and levels of each date)",
-        "per_user_day_max": round(worst, 6),
-        "per_user_day_normal_run": round(cfg.run_epsilon, 6),
-        "cap": round(cfg.cap, 6),
-        "dates_accounted": len(totals),
-        "dates_over_normal_run": sorted(d.isoformat() for d, e in totals.items()
-                                        if e > cfg.run_epsilon + 1e-9),
-        "sum_over_dates": round(math.fsum(totals.values()), 6),
-    }
+    return epsilon_summary(totals, normal_run=cfg.run_epsilon, cap=cfg.cap,
+                           composition="basic (sum over metrics and levels of each date)")
 
 
 def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,

@@ -16,7 +16,6 @@ so a published value is always c x ratio with the c that is stored.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from datetime import date, timedelta
 from pathlib import Path
@@ -35,6 +34,7 @@ from dp_ops.release import (
     PublishRefused,
     checksums,
     current_release,
+    epsilon_summary,
     promote,
     publish_lock,
     sha256_file,
@@ -184,20 +184,10 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
 def epsilon_accounting(ledger: Ledger, cfg: SymptomsConfig, first: date,
                        last: date) -> dict[str, Any]:
     totals = {d: eps for (_, d), eps in ledger.totals(REPORT).items() if first <= d <= last}
-    worst = max(totals.values(), default=0.0)
-    return {
-        "privacy_unit": "user-day",
-        "delta": 0,
-        "composition": "basic (sum over A, B and levels of each date)",
-        "per_user_day_max": round(worst, 6),
-        "per_user_day_normal_run": round(cfg.run_epsilon, 6),
-        "split_per_level": {k: round(v, 6) for k, v in cfg.ledger_epsilons.items()},
-        "cap": round(cfg.cap, 6),
-        "dates_accounted": len(totals),
-        "dates_over_normal_run": sorted(d.isoformat() for d, e in totals.items()
-                                        if e > cfg.run_epsilon + 1e-9),
-        "sum_over_dates": round(math.fsum(totals.values()), 6),
-    }
+    summary = epsilon_summary(totals, normal_run=cfg.run_epsilon, cap=cfg.cap,
+                              composition="basic (sum over A, B and levels of each date)")
+    summary["split_per_level"] = {k: round(v, 6) for k, v in cfg.ledger_epsilons.items()}
+    return summary
 
 
 def _scaling_conflicts(stored: pd.DataFrame, proposed: list[dict[str, Any]]) -> bool:

@@ -1,0 +1,45 @@
+"""What the DAG files share: task defaults and the on-call rerun form.
+
+Imported at DAG-parse time, so it imports nothing but the Airflow SDK.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Param
+
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "dp-ops",
+    "retries": 2,
+    "retry_delay": timedelta(seconds=20),
+    "execution_timeout": timedelta(hours=1),
+}
+
+# The day a scheduled or backfill run processes: the start of its one-day data interval.
+RUN_DAY = "{{ data_interval_start | ds }}"
+
+# The rerun form's values, as templates for the operators.
+RERUN_DAY = "{{ params.date }}"
+RERUN_REGION = "{{ params.region }}"
+RERUN_RENOISE = "{{ params.renoise }}"
+RERUN_REASON = "{{ params.reason }}"
+
+
+def rerun_params(daily_dag_id: str) -> dict[str, Param]:
+    """The trigger form of a ``*_region_rerun`` DAG (SPEC section 9)."""
+    return {
+        "date": Param(type="string", format="date", title="Date",
+                      description="The day to recompute (YYYY-MM-DD); it must already have "
+                                  f"been noised by {daily_dag_id}."),
+        "region": Param(type="string", minLength=1, title="Region",
+                        description="A region_id from reference/regions.csv."),
+        "renoise": Param(False, type="boolean", title="Draw fresh noise",
+                         description="Spend privacy budget again for this region and day "
+                                     "(recorded in the ledger). Leave off to reuse the "
+                                     "stored noise."),
+        "reason": Param(type="string", minLength=3, title="Reason",
+                        description="Why this rerun is needed (incident or ticket); recorded "
+                                    "with any spend."),
+    }
