@@ -24,14 +24,25 @@ Steps, each from noisy values and public parameters only (SPEC section 5):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 
 import numpy as np
 import pandas as pd
 
 from dp_ops.config import SymptomsConfig
 from dp_ops.symptoms.daily import NOISE_PARAMS, with_reliability
-from dp_ops.symptoms.granularity import daily_unreliable, decide_resolution, weekly_sums
+from dp_ops.symptoms.granularity import decide_resolution
+from dp_ops.symptoms.matrix import (
+    DailyMatrix,
+    complete_weeks,
+    from_rows,
+    long_frame,
+    weekly,
+)
+
+__all__ = ["KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
+           "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
+           "symptom_columns"]
 
 KEY_COLUMNS: tuple[str, ...] = (
     "open_covid_region_code", "country_region_code", "country_region", "sub_region_1",
@@ -52,15 +63,18 @@ def header(symptoms: list[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A candidate release: the two wide tables, the long table of every value of the
-    domain with its decision (for the gate and the manifest), the series decisions and
-    the scaling factors it used (``new`` marks factors fixed by this release)."""
+    """A candidate release: the two wide tables; ``values``, every weekly value of the
+    domain and every daily value of the series decided daily, each with its decision
+    (for the gate and the manifest); ``counts``, values and published values per
+    resolution over the whole domain; the series decisions; the scaling factors it used
+    (``new`` marks factors fixed by this release)."""
 
     first_date: date
     last_date: date
     daily: pd.DataFrame
     weekly: pd.DataFrame
     values: pd.DataFrame
+    counts: dict[str, dict[str, int]]
     resolutions: pd.DataFrame
     scaling: pd.DataFrame
 
@@ -70,22 +84,22 @@ def eligible_regions(regions: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame
     return regions.loc[keep].reset_index(drop=True)
 
 
-def decide(daily: pd.DataFrame, cfg: SymptomsConfig,
-           frozen: pd.DataFrame | None = None, recompute: set[str] | None = None
-           ) -> pd.DataFrame:
-    """(region_id, symptom, resolution) for every series of ``daily``.
+def decide(m: DailyMatrix, cfg: SymptomsConfig, frozen: pd.DataFrame | None = None,
+           recompute: set[str] | None = None) -> pd.DataFrame:
+    """(region_id, symptom, resolution, failed_share) for every series (column) of ``m``.
 
     With ``frozen`` (the current release's decisions) and ``recompute`` (region ids), only
     the regions in ``recompute`` (and any region the frozen table lacks) are decided
     afresh; the others keep their frozen decision.
     """
-    series = daily_unreliable(daily[["region_id", "symptom", "date", "reliable"]],
-                              cfg.daily_unreliable_share)
-    volume = daily.drop_duplicates(["region_id", "date"]).groupby("region_id")["b_noisy"].mean()
+    series = m.cells[["region_id", "symptom"]].copy()
+    series["failed_share"] = 1.0 - m.reliable.mean(axis=0)
+    series["daily_unreliable"] = series["failed_share"] > cfg.daily_unreliable_share
+    volume = pd.Series(m.b.mean(axis=0), index=m.cells["region_id"].to_numpy())
+    volume = volume.groupby(level=0).first()  # B is the same for every symptom of a region
     decided = decide_resolution(series[["region_id", "symptom", "daily_unreliable"]], volume,
                                 cfg.granularity_neighbours)
-    decided = decided.merge(series[["region_id", "symptom", "failed_share"]],
-                            on=["region_id", "symptom"], how="left")
+    decided["failed_share"] = series["failed_share"].to_numpy()
     if frozen is None or recompute is None:
         return decided
     merged = decided.merge(frozen[["region_id", "symptom", "resolution"]].rename(
@@ -137,44 +151,37 @@ def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
     return wide[[*KEY_COLUMNS, *columns]].reset_index(drop=True)
 
 
-def _values(frame: pd.DataFrame, resolution: str, published: pd.Series) -> pd.DataFrame:
+def _values(frame: pd.DataFrame, resolution: str) -> pd.DataFrame:
     out = frame[["level", "region_id", "symptom", "date", "a_noisy", "b_noisy", "n_days",
                  *NOISE_PARAMS, "ratio", "lower", "upper", "reliable"]].copy()
     out["resolution"] = resolution
-    out["published"] = published.to_numpy(bool)
+    out["published"] = out["reliable"].to_numpy(bool)
     return out
 
 
-def build_candidate(daily: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
-                    cfg: SymptomsConfig, stored_scaling: pd.DataFrame,
+def build_candidate(daily: pd.DataFrame | DailyMatrix, regions: pd.DataFrame,
+                    symptoms: list[str], cfg: SymptomsConfig, stored_scaling: pd.DataFrame,
                     frozen: pd.DataFrame | None = None,
                     recompute: set[str] | None = None) -> Candidate:
-    """The candidate release from the per-day rows of an unbroken run of days."""
-    eligible = eligible_regions(regions, cfg)
-    daily = daily[daily["region_id"].isin(set(eligible["region_id"]))]
-    if daily["date"].dtype.kind == "M":  # the per-day files hold dates; tests may not
-        daily = daily.assign(date=daily["date"].dt.date)
-    days = sorted(daily["date"].unique())
-    first, last = days[0], days[-1]
-    if len(days) != (last - first).days + 1:
+    """The candidate release from the per-day rows of an unbroken run of days (a long
+    table, or the period already stacked by :func:`dp_ops.symptoms.matrix.read_days`)."""
+    m = from_rows(daily) if isinstance(daily, pd.DataFrame) else daily
+    first, last = m.days[0], m.days[-1]
+    if len(m.days) != (last - first).days + 1:
         raise ValueError(f"the daily rows from {first} to {last} have gaps: every day of a "
                          "release must be reported")
+    eligible = eligible_regions(regions, cfg)
+    m = m.select(m.cells["region_id"].isin(set(eligible["region_id"])).to_numpy())
 
-    resolutions = decide(daily, cfg, frozen, recompute)
-    daily = daily.merge(resolutions[["region_id", "symptom", "resolution"]],
-                        on=["region_id", "symptom"], how="left", validate="many_to_one")
-    daily_values = _values(daily, "daily",
-                           daily["reliable"] & (daily["resolution"] == "daily"))
+    resolutions = decide(m, cfg, frozen, recompute)
+    is_daily = (resolutions["resolution"] == "daily").to_numpy()
+    d = m.select(is_daily)
+    daily_rows = with_reliability(long_frame(d.cells, m.days, d.a, d.b, d.params, 1), cfg)
+    daily_values = _values(daily_rows, "daily")
 
-    weekly = weekly_sums(daily[["region_id", "symptom", "date", "a_noisy", "b_noisy",
-                                *NOISE_PARAMS]], first, last)
-    if len(weekly):
-        weekly = weekly.rename(columns={"week_start": "date"})
-        weekly = weekly.merge(eligible[["region_id", "level"]], on="region_id", how="left")
-        weekly = with_reliability(weekly, cfg)
-        weekly_values = _values(weekly, "weekly", weekly["reliable"])
-    else:
-        weekly_values = daily_values.iloc[0:0].assign(resolution="weekly")
+    mondays, a_w, b_w, params_w = weekly(m)
+    weekly_rows = with_reliability(long_frame(m.cells, mondays, a_w, b_w, params_w, 7), cfg)
+    weekly_values = _values(weekly_rows, "weekly")
 
     values = pd.concat([daily_values, weekly_values], ignore_index=True)
     scaling = scaling_factors(values, stored_scaling, cfg, last)
@@ -183,23 +190,17 @@ def build_candidate(daily: pd.DataFrame, regions: pd.DataFrame, symptoms: list[s
     values["value"] = np.where(values["published"],
                                np.round(values["c"] * np.maximum(values["ratio"], 0), 2),
                                np.nan)
-    labels = {d: d.isoformat() for d in values["date"].unique()}
+    labels = {day: day.isoformat() for day in [*m.days, *mondays]}
     values["date"] = values["date"].map(labels)
-
-    day_labels = [d.isoformat() for d in days]
-    mondays = sorted(values.loc[values["resolution"] == "weekly", "date"].unique())
+    counts = {
+        "daily": {"values": int(m.a.size), "published": int(daily_values["published"].sum())},
+        "weekly": {"values": int(a_w.size),
+                   "published": int(weekly_values["published"].sum())},
+    }
     return Candidate(
         first_date=first, last_date=last,
-        daily=_wide(values[values["resolution"] == "daily"], eligible, symptoms, day_labels),
-        weekly=_wide(values[values["resolution"] == "weekly"], eligible, symptoms, mondays),
-        values=values, resolutions=resolutions, scaling=scaling)
-
-
-def complete_weeks(first: date, last: date) -> list[date]:
-    """Mondays of the Monday..Sunday weeks inside [first, last]."""
-    monday = first + timedelta(days=(7 - first.weekday()) % 7)
-    weeks = []
-    while monday + timedelta(days=6) <= last:
-        weeks.append(monday)
-        monday += timedelta(days=7)
-    return weeks
+        daily=_wide(values[values["resolution"] == "daily"], eligible, symptoms,
+                    [day.isoformat() for day in m.days]),
+        weekly=_wide(values[values["resolution"] == "weekly"], eligible, symptoms,
+                     [day.isoformat() for day in mondays]),
+        values=values, counts=counts, resolutions=resolutions, scaling=scaling)

@@ -45,6 +45,7 @@ from dp_ops.release import (
 from dp_ops.results import StepResult
 from dp_ops.storage import write_json_atomic, write_parquet_atomic
 from dp_ops.symptoms.assemble import SCALING_COLUMNS, Candidate, build_candidate, complete_weeks
+from dp_ops.symptoms.matrix import read_days
 from dp_ops.symptoms.noising import REPORT
 
 RESOLUTIONS_FILE = "series_resolution.parquet"
@@ -75,9 +76,6 @@ def _frozen_resolutions(root: DataRoot) -> pd.DataFrame | None:
     return pq.read_table(path).to_pandas() if path.is_file() else None
 
 
-def _read_days(root: DataRoot, days: list[date]) -> pd.DataFrame:
-    return pd.concat([pq.read_table(root.report_file(REPORT, d)).to_pandas() for d in days],
-                     ignore_index=True)
 
 
 def file_names(candidate: Candidate, code: str) -> dict[str, pd.DataFrame]:
@@ -108,11 +106,8 @@ def write_release_files(candidate: Candidate, code: str, target: Path) -> dict[s
 def release_summary(candidate: Candidate) -> dict[str, Any]:
     """Series decisions and published shares (noisy values and decisions only)."""
     values = candidate.values
-    by_res = {}
-    for resolution, part in values.groupby("resolution"):
-        by_res[str(resolution)] = {"values": int(len(part)),
-                                   "published": int(part["published"].sum()),
-                                   "published_share": round(float(part["published"].mean()), 4)}
+    by_res = {res: {**c, "published_share": round(c["published"] / c["values"], 4)
+                    if c["values"] else 0.0} for res, c in candidate.counts.items()}
     counts = candidate.resolutions["resolution"].value_counts()
     daily_series = values[(values["resolution"] == "daily") & values["published"]]
     return {
@@ -150,7 +145,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         from dp_ops.noising import region_chain
 
         recompute = {rid for _, rid in region_chain(regions, region)}
-    candidate = build_candidate(_read_days(root, days), regions, symptoms, cfg,
+    candidate = build_candidate(read_days(root, REPORT, days), regions, symptoms, cfg,
                                 read_scaling(root), _frozen_resolutions(root), recompute)
     day_labels = [d.isoformat() for d in days]
     mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
