@@ -268,3 +268,37 @@ def test_a_release_with_nothing_published_yet_is_valid(regions: pd.DataFrame,
                                        mondays=[], gx_dir=tmp_path / "gx", cfg=CFG,
                                        run_name="empty")
     assert result.success, result.failed
+
+
+def test_matrix_weekly_sums_match_the_reference_implementation(
+        three_weeks: pd.DataFrame) -> None:
+    """The release step sums weeks on (days x cells) matrices; the long-table reference
+    (granularity.weekly_sums, with its own tests) must agree cell by cell."""
+    from dp_ops.symptoms.granularity import weekly_sums
+    from dp_ops.symptoms.matrix import from_rows, long_frame, weekly
+
+    m = from_rows(three_weeks)
+    mondays, a_w, b_w, params = weekly(m)
+    fast = long_frame(m.cells, mondays, a_w, b_w, params, 7)
+    reference = weekly_sums(three_weeks, m.days[0], m.days[-1]).rename(
+        columns={"week_start": "date"})
+    keys = ["region_id", "symptom", "date"]
+    merged = fast.merge(reference, on=keys, suffixes=("", "_ref"), validate="one_to_one")
+    assert len(merged) == len(fast) == len(reference)
+    for col in ("a_noisy", "b_noisy", "a_epsilon", "b_epsilon"):
+        assert (merged[col] == merged[f"{col}_ref"]).all(), col
+
+
+def test_a_period_must_share_one_domain(regions: pd.DataFrame, tmp_path: Path) -> None:
+    from dp_ops.symptoms.matrix import read_days
+
+    root = DataRoot(tmp_path)
+    rows = constructed_rows(regions, _days(2))
+    for day, part in rows.groupby("date"):
+        if day == START + timedelta(days=1):
+            part = part[part["symptom"] != "Anosmia"]  # the list changed overnight
+        write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
+                                                  preserve_index=False),
+                             root.report_file("symptoms", day))
+    with pytest.raises(ValueError, match="date=2020-01-02.*differ from those of 2020-01-01"):
+        read_days(root, "symptoms", _days(2))
