@@ -80,14 +80,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    from dp_ops.ledger import Ledger, format_ledger
+    from dp_ops.ledger import Ledger, format_ledger, format_ledger_summary
 
     root = settings.data_root()
     ledger = Ledger(settings.ledger(root))
     try:
-        print(format_ledger(ledger.spends(args.report, args.date)))
+        spends = ledger.spends(args.report, args.date)
     finally:
         ledger.dispose()
+    if args.spends:
+        print(format_ledger(spends))
+    else:
+        caps = {"mobility": settings.load_mobility_config().cap,
+                "symptoms": settings.load_symptoms_config().cap}
+        print(format_ledger_summary(spends, caps))
     return 0
 
 
@@ -127,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     led = sub.add_parser("ledger", help="print privacy spends and composed epsilon")
     led.add_argument("--report", default=None)
     led.add_argument("--date", type=_date, default=None)
+    led.add_argument("--spends", action="store_true",
+                     help="list every spend (id, generation, run id) instead of the summary")
     led.set_defaults(func=cmd_ledger)
 
     ev = sub.add_parser("evaluate", help="compare the latest release with the synthetic "

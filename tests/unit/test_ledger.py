@@ -37,6 +37,7 @@ from dp_ops.ledger import (
     SpendRequest,
     budget_spend,
     format_ledger,
+    format_ledger_summary,
 )
 
 # The race workers are spawned interpreters that import their target by module name and
@@ -530,3 +531,24 @@ def test_race_on_a_new_ledger_creates_it_once(race_pool: RacePool, ledger_url: s
     assert len({r["spend_ids"] for r in results}) == 1, report
     assert sum(bool(r["new_ids"]) for r in results) == 1, report
     assert len(raw_rows(ledger_url)) == 1
+
+
+def test_ledger_summary_groups_dates_and_composes_per_user_day(ledger: Ledger) -> None:
+    days = [date(2020, 3, d) for d in range(1, 6)]
+    for d in days:
+        reserve_noise(ledger, [SpendRequest(slot("retail", day=d), 0.3),
+                               SpendRequest(slot("parks", day=d, level=2), 0.2)])
+    # a re-noise on 3 March breaks the run of identical days
+    ledger.reserve([SpendRequest(slot("parks", day=days[2], level=2, region="EE-37"), 0.2)],
+                   run_id="oncall", kind="renoise", cap=CAP, method_version=VERSION,
+                   reason="fix")
+    text = format_ledger_summary(ledger.spends(), caps={REPORT: 0.6})
+    lines = text.splitlines()
+    totals = lines[lines.index(next(ln for ln in lines if ln.startswith("composed"))) + 1:]
+    assert [ln.split()[1] for ln in totals] == ["2020-03-01..2020-03-02", "2020-03-03",
+                                                "2020-03-04..2020-03-05"]
+    assert [floats_in(ln)[0] for ln in totals] == [0.5, 0.7, 0.5]
+    assert "OVER THE CAP" in totals[1] and "OVER THE CAP" not in totals[0]
+    (renoise,) = [ln for ln in lines if "renoise" in ln]
+    assert "EE-37" in renoise and "2020-03-03" in renoise and floats_in(renoise)[-1] == 0.2
+    assert format_ledger_summary([]) == "(no spends)"

@@ -302,3 +302,29 @@ def test_a_period_must_share_one_domain(regions: pd.DataFrame, tmp_path: Path) -
                              root.report_file("symptoms", day))
     with pytest.raises(ValueError, match="date=2020-01-02.*differ from those of 2020-01-01"):
         read_days(root, "symptoms", _days(2))
+
+
+def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path: Path) -> None:
+    """The ledger shows more spent on a released date than the cap allows (e.g. the cap was
+    lowered after an extra re-noise): the staged release is not published."""
+    from dp_ops.ledger import Ledger, Slot, SpendRequest
+
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    rows = constructed_rows(regions, _days(2))
+    _stage(root, rows, regions, "over-cap")
+    ledger = Ledger(url)
+    try:
+        ledger.reserve([SpendRequest(Slot("symptoms", day, level, metric), eps)
+                        for day in _days(2) for level in CFG.levels
+                        for metric, eps in CFG.ledger_epsilons.items()],
+                       run_id="r", kind="noise", cap=CFG.cap, method_version="v1")
+    finally:
+        ledger.dispose()
+    lowered = SymptomsConfig(cap_override=1.5)
+    with pytest.raises(PublishRefused, match="over the cap 1.5000"):
+        release.publish_staged(root, lowered, run_id="over-cap", ledger_url=url)
+    assert not root.latest_release("symptoms").exists()
+    assert not root.scaling_file("symptoms").exists()
