@@ -17,7 +17,11 @@ from airflow.sdk import BaseSensorOperator, CronDataIntervalTimetable
 from airflow.sdk.definitions.timetables.simple import NullTimetable
 
 from dp_ops.dag_tags import ALLOWED_TAGS
-from dp_ops.operators import BudgetCheckedNoiseOperator, GreatExpectationsGateOperator
+from dp_ops.operators import (
+    BudgetCheckedNoiseOperator,
+    GreatExpectationsGateOperator,
+    MethodUpdateOperator,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -40,7 +44,8 @@ def test_no_import_errors(dagbag: DagBag) -> None:
 
 def test_expected_dags_present(dagbag: DagBag) -> None:
     assert set(dagbag.dag_ids) == {"mobility_report", "mobility_region_rerun",
-                                   "symptoms_dataset", "symptoms_region_rerun"}
+                                   "mobility_method_update", "symptoms_dataset",
+                                   "symptoms_region_rerun"}
 
 
 def _all_dag_ids() -> list[str]:
@@ -135,6 +140,44 @@ def test_rerun_graph_and_params(dagbag: DagBag, dag_id: str, report: str) -> Non
         assert task.report == report, task.task_id
     if report == "symptoms":
         assert dag.get_task("gate").region == "{{ params.region }}"
+
+
+def test_method_update_graph_and_params(dagbag: DagBag) -> None:
+    dag = dagbag.dags["mobility_method_update"]
+    _assert_chain(dag, ["method_update", "gate", "publish"])
+    assert isinstance(dag.timetable, NullTimetable)  # manual runs only
+    assert dag.max_active_runs == 1
+    assert {"mobility", "spends-privacy-budget"} <= set(dag.tags)
+    names = {"method_version", "effective_date", "categories", "factor", "reason"}
+    assert set(dag.params.keys()) == names
+    schema = {k: dag.params.get_param(k).schema for k in names}
+    assert schema["method_version"]["type"] == "string"
+    assert schema["effective_date"]["type"] == "string"
+    assert schema["effective_date"]["format"] == "date"
+    assert schema["categories"]["type"] == "array"
+    assert schema["categories"]["items"]["type"] == "string"
+    assert "residential" not in schema["categories"]["items"]["enum"]
+    assert "parks" in schema["categories"]["items"]["enum"]
+    assert schema["factor"]["type"] == "number"
+    assert schema["reason"]["type"] == "string" and schema["reason"]["minLength"] >= 3
+    for name in names:
+        assert not dag.params.get_param(name).has_value, f"{name} must be required"
+    task = dag.get_task("method_update")
+    assert isinstance(task, MethodUpdateOperator)
+    assert task.retries >= 1
+    assert (task.method_version, task.effective_date, task.categories, task.factor,
+            task.reason) == tuple(f"{{{{ params.{n} }}}}" for n in (
+                "method_version", "effective_date", "categories", "factor", "reason"))
+    assert isinstance(dag.get_task("gate"), GreatExpectationsGateOperator)
+
+
+@pytest.mark.parametrize("value,expected", [("['parks']", ["parks"]),
+                                            (["parks", "workplaces"], ["parks", "workplaces"]),
+                                            ("parks, workplaces", ["parks", "workplaces"])])
+def test_rendered_categories_are_parsed(value: object, expected: list[str]) -> None:
+    from dp_ops.operators.method_update import parse_categories
+
+    assert parse_categories(value) == expected
 
 
 def test_operators_declare_their_templates() -> None:

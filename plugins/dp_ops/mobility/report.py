@@ -23,6 +23,7 @@ from dp_ops.config import MobilityConfig
 from dp_ops.ledger import Ledger
 from dp_ops.mobility.baseline import read_baseline
 from dp_ops.mobility.estimates import CATEGORIES, metric_estimates, percent_change
+from dp_ops.mobility.method_update import apply_method_updates, read_method_updates
 from dp_ops.mobility.noising import REPORT, load_noisy_cells
 from dp_ops.paths import DataRoot
 from dp_ops.results import StepResult
@@ -86,14 +87,23 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
     if day < cfg.first_public_date:
         return StepResult(f"no report rows for {day}: the public series starts "
                           f"{cfg.first_public_date}")
-    baseline = read_baseline(root)
+    # stored method-update factors scale the baseline from their effective date (the
+    # baseline file itself is never rewritten)
+    baseline, scaled = apply_method_updates(read_baseline(root), read_method_updates(root), day)
     ledger = Ledger(ledger_url)
     try:
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
     finally:
         ledger.dispose()
-    estimates = metric_estimates(cells, alpha=1 - cfg.interval_confidence,
-                                 grid_per_hour=cfg.residential_grid_per_hour)
+    alpha = 1 - cfg.interval_confidence
+    estimates = metric_estimates(cells, alpha=alpha, grid_per_hour=cfg.residential_grid_per_hour)
+    if scaled:
+        # a scaled baseline's interval also spends alpha / 2 on the factor, so the metric
+        # gets the other alpha / 2 (dp_ops.mobility.method_update, "Intervals")
+        narrow = metric_estimates(cells, alpha=alpha / 2,
+                                  grid_per_hour=cfg.residential_grid_per_hour)
+        for cat in scaled:
+            estimates[[f"{cat}_lo", f"{cat}_hi"]] = narrow[[f"{cat}_lo", f"{cat}_hi"]]
     changes = day_changes(estimates, baseline, day, max_error_points=cfg.max_error_points)
     rows = apply_row_rules(changes, read_regions(root.regions_csv), day, cfg)
     write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), target)

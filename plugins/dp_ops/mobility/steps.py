@@ -21,8 +21,8 @@ from dp_ops.results import StepResult
 
 REPORT = "mobility"
 
-__all__ = ["REPORT", "StepResult", "bound", "build_baseline", "gate", "ingest", "noise",
-           "publish", "report", "run_days"]
+__all__ = ["REPORT", "StepResult", "bound", "build_baseline", "gate", "ingest",
+           "method_update", "noise", "publish", "report", "run_days"]
 
 
 def ingest(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
@@ -71,6 +71,32 @@ def report(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: str) -
     from dp_ops.mobility.report import report_day
 
     return report_day(root, cfg, day, ledger_url=ledger_url)
+
+
+def method_update(
+    root: DataRoot,
+    cfg: MobilityConfig,
+    *,
+    method_version: str,
+    effective_date: date,
+    categories: list[str],
+    factor: float,
+    reason: str,
+    run_id: str,
+    ledger_url: str,
+) -> StepResult:
+    """Scaling factors for a method update from ``effective_date`` (ledger kind
+    ``method_update``, refused past the cap before any draw; a rerun reuses the stored
+    factors and spends nothing), then re-report the days from the effective date that
+    already have report rows. The new method here is the demo's stand-in: the counts of the
+    ``categories``' source cells are ``factor`` times the old ones."""
+    from dp_ops.mobility.method_update import MethodUpdate, ScaledCounts, run_method_update
+
+    update = MethodUpdate(method_version=method_version, effective_date=effective_date,
+                          categories=tuple(categories),
+                          method=ScaledCounts.for_categories(categories, factor),
+                          reason=reason)
+    return run_method_update(root, cfg, update, run_id=run_id, ledger_url=ledger_url)
 
 
 def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:

@@ -7,6 +7,7 @@ step functions, so importing this package at DAG-parse time is cheap.
 """
 
 from dp_ops.operators.gate import GreatExpectationsGateOperator
+from dp_ops.operators.method_update import MethodUpdateOperator
 from dp_ops.operators.noise import BudgetCheckedNoiseOperator
 from dp_ops.operators.rerun import ValidateRerunRequestOperator
 from dp_ops.operators.sensors import BaselineReadySensor
@@ -16,6 +17,7 @@ __all__ = [
     "BaselineReadySensor",
     "BudgetCheckedNoiseOperator",
     "GreatExpectationsGateOperator",
+    "MethodUpdateOperator",
     "ReportStepOperator",
     "ValidateRerunRequestOperator",
 ]

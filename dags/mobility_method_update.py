@@ -1,0 +1,82 @@
+"""
+# Community Mobility Report — method update
+
+Trigger this DAG from the UI (**Trigger** opens a form) when the metric computation changes
+from an effective date (a new method version). Without it, published percent changes would
+jump at that date against the frozen baseline (mobility paper, section 5).
+
+- `method_update`: for each (level, region, category, weekday) over the 4 weeks before
+  `effective_date`, sums the stored noisy metrics (s_g) and the same metrics recomputed
+  with the new method from the bounded data (s_n), noised with 10% of the cell epsilon
+  **through the privacy ledger** (kind `method_update`, recorded with `method_version`
+  and `reason`, on every date of those 4 weeks). It stores s_g, s_n and the factor
+  s_n / s_g under `baseline/mobility/method_updates/<method_version>.parquet`; reports
+  from `effective_date` on scale the baseline of `categories` by it (the baseline itself
+  is never recomputed). Days already reported from `effective_date` are re-reported.
+- `gate`, `publish`: republish the release with those days.
+
+`factor` is the demo's stand-in for the new method: the chosen categories' counts are
+`factor` times the old ones. Residential (a ratio) cannot be updated this way.
+
+**Failures.** A budget refusal (the cap holds headroom for one method update) or a bad
+request fails at once, without retry, and stores nothing. Rerunning the same
+`method_version` reuses the stored factors and spends nothing; reusing a version with
+other settings is refused. One update at a time.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, chain, dag
+
+from dp_ops.config import PUBLISHED_CATEGORIES
+from dp_ops.dag_defaults import DEFAULT_ARGS
+from dp_ops.dag_tags import Tag, tags
+from dp_ops.operators import (
+    GreatExpectationsGateOperator,
+    MethodUpdateOperator,
+    ReportStepOperator,
+)
+
+COUNT_CATEGORIES = [c for c in PUBLISHED_CATEGORIES if c != "residential"]
+
+
+@dag(
+    dag_id="mobility_method_update",
+    schedule=None,
+    catchup=False,
+    is_paused_upon_creation=True,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params={
+        "method_version": Param(type="string", pattern="^[A-Za-z0-9._-]{1,64}$",
+                                title="New method version",
+                                description="Recorded with every ledger spend; names the "
+                                            "stored factors file."),
+        "effective_date": Param(type="string", format="date", title="Effective date",
+                                description="First day computed with the new method "
+                                            "(YYYY-MM-DD)."),
+        "categories": Param(type="array", minItems=1, uniqueItems=True,
+                            items={"type": "string", "enum": COUNT_CATEGORIES},
+                            title="Categories",
+                            description="Published categories whose computation changes."),
+        "factor": Param(type="number", exclusiveMinimum=0, title="Factor (demo)",
+                        description="Stand-in for the new method: its counts for the "
+                                    "categories are this many times the old ones."),
+        "reason": Param(type="string", minLength=3, title="Reason",
+                        description="Why the method changed; recorded with the spends."),
+    },
+    doc_md=__doc__,
+    tags=tags(Tag.MOBILITY, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+)
+def mobility_method_update() -> None:
+    method_update = MethodUpdateOperator(
+        task_id="method_update", method_version="{{ params.method_version }}",
+        effective_date="{{ params.effective_date }}", categories="{{ params.categories }}",
+        factor="{{ params.factor }}", reason="{{ params.reason }}")
+    gate = GreatExpectationsGateOperator(task_id="gate")
+    publish = ReportStepOperator(task_id="publish", step="publish")
+
+    chain(method_update, gate, publish)
+
+
+mobility_method_update()
