@@ -3,6 +3,7 @@ an effective date; after the update the published parks series has no jump there
 
 from __future__ import annotations
 
+import json
 from datetime import date, timedelta
 
 import pandas as pd
@@ -110,6 +111,11 @@ def test_published_parks_series_has_no_jump_at_the_effective_date(
     country = factors[(factors["level"] == 0) & (factors["category"] == "parks")]
     assert len(country) == 7
     assert country["factor"].between(FACTOR - 0.1, FACTOR + 0.1).all()
+    # the release says which update scales it
+    manifest = json.loads((root.latest_release("mobility") / "manifest.json").read_text())
+    (applied,) = manifest["method_updates"]
+    assert applied["effective_date"] == EFFECTIVE.isoformat()
+    assert applied["categories"] == ["parks"]
 
 
 def test_update_spends_a_tenth_on_the_window_once_and_leaves_earlier_days(

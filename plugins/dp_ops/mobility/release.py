@@ -148,6 +148,22 @@ def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
                            composition="basic (sum over metrics and levels of each date)")
 
 
+def method_updates_in_effect(root: DataRoot, last: date) -> list[dict[str, Any]]:
+    """The method updates whose factors scale this release's later days (manifest)."""
+    from dp_ops.mobility.method_update import read_method_updates
+
+    updates = read_method_updates(root)
+    if updates is None:
+        return []
+    out = []
+    for (version, effective), part in updates.groupby(["method_version", "effective_date"]):
+        if date.fromisoformat(str(effective)[:10]) <= last:
+            out.append({"method_version": str(version), "effective_date": str(effective)[:10],
+                        "categories": sorted(map(str, part["category"].unique())),
+                        "groups": int(len(part))})
+    return out
+
+
 def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                    ledger_url: str) -> StepResult:
     stage = staging_dir(root, run_id)
@@ -185,6 +201,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                    "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
                    "baseline_window": [cfg.baseline_start.isoformat(),
                                        cfg.baseline_end.isoformat()]},
+        "method_updates": method_updates_in_effect(root, last),
         "rows": staged["rows"],
         "suppression": staged["suppression"],
         "epsilon": epsilon,
