@@ -162,6 +162,32 @@ def test_region_rerun_rejects_unknown_region(dags: dict, backfilled: Path) -> No
     assert states["ingest"][0] in ("upstream_failed", None)
 
 
+def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled: Path) -> None:
+    """``mobility_method_update`` from the UI form: factors for parks from Monday 17 Feb
+    (comparison window 20 Jan..16 Feb, all noised by the backfill), ledger spends of kind
+    method_update, and a release whose manifest names the update."""
+    from dp_ops.ledger import Ledger
+    from dp_ops.paths import DataRoot, ledger_url
+
+    dag_run = dags["mobility_method_update"].test(
+        logical_date=None,
+        run_conf={"method_version": "v2-e2e", "effective_date": "2020-02-17",
+                  "categories": ["parks"], "factor": 1.2,
+                  "reason": "integration test: new parks classifier"})
+    assert dag_run.state == "success", _task_states(dag_run)
+    ledger = Ledger(ledger_url(DataRoot(backfilled)))
+    try:
+        updates = [s for s in ledger.spends("mobility") if s.kind == "method_update"]
+    finally:
+        ledger.dispose()
+    assert updates and {s.method_version for s in updates} == {"v2-e2e"}
+    assert min(s.slot.day for s in updates) == date(2020, 1, 20)
+    assert max(s.slot.day for s in updates) == date(2020, 2, 16)
+    manifest = json.loads((backfilled / "published" / "mobility" / "latest"
+                           / "manifest.json").read_text())
+    assert [u["method_version"] for u in manifest["method_updates"]] == ["v2-e2e"]
+
+
 def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
                                                  tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ release or the new one, never a mix. A failed gate leaves ``latest`` where it wa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from datetime import date, timedelta
@@ -188,7 +189,11 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
                              f"user-day of {epsilon['per_user_day_max']}, over the cap "
                              f"{cfg.cap:.4f}; not published")
-    release_id = f"{last.isoformat()}-{staged['files'][GLOBAL_CSV]['sha256'][:12]}"
+    updates = method_updates_in_effect(root, last)
+    # the same CSV under another method-update state is another release (its manifest
+    # differs), so the id covers both
+    content = staged["files"][GLOBAL_CSV]["sha256"] + json.dumps(updates, sort_keys=True)
+    release_id = f"{last.isoformat()}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
     manifest = {
         "report": REPORT,
         "release_id": release_id,
@@ -201,7 +206,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                    "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
                    "baseline_window": [cfg.baseline_start.isoformat(),
                                        cfg.baseline_end.isoformat()]},
-        "method_updates": method_updates_in_effect(root, last),
+        "method_updates": updates,
         "rows": staged["rows"],
         "suppression": staged["suppression"],
         "epsilon": epsilon,
