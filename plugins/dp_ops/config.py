@@ -44,6 +44,25 @@ def _check(cond: bool, name: str, value: Any, why: str) -> None:
         raise ConfigError(f"config field {name}={value!r}: {why}")
 
 
+def _mapping_kwargs(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for config ``cls`` from a plain mapping: unknown keys are errors,
+    ISO strings become dates for the date fields, lists become tuples for ``levels``."""
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"config field {key}={value!r}: unknown field")
+        if isinstance(known[key].default, date) and isinstance(value, str):
+            try:
+                value = date.fromisoformat(value)
+            except ValueError as exc:
+                raise ConfigError(f"config field {key}={value!r}: not a date") from exc
+        if key == "levels":
+            value = tuple(value)
+        kwargs[key] = value
+    return kwargs
+
+
 @dataclass(frozen=True)
 class MetricBudget:
     """One ledger metric group: its per-user-day epsilon and per-cell sensitivity.
@@ -179,21 +198,7 @@ class MobilityConfig:
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> MobilityConfig:
         """Build from a plain mapping (e.g. a YAML/JSON file); unknown keys are errors."""
-        known = {f.name: f for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"config field {key}={value!r}: unknown field")
-            if key in ("baseline_start", "baseline_end", "first_metric_date",
-                       "first_public_date") and isinstance(value, str):
-                try:
-                    value = date.fromisoformat(value)
-                except ValueError as exc:
-                    raise ConfigError(f"config field {key}={value!r}: not a date") from exc
-            if key == "levels":
-                value = tuple(value)
-            kwargs[key] = value
-        return cls(**kwargs)
+        return cls(**_mapping_kwargs(cls, values))
 
 
 # -- Search Trends Symptoms dataset ---------------------------------------------------------
@@ -327,17 +332,4 @@ class SymptomsConfig:
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> SymptomsConfig:
         """Build from a plain mapping (e.g. a JSON file); unknown keys are errors."""
-        known = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"config field {key}={value!r}: unknown field")
-            if key == "first_public_date" and isinstance(value, str):
-                try:
-                    value = date.fromisoformat(value)
-                except ValueError as exc:
-                    raise ConfigError(f"config field {key}={value!r}: not a date") from exc
-            if key == "levels":
-                value = tuple(value)
-            kwargs[key] = value
-        return cls(**kwargs)
+        return cls(**_mapping_kwargs(cls, values))
