@@ -23,6 +23,9 @@ refused by the cap.
 from __future__ import annotations
 
 import math
+import random
+import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -141,6 +144,27 @@ def _make_read_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+SQLITE_LOCK_WAIT_S = 120.0
+
+
+def _set_wal(dbapi_conn: Any, wait_s: float = SQLITE_LOCK_WAIT_S) -> None:
+    """Switch a SQLite ledger to WAL, waiting for other openers.
+
+    Changing the journal mode needs an exclusive lock, and SQLite reports "database is
+    locked" for it at once, without calling the busy handler, when several processes open a
+    new ledger together (the first scheduled run's parallel tasks). So retry, with jitter,
+    up to the same wait a write gets."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))  # jitter, not noise: no secrecy needed
+
+
 def _make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"timeout": 120})
@@ -149,8 +173,8 @@ def _make_engine(url: str) -> Engine:
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # let us issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
             dbapi_conn.isolation_level = None
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
             dbapi_conn.execute("PRAGMA busy_timeout=120000")
+            _set_wal(dbapi_conn)
 
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import sys
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from dp_ops.ledger import (
     SlotAlreadySpent,
     Spend,
     SpendRequest,
+    _set_wal,
     budget_spend,
     format_ledger,
     format_ledger_summary,
@@ -552,3 +554,26 @@ def test_ledger_summary_groups_dates_and_composes_per_user_day(ledger: Ledger) -
     (renoise,) = [ln for ln in lines if "renoise" in ln]
     assert "EE-37" in renoise and "2020-03-03" in renoise and floats_in(renoise)[-1] == 0.2
     assert format_ledger_summary([]) == "(no spends)"
+
+
+class _LockedThenFree:
+    """Injects the fault seen in CI: PRAGMA journal_mode=WAL answered "database is locked"
+    at once (no busy handler) while another process opens the same new ledger."""
+
+    def __init__(self, failures: int, message: str = "database is locked") -> None:
+        self.failures, self.message, self.calls = failures, message, 0
+
+    def execute(self, sql: str) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise sqlite3.OperationalError(self.message)
+
+
+def test_switching_to_wal_waits_out_a_concurrent_opener() -> None:
+    conn = _LockedThenFree(failures=3)
+    _set_wal(conn, wait_s=5)
+    assert conn.calls == 4
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _set_wal(_LockedThenFree(failures=10**9), wait_s=0.05)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _set_wal(_LockedThenFree(failures=1, message="disk I/O error"), wait_s=5)
