@@ -56,8 +56,10 @@ def mobility_region_rerun() -> None:
         task_id="validate_request", day=DAY, region=REGION, renoise=RENOISE, reason=REASON,
         retries=0)
     ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY)
-    bound_contributions = ReportStepOperator(task_id="bound_contributions", step="bound",
-                                             day=DAY)
+    # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
+    bound_contributions = ReportStepOperator.partial(
+        task_id="bound_contributions", step="bound", day=DAY,
+        ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, region=REGION,
                                        renoise=RENOISE, reason=REASON)
     report = ReportStepOperator(task_id="report", step="report", day=DAY)

@@ -78,8 +78,10 @@ MOBILITY_BASELINE = Asset(name="mobility_baseline", group="mobility")
 )
 def mobility_report() -> None:
     ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY)
-    bound_contributions = ReportStepOperator(task_id="bound_contributions", step="bound",
-                                             day=DAY)
+    # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
+    bound_contributions = ReportStepOperator.partial(
+        task_id="bound_contributions", step="bound", day=DAY,
+        ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY)
     build_baseline = ReportStepOperator(task_id="build_baseline", step="build_baseline",
                                         outlets=[MOBILITY_BASELINE])

@@ -71,8 +71,10 @@ DAY = RUN_DAY
 )
 def symptoms_dataset() -> None:
     ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY, report=REPORT)
-    bound_contributions = ReportStepOperator(task_id="bound_contributions", step="bound",
-                                             day=DAY, report=REPORT)
+    # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
+    bound_contributions = ReportStepOperator.partial(
+        task_id="bound_contributions", step="bound", day=DAY, report=REPORT,
+        ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
     report = ReportStepOperator(task_id="report", step="report", day=DAY, report=REPORT)
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)

@@ -61,8 +61,10 @@ def symptoms_region_rerun() -> None:
         task_id="validate_request", day=DAY, region=REGION, renoise=RENOISE, reason=REASON,
         report=REPORT, retries=0)
     ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY, report=REPORT)
-    bound_contributions = ReportStepOperator(task_id="bound_contributions", step="bound",
-                                             day=DAY, report=REPORT)
+    # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
+    bound_contributions = ReportStepOperator.partial(
+        task_id="bound_contributions", step="bound", day=DAY, report=REPORT,
+        ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, region=REGION,
                                        renoise=RENOISE, reason=REASON, report=REPORT)
     report = ReportStepOperator(task_id="report", step="report", day=DAY, report=REPORT)

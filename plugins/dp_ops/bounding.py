@@ -15,6 +15,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from dp_ops.execution import ExecutionSettings, load_execution_settings
 from dp_ops.ingest import IngestError
 from dp_ops.paths import DataRoot
 from dp_ops.results import StepResult
@@ -36,25 +37,114 @@ def aggregate_sql(contributions_sql: str) -> str:
     return render_sql("aggregate_cells", contributions=f"({contributions_sql})")
 
 
-def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
-                    contributions_sql: Callable[[str], str],
-                    params: dict[str, object]) -> StepResult:
-    """Bound one day's clean rows of ``source`` and write the true cell sums (private)."""
+def shard_file(root: DataRoot, report: str, day: date, shard: int, shards: int) -> Path:
+    """Private partial cell sums of one user shard (summed by :func:`combine_shards`)."""
+    return root.bounded_file(report, day).parent / f"shard-{shard:05d}-of-{shards:05d}.parquet"
+
+
+def duckdb_connection(root: DataRoot, settings: ExecutionSettings) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection capped at the configured memory, spilling under ``work/tmp``."""
+    spill = root.root / "work" / "tmp"
+    spill.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    con.execute("SET memory_limit = $limit", {"limit": settings.duckdb_memory_limit})
+    con.execute("SET temp_directory = $dir", {"dir": str(spill)})
+    con.execute("SET preserve_insertion_order = false")
+    if settings.duckdb_threads is not None:
+        con.execute(f"SET threads = {int(settings.duckdb_threads)}")
+    return con
+
+
+def _bound_to(root: DataRoot, clean: Path, target: Path,
+              contributions_sql: Callable[[str], str], params: dict[str, object],
+              settings: ExecutionSettings, shard: int | None) -> None:
     from dp_ops.geography import ancestors, read_regions
 
+    anc = ancestors(read_regions(root.regions_csv))
+    if settings.engine == "spark":
+        # The same SQL over a Spark view of the clean file (shard_stays.sql parses hex in
+        # Spark's dialect); spark_engine turns the $name parameters into Spark's :name.
+        from dp_ops.spark_engine import CLEAN_VIEW, copy_query_to_parquet
+
+        relation = CLEAN_VIEW
+        if shard is not None:
+            relation = "(" + render_sql("shard_stays", rows=relation, dialect="spark") + ")"
+            params = params | {"shards": settings.bounding_shards, "shard": shard}
+        copy_query_to_parquet(settings, aggregate_sql(contributions_sql(relation)), params,
+                              anc, target, clean_file=clean)
+        return
+    relation = "read_parquet($clean_file, hive_partitioning=false)"
+    params = params | {"clean_file": str(clean)}
+    if shard is not None:
+        relation = "(" + render_sql("shard_stays", rows=relation) + ")"
+        params |= {"shards": settings.bounding_shards, "shard": shard}
+    con = duckdb_connection(root, settings)
+    try:
+        register_ancestors(con, anc)
+        atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(relation)), target,
+                               params)
+    finally:
+        con.close()
+
+
+def combine_shards(root: DataRoot, report: str, day: date, shards: int) -> Path:
+    """Sum the partial cell sums of all ``shards`` into the day's bounded aggregates file.
+
+    Refuses if a shard is missing: a missing shard would silently undercount its users."""
+    parts = [shard_file(root, report, day, k, shards) for k in range(shards)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise IngestError(f"bounding of {report} for {day} is incomplete: {len(missing)} of "
+                          f"{shards} shard file(s) missing ({', '.join(missing[:3])}"
+                          f"{', ...' if len(missing) > 3 else ''}) under {parts[0].parent}; "
+                          "rerun the bound_contributions task(s) of that day")
+    target = root.bounded_file(report, day)
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        query = render_sql("aggregate_cells", contributions=(
+            "(SELECT level, region_id, metric, value "
+            "FROM read_parquet($parts, hive_partitioning=false))"))
+        atomic_copy_to_parquet(con, query, target, {"parts": [str(p) for p in parts]})
+    finally:
+        con.close()
+    return target
+
+
+def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
+                    contributions_sql: Callable[[str], str],
+                    params: dict[str, object], *, shard: int | None = None,
+                    settings: ExecutionSettings | None = None) -> StepResult:
+    """Bound one day's clean rows of ``source`` and write the true cell sums (private).
+
+    Unsharded (``bounding_shards`` = 1) it writes the day's aggregates file. Sharded, a
+    given ``shard`` writes that shard's partial sums (one mapped Airflow task each; the
+    noise step combines them); ``shard=None`` runs every shard here, then combines."""
+    settings = settings or load_execution_settings()
+    shards = settings.bounding_shards
     clean = root.clean_partition(source, day) / "part.parquet"
     if not clean.is_file():
         raise IngestError(f"no clean {source} rows for {day} at {clean}: run the ingest "
                           "step first")
-    target: Path = root.bounded_file(report, day)
-    con = duckdb.connect()
-    try:
-        con.execute("SET enable_progress_bar = false")
-        register_ancestors(con, ancestors(read_regions(root.regions_csv)))
-        relation = "read_parquet($clean_file, hive_partitioning=false)"
-        atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(relation)), target,
-                               params | {"clean_file": str(clean)})
-    finally:
-        con.close()
-    return StepResult(f"bounded contributions for {day}; private cell sums in {target}",
-                      (str(target),))
+    if shard is not None and not 0 <= shard < shards:
+        raise ValueError(f"shard={shard!r}: expected 0..{shards - 1} "
+                         f"(bounding_shards={shards})")
+    engine = settings.engine
+    if shards == 1:
+        target: Path = root.bounded_file(report, day)
+        _bound_to(root, clean, target, contributions_sql, params, settings, None)
+        return StepResult(f"bounded contributions for {day} ({engine}); private cell sums "
+                          f"in {target}", (str(target),))
+    todo = range(shards) if shard is None else [shard]
+    written = []
+    for k in todo:
+        part = shard_file(root, report, day, k, shards)
+        _bound_to(root, clean, part, contributions_sql, params, settings, k)
+        written.append(str(part))
+    if shard is None:
+        target = combine_shards(root, report, day, shards)
+        return StepResult(f"bounded contributions for {day} in {shards} shards ({engine}); "
+                          f"private cell sums in {target}", (*written, str(target)))
+    return StepResult(f"bounded shard {shard} of {shards} for {day} ({engine}); private "
+                      f"partial sums in {written[0]}", tuple(written))

@@ -163,6 +163,8 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
               ledger_url: str, region: str | None = None, renoise: bool = False,
               reason: str = "") -> StepResult:
     """Reserve, then draw and store (or reuse) the noisy values of one day."""
+    from dp_ops.bounding import combine_shards
+    from dp_ops.execution import load_execution_settings
     from dp_ops.geography import read_regions
 
     if renoise and region is None:
@@ -173,6 +175,11 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
     regions = read_regions(root.regions_csv)
     if region is not None:
         region_chain(regions, region)  # validates the region id
+    shards = load_execution_settings().bounding_shards
+    if shards > 1:
+        # the mapped bound_contributions tasks wrote partial sums: add them up per cell
+        # (this refuses, before any spend, if a shard is missing)
+        combine_shards(root, plan.report, day, shards)
     ledger = Ledger(ledger_url)
     try:
         reservation = ledger.reserve(

@@ -6,9 +6,11 @@ in ``dags/``; the report DAGs also get their exact graph, schedule and params ch
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,24 @@ MOBILITY_CHAIN = ["ingest", "bound_contributions", "noise", "build_baseline",
 SYMPTOMS_CHAIN = ["ingest", "bound_contributions", "noise", "report", "gate", "publish"]
 RERUN_CHAIN = ["validate_request", "ingest", "bound_contributions", "noise", "report", "gate",
                "publish"]
+
+
+def _arg(task: Any, name: str) -> Any:
+    """An operator argument, also of a mapped task (bound_contributions maps over shards)."""
+    if hasattr(task, "partial_kwargs"):
+        if name in task.partial_kwargs:
+            return task.partial_kwargs[name]
+        return inspect.signature(task.operator_class.__init__).parameters[name].default
+    return getattr(task, name)
+
+
+def test_bound_contributions_is_mapped_over_the_shards_ingest_returns(dagbag: DagBag) -> None:
+    for dag_id in ("mobility_report", "symptoms_dataset", "mobility_region_rerun",
+                   "symptoms_region_rerun"):
+        bound = dagbag.dags[dag_id].get_task("bound_contributions")
+        assert hasattr(bound, "expand_input"), dag_id
+        (arg,) = bound.expand_input.value.values()
+        assert arg.operator.task_id == "ingest" and arg.key == "return_value", dag_id
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +112,9 @@ def test_symptoms_dataset_graph(dagbag: DagBag) -> None:
     assert isinstance(dag.get_task("noise"), BudgetCheckedNoiseOperator)
     assert isinstance(dag.get_task("gate"), GreatExpectationsGateOperator)
     for task in dag.tasks:
-        assert task.report == "symptoms", task.task_id
+        assert _arg(task, "report") == "symptoms", task.task_id
     for task_id in ("ingest", "bound_contributions", "noise", "report"):
-        assert dag.get_task(task_id).day == "{{ data_interval_start | ds }}", task_id
+        assert _arg(dag.get_task(task_id), "day") == "{{ data_interval_start | ds }}", task_id
 
 
 @pytest.mark.parametrize("dag_id", ["mobility_report", "symptoms_dataset"])
@@ -113,7 +133,7 @@ def test_daily_schedule(dagbag: DagBag, dag_id: str) -> None:
 def test_mobility_report_tasks_process_the_data_interval_start(dagbag: DagBag) -> None:
     dag = dagbag.dags["mobility_report"]
     for task_id in ("ingest", "bound_contributions", "noise", "wait_for_baseline", "report"):
-        assert dag.get_task(task_id).day == "{{ data_interval_start | ds }}", task_id
+        assert _arg(dag.get_task(task_id), "day") == "{{ data_interval_start | ds }}", task_id
 
 
 @pytest.mark.parametrize("dag_id,report", [("mobility_region_rerun", "mobility"),
@@ -137,7 +157,7 @@ def test_rerun_graph_and_params(dagbag: DagBag, dag_id: str, report: str) -> Non
         "{{ params.date }}", "{{ params.region }}", "{{ params.renoise }}",
         "{{ params.reason }}")
     for task in dag.tasks:
-        assert task.report == report, task.task_id
+        assert _arg(task, "report") == report, task.task_id
     if report == "symptoms":
         assert dag.get_task("gate").region == "{{ params.region }}"
 

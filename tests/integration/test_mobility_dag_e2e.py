@@ -111,6 +111,37 @@ def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
     assert csv.read_bytes() == before_csv
 
 
+def test_sharded_bounding_runs_as_mapped_tasks_with_identical_aggregates(
+        dags: dict, backfilled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DP_BOUNDING_SHARDS=3: bound_contributions expands to three mapped task instances,
+    the noise step adds their partial sums, and the day's true aggregates are exactly the
+    unsharded ones (so the stored noise is reused and nothing is spent)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from dp_ops.paths import DataRoot
+
+    bounded = DataRoot(backfilled).bounded_file("mobility", END)
+    unsharded = pq.read_table(bounded).to_pandas()
+    before = _ledger_total(backfilled)
+    bounded.unlink()
+    monkeypatch.setenv("DP_BOUNDING_SHARDS", "3")
+    _delete_runs("mobility_report")
+    dag_run = _run_day(dags["mobility_report"], END)
+    with create_session() as session:
+        mapped = session.scalars(select(TaskInstance).where(
+            TaskInstance.dag_id == "mobility_report", TaskInstance.run_id == dag_run.run_id,
+            TaskInstance.task_id == "bound_contributions")).all()
+        assert sorted((ti.map_index, str(ti.state)) for ti in mapped) == [
+            (0, "success"), (1, "success"), (2, "success")]
+    assert len(list(bounded.parent.glob("shard-*-of-00003.parquet"))) == 3
+    pd.testing.assert_frame_equal(pq.read_table(bounded).to_pandas(), unsharded)
+    assert _ledger_total(backfilled) == before
+
+
 def _a_region(root: Path) -> str:
     import csv as csv_module
 

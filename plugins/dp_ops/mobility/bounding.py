@@ -43,7 +43,8 @@ def cell_aggregates_sql(stays: str) -> str:
     return aggregate_sql(bounded_contributions_sql(stays))
 
 
-def bound_day(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
+def bound_day(root: DataRoot, cfg: MobilityConfig, day: date, *,
+              shard: int | None = None) -> StepResult:
     """Bound one day's clean stays and write the true cell sums (private) for noising."""
     return bound_clean_day(root, "mobility", LOCATION_SOURCE, day, bounded_contributions_sql,
-                           bounding_params(cfg, day))
+                           bounding_params(cfg, day), shard=shard)

@@ -33,11 +33,12 @@ def ingest(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
     return ingest_location_history(root, day)
 
 
-def bound(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
+def bound(root: DataRoot, cfg: MobilityConfig, day: date, *,
+          shard: int | None = None) -> StepResult:
     """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
     from dp_ops.mobility.bounding import bound_day
 
-    return bound_day(root, cfg, day)
+    return bound_day(root, cfg, day, shard=shard)
 
 
 def noise(

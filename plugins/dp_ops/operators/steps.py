@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from dp_ops.execution import load_execution_settings
 from dp_ops.operators._runtime import parse_day, resolve
 
 # The step functions this operator can run, and whether each one is per day.
@@ -22,16 +23,19 @@ class ReportStepOperator(BaseOperator):
     :param day: the day to process, ``YYYY-MM-DD`` (templated); ignored by the steps that
         are not per day (``build_baseline`` and ``publish`` work on all days).
     :param report: which report's steps to run (``mobility`` or ``symptoms``).
+    :param shard: for ``bound``, the user shard this task instance bounds (the DAGs map
+        ``bound_contributions`` over the shard list that ``ingest`` returns:
+        ``[0, ..., DP_BOUNDING_SHARDS - 1]``, just integers).
 
-    Pushes only the step's ``StepResult.summary`` to XCom: it names paths and counts of
+    Pushes only the shard list (``ingest``) and the step's ``StepResult.summary`` to XCom: it names paths and counts of
     cells, never rows, user ids or un-noised aggregates.
     """
 
-    template_fields: Sequence[str] = ("day",)
+    template_fields: Sequence[str] = ("day", "shard")
     ui_color = "#e8f1fb"
 
     def __init__(self, *, step: str, day: str | None = None, report: str = "mobility",
-                 **kwargs: Any) -> None:
+                 shard: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if step not in _PER_DAY:
             raise ValueError(f"step={step!r}: expected one of {sorted(_PER_DAY)}")
@@ -40,13 +44,16 @@ class ReportStepOperator(BaseOperator):
         self.step = step
         self.day = day
         self.report = report
+        self.shard = shard
 
-    def execute(self, context: Context) -> str:
+    def execute(self, context: Context) -> str | list[int]:
         rt = resolve(self.report)
         if self.step == "ingest":
             result = rt.steps.ingest(rt.root, rt.cfg, parse_day(self.day))
+            shards = list(range(load_execution_settings().bounding_shards))
         elif self.step == "bound":
-            result = rt.steps.bound(rt.root, rt.cfg, parse_day(self.day))
+            result = rt.steps.bound(rt.root, rt.cfg, parse_day(self.day),
+                                    shard=None if self.shard is None else int(self.shard))
         elif self.step == "report":
             result = rt.steps.report(rt.root, rt.cfg, parse_day(self.day),
                                      ledger_url=rt.ledger_url)
@@ -58,4 +65,9 @@ class ReportStepOperator(BaseOperator):
         for path in result.paths:
             self.log.info("%s wrote %s", self.step, path)
         self.log.info("%s: %s", self.step, result.summary)
+        if self.step == "ingest":
+            # the shard list is what bound_contributions maps over (Airflow maps over
+            # return values only); the summary stays readable under its own key
+            context["ti"].xcom_push(key="summary", value=result.summary)
+            return shards
         return result.summary

@@ -41,7 +41,8 @@ def cell_aggregates_sql(searches: str) -> str:
     return aggregate_sql(bounded_contributions_sql(searches))
 
 
-def bound_day(root: DataRoot, cfg: SymptomsConfig, day: date) -> StepResult:
+def bound_day(root: DataRoot, cfg: SymptomsConfig, day: date, *,
+              shard: int | None = None) -> StepResult:
     """Bound one day's clean searches and write the true cell sums (private)."""
     return bound_clean_day(root, REPORT, SEARCH_SOURCE, day, bounded_contributions_sql,
-                           bounding_params(cfg, day))
+                           bounding_params(cfg, day), shard=shard)

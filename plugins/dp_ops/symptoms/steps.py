@@ -32,11 +32,12 @@ def ingest(root: DataRoot, cfg: SymptomsConfig, day: date) -> StepResult:
     return ingest_search_activity(root, day)
 
 
-def bound(root: DataRoot, cfg: SymptomsConfig, day: date) -> StepResult:
+def bound(root: DataRoot, cfg: SymptomsConfig, day: date, *,
+          shard: int | None = None) -> StepResult:
     """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
     from dp_ops.symptoms.bounding import bound_day
 
-    return bound_day(root, cfg, day)
+    return bound_day(root, cfg, day, shard=shard)
 
 
 def noise(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str, ledger_url: str,

@@ -1,0 +1,89 @@
+"""How the pipeline executes, as opposed to what it computes: the engine that runs the
+bounding SQL, how many user shards the bounding is split into, and engine resources.
+
+None of these settings changes a published value or the privacy guarantee: sharded and
+unsharded bounding, and DuckDB and Spark, give identical true aggregates for the same
+input and bounding salt (tested). They come from the environment, or from the JSON file
+named by ``DP_EXECUTION_CONFIG`` (same field names, lower case), the environment winning:
+
+==========================  =============================================================
+``DP_ENGINE``               ``duckdb`` (default, embedded) or ``spark``
+``DP_BOUNDING_SHARDS``      user shards of the bounding step (default 1); in Airflow each
+                            shard is one mapped ``bound_contributions`` task instance
+``DP_DUCKDB_MEMORY_LIMIT``  DuckDB's memory limit per bounding task (default ``1GB``);
+                            beyond it DuckDB spills to ``work/tmp`` under the data root
+``DP_DUCKDB_THREADS``       DuckDB threads per task (default: DuckDB's, one per core)
+``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
+``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
+==========================  =============================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from dp_ops.config import ConfigError
+
+ENGINES = ("duckdb", "spark")
+MAX_SHARDS = 4096
+
+
+@dataclass(frozen=True)
+class ExecutionSettings:
+    engine: str = "duckdb"
+    bounding_shards: int = 1
+    duckdb_memory_limit: str = "1GB"
+    duckdb_threads: int | None = None
+    spark_master: str = "local[2]"
+    spark_remote: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"execution setting engine={self.engine!r}: expected one of "
+                              f"{', '.join(ENGINES)}")
+        if not (isinstance(self.bounding_shards, int) and 1 <= self.bounding_shards
+                <= MAX_SHARDS):
+            raise ConfigError(f"execution setting bounding_shards={self.bounding_shards!r}: "
+                              f"expected an integer in [1, {MAX_SHARDS}]")
+        if self.duckdb_threads is not None and not (
+                isinstance(self.duckdb_threads, int) and self.duckdb_threads >= 1):
+            raise ConfigError(f"execution setting duckdb_threads={self.duckdb_threads!r}: "
+                              "expected an integer >= 1")
+
+
+_INT_FIELDS = {"bounding_shards", "duckdb_threads"}
+
+
+def load_execution_settings(environ: dict[str, str] | None = None) -> ExecutionSettings:
+    """Defaults, then ``DP_EXECUTION_CONFIG``'s JSON object, then ``DP_<FIELD>`` variables."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    path = env.get("DP_EXECUTION_CONFIG")
+    if path:
+        try:
+            loaded = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"DP_EXECUTION_CONFIG={path!r}: cannot read JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"DP_EXECUTION_CONFIG={path!r}: expected a JSON object")
+        known = {f.name for f in fields(ExecutionSettings)}
+        for key in loaded:
+            if key not in known:
+                raise ConfigError(f"DP_EXECUTION_CONFIG={path!r}: unknown field {key!r}")
+        values.update(loaded)
+    for f in fields(ExecutionSettings):
+        raw = env.get(f"DP_{f.name.upper()}")
+        if raw is None or raw == "":
+            continue
+        if f.name in _INT_FIELDS:
+            try:
+                values[f.name] = int(raw)
+            except ValueError as exc:
+                raise ConfigError(f"DP_{f.name.upper()}={raw!r}: expected an integer") from exc
+        else:
+            values[f.name] = raw
+    return ExecutionSettings(**values)

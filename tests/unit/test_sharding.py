@@ -1,0 +1,115 @@
+"""Sharded bounding (users split by md5(user_id), one shard per mapped task, partial sums
+added per cell) gives exactly the unsharded true aggregates, for both reports."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from dp_ops.bounding import combine_shards, shard_file
+from dp_ops.config import MobilityConfig, SymptomsConfig
+from dp_ops.execution import ExecutionSettings, load_execution_settings
+from dp_ops.generator import generate
+from dp_ops.ingest import IngestError
+from dp_ops.mobility import steps as mobility_steps
+from dp_ops.mobility.bounding import bound_day as bound_mobility
+from dp_ops.paths import DataRoot
+from dp_ops.sql import render_sql
+from dp_ops.symptoms import steps as symptoms_steps
+from dp_ops.symptoms.bounding import bound_day as bound_symptoms
+
+DAY = date(2020, 3, 10)
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
+    root = DataRoot(tmp_path_factory.mktemp("sharding"))
+    generate(root, DAY, DAY, users=3000, seed=5)
+    mobility_steps.ingest(root, MobilityConfig(), DAY)
+    symptoms_steps.ingest(root, SymptomsConfig(), DAY)
+    return root
+
+
+def _cells(path: Path) -> pd.DataFrame:
+    return pq.read_table(path).to_pandas().sort_values(
+        ["level", "region_id", "metric"]).reset_index(drop=True)
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, shards: int) -> ExecutionSettings:
+    # the noise step reads the shard count from the environment, as Airflow tasks do
+    monkeypatch.setenv("DP_BOUNDING_SHARDS", str(shards))
+    return load_execution_settings()
+
+
+@pytest.mark.parametrize("report", ["mobility", "symptoms"])
+def test_sharded_bounding_equals_unsharded(root: DataRoot, report: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    bound = {"mobility": (bound_mobility, MobilityConfig()),
+             "symptoms": (bound_symptoms, SymptomsConfig())}[report]
+    fn, cfg = bound
+    _settings(monkeypatch, 1)
+    fn(root, cfg, DAY)  # type: ignore[operator]
+    whole = _cells(root.bounded_file(report, DAY))
+    assert len(whole) > 100 and whole["value"].sum() > 0
+
+    _settings(monkeypatch, SHARDS)
+    root.bounded_file(report, DAY).unlink()
+    # as Airflow runs it: one call per shard (mapped tasks, in any order), then combine
+    for k in reversed(range(SHARDS)):
+        fn(root, cfg, DAY, shard=k)  # type: ignore[operator]
+    parts = [_cells(shard_file(root, report, DAY, k, SHARDS)) for k in range(SHARDS)]
+    assert all(len(p) > 0 for p in parts), "every shard should hold some users"
+    combine_shards(root, report, DAY, SHARDS)
+    pd.testing.assert_frame_equal(_cells(root.bounded_file(report, DAY)), whole)
+
+    # and in-process (shard=None): all shards, then combined, the same again
+    root.bounded_file(report, DAY).unlink()
+    fn(root, cfg, DAY)  # type: ignore[operator]
+    pd.testing.assert_frame_equal(_cells(root.bounded_file(report, DAY)), whole)
+
+
+def test_shards_partition_the_users(root: DataRoot) -> None:
+    clean = root.clean_partition("location_history", DAY) / "part.parquet"
+    con = duckdb.connect()
+    relation = f"read_parquet('{clean}')"
+    users = set(con.execute(f"SELECT DISTINCT user_id FROM {relation}").fetchnumpy()["user_id"])
+    seen: list[set[str]] = []
+    for k in range(SHARDS):
+        sql = f"SELECT DISTINCT user_id FROM ({render_sql('shard_stays', rows=relation)})"
+        seen.append(set(con.execute(sql, {"shards": SHARDS, "shard": k})
+                        .fetchnumpy()["user_id"]))
+    assert set().union(*seen) == users
+    assert sum(len(s) for s in seen) == len(users)  # disjoint
+    # roughly balanced: each shard within 20% of a third (3000 users: ~10 sigma margin)
+    assert all(abs(len(s) - len(users) / SHARDS) < 0.2 * len(users) / SHARDS for s in seen)
+
+
+def test_a_missing_shard_is_refused_not_undercounted(root: DataRoot,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _settings(monkeypatch, SHARDS)
+    for k in range(SHARDS):
+        bound_mobility(root, MobilityConfig(), DAY, shard=k)
+    shard_file(root, "mobility", DAY, 1, SHARDS).unlink()
+    with pytest.raises(IngestError, match=r"1 of 3 shard file\(s\) missing.*shard-00001"):
+        combine_shards(root, "mobility", DAY, SHARDS)
+
+
+def test_shard_out_of_range_and_bad_settings_are_named(root: DataRoot,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _settings(monkeypatch, SHARDS)
+    with pytest.raises(ValueError, match=r"shard=3: expected 0\.\.2"):
+        bound_mobility(root, MobilityConfig(), DAY, shard=3)
+    from dp_ops.config import ConfigError
+
+    with pytest.raises(ConfigError, match="DP_BOUNDING_SHARDS='two'"):
+        load_execution_settings({"DP_BOUNDING_SHARDS": "two"})
+    with pytest.raises(ConfigError, match="engine='polars'"):
+        load_execution_settings({"DP_ENGINE": "polars"})
+    with pytest.raises(ConfigError, match="bounding_shards=0"):
+        load_execution_settings({"DP_BOUNDING_SHARDS": "0"})
