@@ -9,10 +9,10 @@ republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
 - `bound_contributions`: per-user contribution bounding, true partial aggregates (private).
 - `noise`: check and reserve privacy budget in the ledger, then draw discrete Laplace noise
   once per cell; retries and reruns reuse the stored noise and spend nothing.
-- `build_baseline`: freeze the baseline once the window 2020-01-03..02-06 is fully noised
-  (emits the `mobility_baseline` asset); afterwards a no-op.
-- `wait_for_baseline`: days from the first public date (2020-02-15) wait, in reschedule
-  mode, until the baseline exists.
+- `baseline`: days from the first public date (2020-02-15) need the frozen baseline: it
+  is frozen here as soon as the window 2020-01-03..02-06 is fully noised (emits the
+  `mobility_baseline` asset), and until then the task waits in reschedule mode. Earlier
+  days pass at once.
 - `report`: percent change against the baseline and reliability suppression (noisy values
   only).
 - `gate`: stage the release and validate it with Great Expectations.
@@ -83,11 +83,10 @@ def mobility_report() -> None:
         task_id="bound_contributions", step="bound", day=DAY,
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY)
-    build_baseline = ReportStepOperator(task_id="build_baseline", step="build_baseline",
-                                        outlets=[MOBILITY_BASELINE])
-    wait_for_baseline = BaselineReadySensor(
-        task_id="wait_for_baseline",
+    baseline = BaselineReadySensor(
+        task_id="baseline",
         day=DAY,
+        outlets=[MOBILITY_BASELINE],
         mode="reschedule",
         poke_interval=30,
         timeout=timedelta(hours=12),
@@ -98,8 +97,7 @@ def mobility_report() -> None:
     gate = GreatExpectationsGateOperator(task_id="gate")
     publish = ReportStepOperator(task_id="publish", step="publish")
 
-    chain(ingest, bound_contributions, noise, build_baseline, wait_for_baseline, report,
-          gate, publish)
+    chain(ingest, bound_contributions, noise, baseline, report, gate, publish)
 
 
 mobility_report()

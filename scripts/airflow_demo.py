@@ -412,7 +412,7 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
             baseline = Path(services.env["DP_DATA_ROOT"]) / "baseline" / "mobility"
             if args.dag_id == DEFAULT_DAG_ID and not (baseline / "baseline.parquet").exists():
                 hint = (f"\n{baseline}/baseline.parquet does not exist: runs from the first "
-                        "public date wait for it in wait_for_baseline; the baseline window "
+                        "public date wait for it in the baseline task; the baseline window "
                         "(2020-01-03..2020-02-06) must be noised first")
             raise DemoError(f"timed out after {args.timeout_minutes} min: {line}{hint}")
         time.sleep(3)

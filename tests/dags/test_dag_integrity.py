@@ -28,8 +28,8 @@ from dp_ops.operators import (
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 
-MOBILITY_CHAIN = ["ingest", "bound_contributions", "noise", "build_baseline",
-                  "wait_for_baseline", "report", "gate", "publish"]
+MOBILITY_CHAIN = ["ingest", "bound_contributions", "noise", "baseline", "report", "gate",
+                  "publish"]
 SYMPTOMS_CHAIN = ["ingest", "bound_contributions", "noise", "report", "gate", "publish"]
 RERUN_CHAIN = ["validate_request", "ingest", "bound_contributions", "noise", "report", "gate",
                "publish"]
@@ -99,11 +99,11 @@ def test_mobility_report_graph(dagbag: DagBag) -> None:
     _assert_chain(dag, MOBILITY_CHAIN)
     assert isinstance(dag.get_task("noise"), BudgetCheckedNoiseOperator)
     assert isinstance(dag.get_task("gate"), GreatExpectationsGateOperator)
-    sensor = dag.get_task("wait_for_baseline")
+    sensor = dag.get_task("baseline")
     assert isinstance(sensor, BaseSensorOperator)
     assert sensor.mode == "reschedule"
     assert sensor.poke_interval <= 60
-    assert [a.name for a in dag.get_task("build_baseline").outlets] == ["mobility_baseline"]
+    assert [a.name for a in sensor.outlets] == ["mobility_baseline"]
 
 
 def test_symptoms_dataset_graph(dagbag: DagBag) -> None:
@@ -132,7 +132,7 @@ def test_daily_schedule(dagbag: DagBag, dag_id: str) -> None:
 
 def test_mobility_report_tasks_process_the_data_interval_start(dagbag: DagBag) -> None:
     dag = dagbag.dags["mobility_report"]
-    for task_id in ("ingest", "bound_contributions", "noise", "wait_for_baseline", "report"):
+    for task_id in ("ingest", "bound_contributions", "noise", "baseline", "report"):
         assert _arg(dag.get_task(task_id), "day") == "{{ data_interval_start | ds }}", task_id
 
 
