@@ -19,23 +19,25 @@
 --   contributors:  one region (the one with most hours of any stay).
 -- "At random" is a pseudo-random key md5(user, candidate, day, salt), the same on DuckDB
 -- and Spark; the privacy guarantee rests on the bounds holding, not on the key's secrecy.
+-- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
+-- $name bind parameters into Spark's :name), so use only functions and types both know.
 WITH stays_by_level AS (
     SELECT s.user_id, a.level, a.region_id, s.place_category AS category, s.dwell_hours
     FROM {{ stays }} AS s
     JOIN ancestors AS a ON a.finest_region_id = s.region_id
-    WHERE list_contains($levels, a.level)
+    WHERE array_contains($levels, a.level)
 ),
 place_pairs AS (
     SELECT DISTINCT user_id, level, category, region_id
     FROM stays_by_level
-    WHERE list_contains($place_categories, category)
+    WHERE array_contains($place_categories, category)
 ),
 place_pairs_ranked AS (
     SELECT
         *,
         row_number() OVER (
             PARTITION BY user_id, level
-            ORDER BY md5(concat_ws('|', user_id, CAST(level AS VARCHAR), category, region_id,
+            ORDER BY md5(concat_ws('|', user_id, CAST(level AS STRING), category, region_id,
                                    $day, $salt))
         ) AS pair_rank
     FROM place_pairs
@@ -59,17 +61,17 @@ chosen AS (
         row_number() OVER (
             PARTITION BY user_id, level
             ORDER BY work_hours DESC NULLS LAST,
-                     md5(concat_ws('|', user_id, CAST(level AS VARCHAR), 'work', region_id, $day, $salt))
+                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'work', region_id, $day, $salt))
         ) AS work_rank,
         row_number() OVER (
             PARTITION BY user_id, level
             ORDER BY home_hours DESC NULLS LAST,
-                     md5(concat_ws('|', user_id, CAST(level AS VARCHAR), 'home', region_id, $day, $salt))
+                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'home', region_id, $day, $salt))
         ) AS home_rank,
         row_number() OVER (
             PARTITION BY user_id, level
             ORDER BY any_hours DESC,
-                     md5(concat_ws('|', user_id, CAST(level AS VARCHAR), 'any', region_id, $day, $salt))
+                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'any', region_id, $day, $salt))
         ) AS any_rank
     FROM hours_by_region
 ),

@@ -19,11 +19,13 @@
 --               $max_symptoms in L1, and B by at most 1.
 -- "At random" is a pseudo-random key md5(user, level, candidate, day, salt), the same on
 -- DuckDB and Spark; the privacy guarantee rests on the bounds holding, not on the key.
+-- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
+-- $name bind parameters into Spark's :name), so use only functions and types both know.
 WITH searches_by_level AS (
     SELECT s.user_id, a.level, a.region_id, s.symptom
     FROM {{ searches }} AS s
     JOIN ancestors AS a ON a.finest_region_id = s.region_id
-    WHERE list_contains($levels, a.level)
+    WHERE array_contains($levels, a.level)
 ),
 region_ranked AS (
     SELECT
@@ -31,7 +33,7 @@ region_ranked AS (
         row_number() OVER (
             PARTITION BY user_id, level
             ORDER BY count(*) DESC,
-                     md5(concat_ws('|', user_id, CAST(level AS VARCHAR), 'region', region_id,
+                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'region', region_id,
                                    $day, $salt))
         ) AS region_rank
     FROM searches_by_level
@@ -45,7 +47,7 @@ symptoms_ranked AS (
         s.user_id, s.level, s.region_id, s.symptom,
         row_number() OVER (
             PARTITION BY s.user_id, s.level
-            ORDER BY md5(concat_ws('|', s.user_id, CAST(s.level AS VARCHAR), 'symptom',
+            ORDER BY md5(concat_ws('|', s.user_id, CAST(s.level AS STRING), 'symptom',
                                    s.symptom, $day, $salt))
         ) AS symptom_rank
     FROM (

@@ -10,8 +10,8 @@ import inspect
 import json
 import subprocess
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag

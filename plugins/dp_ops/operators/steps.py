@@ -27,8 +27,8 @@ class ReportStepOperator(BaseOperator):
         ``bound_contributions`` over the shard list that ``ingest`` returns:
         ``[0, ..., DP_BOUNDING_SHARDS - 1]``, just integers).
 
-    Pushes only the shard list (``ingest``) and the step's ``StepResult.summary`` to XCom: it names paths and counts of
-    cells, never rows, user ids or un-noised aggregates.
+    Pushes only the shard list (``ingest``) and the step's ``StepResult.summary`` to XCom:
+    it names paths and counts of cells, never rows, user ids or un-noised aggregates.
     """
 
     template_fields: Sequence[str] = ("day", "shard")
