@@ -403,8 +403,11 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
                 raise DemoError("backfill keeps missing days: " + ", ".join(
                     d for d, s in zip(days, states, strict=True) if s == "missing"))
             creations += 1
-            services.stop("scheduler")
-            create_backfill(services.env, services.log_dir, args, meta)
+            services.stop("scheduler", "dag-processor")
+            try:
+                create_backfill(services.env, services.log_dir, args, meta)
+            finally:
+                services.start("dag-processor", *services.commands["dag-processor"])
             services.start("scheduler", *services.commands["scheduler"])
             continue
         if time.monotonic() > deadline:
@@ -432,7 +435,14 @@ def backfill_dag(services: Services, meta: Metadata, args: argparse.Namespace, h
     if not meta.active_backfill(args.dag_id) and not all(
             runs.get((args.start + timedelta(days=i)).isoformat(), ("", ""))[1] == "success"
             for i in range((args.end - args.start).days + 1)):
-        create_backfill(env, log_dir, args, meta)
+        # The dag-processor's writes are the other lock holder on SQLite: a long backfill
+        # (366 runs) failed six times with "database is locked" while it ran. The DAG is
+        # serialized already, so pause the dag-processor while the runs are created.
+        services.stop("dag-processor")
+        try:
+            create_backfill(env, log_dir, args, meta)
+        finally:
+            services.start("dag-processor", *services.commands["dag-processor"])
         log(f"{args.dag_id}: backfill created ({time.monotonic() - t_backfill:.0f} s)")
     # Started only now: `backfill create` racing the scheduler's writes on SQLite
     # failed with "database is locked" and once crashed the scheduler (StaleDataError).

@@ -14,15 +14,19 @@
 --                  $max_pairs cells; extra pairs are dropped uniformly at random;
 --   workplaces:    one region (the one with most workplace hours), counted only above
 --                  $workplace_min_hours there;
---   residential:   one home region (most residential hours); hours clamped to [0, 24],
---                  offset by -12 and put on a grid of 1/$grid_per_hour hour;
+--   residential:   one home region (most residential hours); hours (summed in whole
+--                  seconds) clamped to [0, 24], offset by -12 and put on a grid of
+--                  1/$grid_per_hour hour;
 --   contributors:  one region (the one with most hours of any stay).
 -- "At random" is a pseudo-random key md5(user, candidate, day, salt), the same on DuckDB
 -- and Spark; the privacy guarantee rests on the bounds holding, not on the key's secrecy.
 -- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
 -- $name bind parameters into Spark's :name), so use only functions and types both know.
 WITH stays_by_level AS (
-    SELECT s.user_id, a.level, a.region_id, s.place_category AS category, s.dwell_hours
+    SELECT s.user_id, a.level, a.region_id, s.place_category AS category,
+           -- whole seconds: integer sums are exact and the same in any order, on any
+           -- engine and thread count, so ties between regions break the same way
+           CAST(round(s.dwell_hours * 3600) AS BIGINT) AS dwell_seconds
     FROM {{ stays }} AS s
     JOIN ancestors AS a ON a.finest_region_id = s.region_id
     WHERE array_contains($levels, a.level)
@@ -49,28 +53,28 @@ places AS (
 ),
 hours_by_region AS (
     SELECT user_id, level, region_id,
-           sum(dwell_hours) FILTER (WHERE category = 'workplace')   AS work_hours,
-           sum(dwell_hours) FILTER (WHERE category = 'residential') AS home_hours,
-           sum(dwell_hours)                                        AS any_hours
+           sum(dwell_seconds) FILTER (WHERE category = 'workplace')   AS work_seconds,
+           sum(dwell_seconds) FILTER (WHERE category = 'residential') AS home_seconds,
+           sum(dwell_seconds)                                        AS any_seconds
     FROM stays_by_level
     GROUP BY user_id, level, region_id
 ),
 chosen AS (
     SELECT
-        user_id, level, region_id, work_hours, home_hours, any_hours,
+        user_id, level, region_id, work_seconds, home_seconds, any_seconds,
         row_number() OVER (
             PARTITION BY user_id, level
-            ORDER BY work_hours DESC NULLS LAST,
+            ORDER BY work_seconds DESC NULLS LAST,
                      md5(concat_ws('|', user_id, CAST(level AS STRING), 'work', region_id, $day, $salt))
         ) AS work_rank,
         row_number() OVER (
             PARTITION BY user_id, level
-            ORDER BY home_hours DESC NULLS LAST,
+            ORDER BY home_seconds DESC NULLS LAST,
                      md5(concat_ws('|', user_id, CAST(level AS STRING), 'home', region_id, $day, $salt))
         ) AS home_rank,
         row_number() OVER (
             PARTITION BY user_id, level
-            ORDER BY any_hours DESC,
+            ORDER BY any_seconds DESC,
                      md5(concat_ws('|', user_id, CAST(level AS STRING), 'any', region_id, $day, $salt))
         ) AS any_rank
     FROM hours_by_region
@@ -78,17 +82,18 @@ chosen AS (
 workplaces AS (
     SELECT user_id, level, region_id, 'workplaces' AS metric, 1 AS value
     FROM chosen
-    WHERE work_rank = 1 AND work_hours > $workplace_min_hours
+    WHERE work_rank = 1 AND work_seconds > round($workplace_min_hours * 3600)
 ),
 residential AS (
     SELECT user_id, level, region_id, 'residential_sum_units' AS metric,
-           CAST(round((least(home_hours, 24.0) - 12.0) * $grid_per_hour) AS BIGINT) AS value
+           CAST(round((least(home_seconds, 86400) - 43200) * $grid_per_hour / 3600.0)
+                AS BIGINT) AS value
     FROM chosen
-    WHERE home_rank = 1 AND home_hours IS NOT NULL
+    WHERE home_rank = 1 AND home_seconds IS NOT NULL
     UNION ALL
     SELECT user_id, level, region_id, 'residential_users' AS metric, 1 AS value
     FROM chosen
-    WHERE home_rank = 1 AND home_hours IS NOT NULL
+    WHERE home_rank = 1 AND home_seconds IS NOT NULL
 ),
 contributors AS (
     SELECT user_id, level, region_id, 'contributors' AS metric, 1 AS value
