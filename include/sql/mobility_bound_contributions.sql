@@ -31,22 +31,43 @@ WITH stays_by_level AS (
     JOIN ancestors AS a ON a.finest_region_id = s.region_id
     WHERE array_contains($levels, a.level)
 ),
+-- Only a user with more place stays than $max_pairs can have more pairs than that at any
+-- level: the pseudo-random choice (a sort per user and level) is made for those users
+-- only; everyone else keeps all their pairs. Same result as ranking everyone, at a
+-- fraction of the cost (tests/unit/test_bounding.py checks it against the plain query).
+heavy_users AS (
+    SELECT user_id
+    FROM {{ stays }}
+    WHERE array_contains($place_categories, place_category)
+    GROUP BY user_id
+    HAVING count(*) > $max_pairs
+),
 place_pairs AS (
     SELECT DISTINCT user_id, level, category, region_id
     FROM stays_by_level
     WHERE array_contains($place_categories, category)
 ),
+place_pairs_flagged AS (
+    SELECT p.user_id, p.level, p.category, p.region_id, h.user_id IS NOT NULL AS heavy
+    FROM place_pairs AS p
+    LEFT JOIN heavy_users AS h ON h.user_id = p.user_id
+),
 place_pairs_ranked AS (
     SELECT
-        *,
+        user_id, level, category, region_id,
         row_number() OVER (
             PARTITION BY user_id, level
             ORDER BY md5(concat_ws('|', user_id, CAST(level AS STRING), category, region_id,
                                    $day, $salt))
         ) AS pair_rank
-    FROM place_pairs
+    FROM place_pairs_flagged
+    WHERE heavy
 ),
 places AS (
+    SELECT user_id, level, region_id, 'places_' || category AS metric, 1 AS value
+    FROM place_pairs_flagged
+    WHERE NOT heavy
+    UNION ALL
     SELECT user_id, level, region_id, 'places_' || category AS metric, 1 AS value
     FROM place_pairs_ranked
     WHERE pair_rank <= $max_pairs
@@ -59,46 +80,89 @@ hours_by_region AS (
     FROM stays_by_level
     GROUP BY user_id, level, region_id
 ),
-chosen AS (
-    SELECT
-        user_id, level, region_id, work_seconds, home_seconds, any_seconds,
-        row_number() OVER (
-            PARTITION BY user_id, level
-            ORDER BY work_seconds DESC NULLS LAST,
-                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'work', region_id, $day, $salt))
-        ) AS work_rank,
-        row_number() OVER (
-            PARTITION BY user_id, level
-            ORDER BY home_seconds DESC NULLS LAST,
-                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'home', region_id, $day, $salt))
-        ) AS home_rank,
-        row_number() OVER (
-            PARTITION BY user_id, level
-            ORDER BY any_seconds DESC,
-                     md5(concat_ws('|', user_id, CAST(level AS STRING), 'any', region_id, $day, $salt))
-        ) AS any_rank
+-- Each user-day and level has one region per metric: the region with the most seconds of
+-- it (work, home, any), ties broken by the pseudo-random key. A user present in one region
+-- at a level (always at the top level, mostly below) has that region for every metric.
+-- For users in several regions the top is found by grouping, and the key (an md5) is
+-- computed only where regions tie for the top, which is rare: no sort per user. The
+-- result is exactly "rank by seconds, then by key, take the first" (checked against that
+-- plain query in tests/unit/test_bounding.py).
+user_levels AS (
+    SELECT user_id, level, count(*) AS n_regions, min(region_id) AS only_region,
+           max(work_seconds) AS work_seconds, max(home_seconds) AS home_seconds,
+           max(any_seconds) AS any_seconds
     FROM hours_by_region
+    GROUP BY user_id, level
+),
+several_regions AS (
+    -- top_* is NULL where either side is NULL (no such hours): never a top
+    SELECT h.user_id, h.level, h.region_id,
+           h.work_seconds = u.work_seconds AS top_work,
+           h.home_seconds = u.home_seconds AS top_home,
+           h.any_seconds = u.any_seconds AS top_any
+    FROM hours_by_region AS h
+    JOIN user_levels AS u ON u.user_id = h.user_id AND u.level = h.level
+    WHERE u.n_regions > 1
+),
+tops AS (
+    SELECT user_id, level,
+           count(*) FILTER (WHERE top_work)        AS n_work,
+           min(region_id) FILTER (WHERE top_work)  AS work_region,
+           count(*) FILTER (WHERE top_home)        AS n_home,
+           min(region_id) FILTER (WHERE top_home)  AS home_region,
+           count(*) FILTER (WHERE top_any)         AS n_any,
+           min(region_id) FILTER (WHERE top_any)   AS any_region
+    FROM several_regions
+    GROUP BY user_id, level
+),
+tie_breaks AS (
+    SELECT s.user_id, s.level,
+           min_by(s.region_id, md5(concat_ws('|', s.user_id, CAST(s.level AS STRING), 'work',
+                                             s.region_id, $day, $salt)))
+               FILTER (WHERE s.top_work AND t.n_work > 1) AS work_region,
+           min_by(s.region_id, md5(concat_ws('|', s.user_id, CAST(s.level AS STRING), 'home',
+                                             s.region_id, $day, $salt)))
+               FILTER (WHERE s.top_home AND t.n_home > 1) AS home_region,
+           min_by(s.region_id, md5(concat_ws('|', s.user_id, CAST(s.level AS STRING), 'any',
+                                             s.region_id, $day, $salt)))
+               FILTER (WHERE s.top_any AND t.n_any > 1)   AS any_region
+    FROM several_regions AS s
+    JOIN tops AS t ON t.user_id = s.user_id AND t.level = s.level
+    WHERE (s.top_work AND t.n_work > 1) OR (s.top_home AND t.n_home > 1)
+       OR (s.top_any AND t.n_any > 1)
+    GROUP BY s.user_id, s.level
+),
+chosen AS (
+    SELECT u.user_id, u.level, u.work_seconds, u.home_seconds,
+           CASE WHEN u.n_regions = 1 THEN u.only_region
+                ELSE coalesce(b.work_region, t.work_region) END AS work_region,
+           CASE WHEN u.n_regions = 1 THEN u.only_region
+                ELSE coalesce(b.home_region, t.home_region) END AS home_region,
+           CASE WHEN u.n_regions = 1 THEN u.only_region
+                ELSE coalesce(b.any_region, t.any_region) END AS any_region
+    FROM user_levels AS u
+    LEFT JOIN tops AS t ON t.user_id = u.user_id AND t.level = u.level
+    LEFT JOIN tie_breaks AS b ON b.user_id = u.user_id AND b.level = u.level
 ),
 workplaces AS (
-    SELECT user_id, level, region_id, 'workplaces' AS metric, 1 AS value
+    SELECT user_id, level, work_region AS region_id, 'workplaces' AS metric, 1 AS value
     FROM chosen
-    WHERE work_rank = 1 AND work_seconds > round($workplace_min_hours * 3600)
+    WHERE work_seconds > round($workplace_min_hours * 3600)
 ),
 residential AS (
-    SELECT user_id, level, region_id, 'residential_sum_units' AS metric,
+    SELECT user_id, level, home_region AS region_id, 'residential_sum_units' AS metric,
            CAST(round((least(home_seconds, 86400) - 43200) * $grid_per_hour / 3600.0)
                 AS BIGINT) AS value
     FROM chosen
-    WHERE home_rank = 1 AND home_seconds IS NOT NULL
+    WHERE home_seconds IS NOT NULL
     UNION ALL
-    SELECT user_id, level, region_id, 'residential_users' AS metric, 1 AS value
+    SELECT user_id, level, home_region AS region_id, 'residential_users' AS metric, 1 AS value
     FROM chosen
-    WHERE home_rank = 1 AND home_seconds IS NOT NULL
+    WHERE home_seconds IS NOT NULL
 ),
 contributors AS (
-    SELECT user_id, level, region_id, 'contributors' AS metric, 1 AS value
+    SELECT user_id, level, any_region AS region_id, 'contributors' AS metric, 1 AS value
     FROM chosen
-    WHERE any_rank = 1
 )
 SELECT user_id, CAST(level AS TINYINT) AS level, region_id, metric, CAST(value AS BIGINT) AS value
 FROM (

@@ -4,8 +4,10 @@ within the bounds that the noise step's sensitivities assume."""
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import duckdb
+import jinja2
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -41,16 +43,20 @@ stay = st.tuples(
 )
 
 
-def run_bounding(stays: list[tuple[str, str, str, float]], cfg: MobilityConfig = CFG,
-                 aggregate: bool = False) -> pd.DataFrame:
-    con = duckdb.connect()
-    register_ancestors(con, ANCESTORS)
-    con.register("stays", pa.table({
+def _stays_table(stays: list[tuple[str, str, str, float]]) -> pa.Table:
+    return pa.table({
         "user_id": pa.array([s[0] for s in stays], pa.string()),
         "region_id": pa.array([s[1] for s in stays], pa.string()),
         "place_category": pa.array([s[2] for s in stays], pa.string()),
         "dwell_hours": pa.array([s[3] for s in stays], pa.float64()),
-    }))
+    })
+
+
+def run_bounding(stays: list[tuple[str, str, str, float]], cfg: MobilityConfig = CFG,
+                 aggregate: bool = False) -> pd.DataFrame:
+    con = duckdb.connect()
+    register_ancestors(con, ANCESTORS)
+    con.register("stays", _stays_table(stays))
     sql = cell_aggregates_sql("stays") if aggregate else bounded_contributions_sql("stays")
     return con.execute(sql, bounding_params(cfg, DAY)).df()
 
@@ -95,6 +101,39 @@ def test_bounds_drop_only_what_they_must(stays: list[tuple[str, str, str, float]
     users_levels = by_level[["user_id", "level"]].drop_duplicates()
     contributors = out[out["metric"] == "contributors"]
     assert len(contributors) == len(users_levels)
+
+
+REFERENCE_SQL = (Path(__file__).parents[1] / "data" / "reference_sql"
+                 / "mobility_bound_contributions.sql")
+
+# Few users, regions and hour values, so that users often tie between regions and often
+# have more place pairs than the bound: the cases the fast query handles specially.
+tie_prone_stay = st.tuples(
+    st.sampled_from(["u0", "u1", "u2"]),
+    st.sampled_from(FINEST),
+    st.sampled_from(ALL_STAY_CATEGORIES),
+    st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 8.0, 24.0]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(tie_prone_stay, min_size=0, max_size=40))
+def test_fast_query_equals_the_plain_reference(stays: list[tuple[str, str, str, float]]
+                                               ) -> None:
+    """include/sql/mobility_bound_contributions.sql skips the per-user sorts where they
+    cannot matter (one region at a level, few place stays, no tie for the top); the plain
+    query it was derived from (tests/data/reference_sql/, ranking every user) must give
+    exactly the same contributions."""
+    template = jinja2.Template(REFERENCE_SQL.read_text())
+    fast = run_bounding(stays)
+    con = duckdb.connect()
+    register_ancestors(con, ANCESTORS)
+    con.register("stays", _stays_table(stays))
+    plain = con.execute(template.render(stays="stays"), bounding_params(CFG, DAY)).df()
+    keys = ["user_id", "level", "region_id", "metric"]
+    pd.testing.assert_frame_equal(
+        fast.sort_values(keys).reset_index(drop=True),
+        plain.sort_values(keys).reset_index(drop=True))
 
 
 def test_aggregates_are_sums_of_bounded_contributions() -> None:
