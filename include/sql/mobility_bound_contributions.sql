@@ -22,14 +22,25 @@
 -- and Spark; the privacy guarantee rests on the bounds holding, not on the key's secrecy.
 -- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
 -- $name bind parameters into Spark's :name), so use only functions and types both know.
-WITH stays_by_level AS (
-    SELECT s.user_id, a.level, a.region_id, s.place_category AS category,
+-- Work at the finest level first (one row per stay), then roll up to the levels: the
+-- join with the ancestors multiplies rows by the number of levels, so it comes after the
+-- per-user reductions.
+WITH finest_hours AS (
+    SELECT user_id, region_id,
            -- whole seconds: integer sums are exact and the same in any order, on any
            -- engine and thread count, so ties between regions break the same way
-           CAST(round(s.dwell_hours * 3600) AS BIGINT) AS dwell_seconds
-    FROM {{ stays }} AS s
-    JOIN ancestors AS a ON a.finest_region_id = s.region_id
-    WHERE array_contains($levels, a.level)
+           sum(CAST(round(dwell_hours * 3600) AS BIGINT))
+               FILTER (WHERE place_category = 'workplace')   AS work_seconds,
+           sum(CAST(round(dwell_hours * 3600) AS BIGINT))
+               FILTER (WHERE place_category = 'residential') AS home_seconds,
+           sum(CAST(round(dwell_hours * 3600) AS BIGINT))    AS any_seconds
+    FROM {{ stays }}
+    GROUP BY user_id, region_id
+),
+finest_pairs AS (
+    SELECT DISTINCT user_id, place_category AS category, region_id
+    FROM {{ stays }}
+    WHERE array_contains($place_categories, place_category)
 ),
 -- Only a user with more place stays than $max_pairs can have more pairs than that at any
 -- level: the pseudo-random choice (a sort per user and level) is made for those users
@@ -43,9 +54,10 @@ heavy_users AS (
     HAVING count(*) > $max_pairs
 ),
 place_pairs AS (
-    SELECT DISTINCT user_id, level, category, region_id
-    FROM stays_by_level
-    WHERE array_contains($place_categories, category)
+    SELECT DISTINCT p.user_id, a.level, p.category, a.region_id
+    FROM finest_pairs AS p
+    JOIN ancestors AS a ON a.finest_region_id = p.region_id
+    WHERE array_contains($levels, a.level)
 ),
 place_pairs_flagged AS (
     SELECT p.user_id, p.level, p.category, p.region_id, h.user_id IS NOT NULL AS heavy
@@ -73,12 +85,14 @@ places AS (
     WHERE pair_rank <= $max_pairs
 ),
 hours_by_region AS (
-    SELECT user_id, level, region_id,
-           sum(dwell_seconds) FILTER (WHERE category = 'workplace')   AS work_seconds,
-           sum(dwell_seconds) FILTER (WHERE category = 'residential') AS home_seconds,
-           sum(dwell_seconds)                                        AS any_seconds
-    FROM stays_by_level
-    GROUP BY user_id, level, region_id
+    SELECT f.user_id, a.level, a.region_id,
+           sum(f.work_seconds) AS work_seconds,
+           sum(f.home_seconds) AS home_seconds,
+           sum(f.any_seconds)  AS any_seconds
+    FROM finest_hours AS f
+    JOIN ancestors AS a ON a.finest_region_id = f.region_id
+    WHERE array_contains($levels, a.level)
+    GROUP BY f.user_id, a.level, a.region_id
 ),
 -- Each user-day and level has one region per metric: the region with the most seconds of
 -- it (work, home, any), ties broken by the pseudo-random key. A user present in one region
