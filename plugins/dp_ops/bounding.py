@@ -7,6 +7,8 @@ The output is true and private: only the noise step reads it.
 
 from __future__ import annotations
 
+import math
+import uuid
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dp_ops.execution import ExecutionSettings, load_execution_settings
 from dp_ops.ingest import IngestError
@@ -79,13 +82,45 @@ def _bound_to(root: DataRoot, clean: Path, target: Path,
     if shard is not None:
         relation = "(" + render_sql("shard_stays", rows=relation) + ")"
         params |= {"shards": settings.bounding_shards, "shard": shard}
+    parts = duckdb_parts(clean, settings)
     con = duckdb_connection(root, settings)
     try:
         register_ancestors(con, anc)
-        atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(relation)), target,
-                               params)
+        if parts == 1:
+            atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(relation)), target,
+                                   params)
+            return
+        # A big day is bounded in user parts, one after the other, so that DuckDB's memory
+        # (and spilling) is that of one part: bounding is per user, so the parts' cell sums
+        # add up to the whole day's exactly, whatever the split.
+        partials = [target.parent / f".part-{k:04d}-of-{parts:04d}-{uuid.uuid4().hex}.parquet"
+                    for k in range(parts)]
+        try:
+            for k, partial in enumerate(partials):
+                part = (f"(SELECT * FROM {relation} AS r "
+                        f"WHERE hash(r.user_id) % {parts} = {k})")
+                atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(part)), partial,
+                                       params)
+            atomic_copy_to_parquet(con, _sum_partials_sql(), target,
+                                   {"parts": [str(x) for x in partials]})
+        finally:
+            for partial in partials:
+                partial.unlink(missing_ok=True)
     finally:
         con.close()
+
+
+def duckdb_parts(clean: Path, settings: ExecutionSettings) -> int:
+    """How many user parts DuckDB bounds a day in: one per ``duckdb_rows_per_part`` input
+    rows (from the Parquet footer, no scan)."""
+    rows = pq.ParquetFile(clean).metadata.num_rows
+    return max(1, math.ceil(rows / settings.duckdb_rows_per_part))
+
+
+def _sum_partials_sql() -> str:
+    return render_sql("aggregate_cells", contributions=(
+        "(SELECT level, region_id, metric, value "
+        "FROM read_parquet($parts, hive_partitioning=false))"))
 
 
 def combine_shards(root: DataRoot, report: str, day: date, shards: int) -> Path:
@@ -103,10 +138,8 @@ def combine_shards(root: DataRoot, report: str, day: date, shards: int) -> Path:
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
-        query = render_sql("aggregate_cells", contributions=(
-            "(SELECT level, region_id, metric, value "
-            "FROM read_parquet($parts, hive_partitioning=false))"))
-        atomic_copy_to_parquet(con, query, target, {"parts": [str(p) for p in parts]})
+        atomic_copy_to_parquet(con, _sum_partials_sql(), target,
+                               {"parts": [str(p) for p in parts]})
     finally:
         con.close()
     return target

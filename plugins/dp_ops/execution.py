@@ -13,6 +13,9 @@ named by ``DP_EXECUTION_CONFIG`` (same field names, lower case), the environment
 ``DP_DUCKDB_MEMORY_LIMIT``  DuckDB's memory limit per bounding task (default ``1GB``);
                             beyond it DuckDB spills to ``work/tmp`` under the data root
 ``DP_DUCKDB_THREADS``       DuckDB threads per task (default: DuckDB's, one per core)
+``DP_DUCKDB_ROWS_PER_PART`` a day with more input rows is bounded by DuckDB in user parts
+                            of about this many rows, one after the other (default
+                            2,000,000), which keeps memory flat as days grow
 ``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
 ``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
 ==========================  =============================================================
@@ -38,6 +41,7 @@ class ExecutionSettings:
     bounding_shards: int = 1
     duckdb_memory_limit: str = "1GB"
     duckdb_threads: int | None = None
+    duckdb_rows_per_part: int = 2_000_000
     spark_master: str = "local[2]"
     spark_remote: str | None = None
 
@@ -49,13 +53,16 @@ class ExecutionSettings:
                 <= MAX_SHARDS):
             raise ConfigError(f"execution setting bounding_shards={self.bounding_shards!r}: "
                               f"expected an integer in [1, {MAX_SHARDS}]")
+        if not (isinstance(self.duckdb_rows_per_part, int) and self.duckdb_rows_per_part >= 1):
+            raise ConfigError("execution setting duckdb_rows_per_part="
+                              f"{self.duckdb_rows_per_part!r}: expected an integer >= 1")
         if self.duckdb_threads is not None and not (
                 isinstance(self.duckdb_threads, int) and self.duckdb_threads >= 1):
             raise ConfigError(f"execution setting duckdb_threads={self.duckdb_threads!r}: "
                               "expected an integer >= 1")
 
 
-_INT_FIELDS = {"bounding_shards", "duckdb_threads"}
+_INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part"}
 
 
 def load_execution_settings(environ: dict[str, str] | None = None) -> ExecutionSettings:

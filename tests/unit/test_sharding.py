@@ -113,3 +113,30 @@ def test_shard_out_of_range_and_bad_settings_are_named(root: DataRoot,
         load_execution_settings({"DP_ENGINE": "polars"})
     with pytest.raises(ConfigError, match="bounding_shards=0"):
         load_execution_settings({"DP_BOUNDING_SHARDS": "0"})
+
+
+@pytest.mark.parametrize("report", ["mobility", "symptoms"])
+def test_a_big_day_bounded_in_user_parts_equals_one_pass(root: DataRoot, report: str,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """DuckDB bounds a day with more than duckdb_rows_per_part rows in user parts, one after
+    the other (flat memory); the cell sums are exactly those of one pass."""
+    from dp_ops.bounding import duckdb_parts
+
+    fn, cfg = {"mobility": (bound_mobility, MobilityConfig()),
+               "symptoms": (bound_symptoms, SymptomsConfig())}[report]
+    _settings(monkeypatch, 1)
+    monkeypatch.delenv("DP_DUCKDB_ROWS_PER_PART", raising=False)
+    fn(root, cfg, DAY)  # type: ignore[operator]
+    one_pass = _cells(root.bounded_file(report, DAY))
+    monkeypatch.setenv("DP_DUCKDB_ROWS_PER_PART", "1500")
+    source = "location_history" if report == "mobility" else "search_activity"
+    parts = duckdb_parts(root.clean_partition(source, DAY) / "part.parquet",
+                         load_execution_settings())
+    assert parts >= 3
+    root.bounded_file(report, DAY).unlink()
+    fn(root, cfg, DAY)  # type: ignore[operator]
+    pd.testing.assert_frame_equal(_cells(root.bounded_file(report, DAY)), one_pass)
+    leftovers = [p.name for p in root.bounded_file(report, DAY).parent.iterdir()
+                 if p.name.startswith(".")]
+    assert leftovers == []
