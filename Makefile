@@ -55,3 +55,23 @@ constraints: venv
 
 clean:
 	rm -rf data airflow_home .pytest_cache .hypothesis
+
+# Benchmark (benchmarks/README.md): our public-places step against PipelineDP, OpenDP and a
+# non-private DuckDB floor on one synthetic day of 1M, 4M and 16M stays, plus the noise
+# sampler and one whole pipeline day (~10 min). Quick run: make bench BENCH_ARGS="--sizes 250k,1M"
+PEERS_VENV := benchmarks/.venv-peers
+BENCH_ARGS ?=
+
+.PHONY: bench bench-peers
+
+bench-peers: $(PEERS_VENV)/.installed
+
+# the peer libraries get their own venv: they pin polars 1.36.1 and must not touch .venv
+$(PEERS_VENV)/.installed: benchmarks/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r benchmarks/requirements-peers.txt
+	touch $@
+
+bench: venv bench-peers
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
