@@ -23,13 +23,13 @@ named by ``DP_EXECUTION_CONFIG`` (same field names, lower case), the environment
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from dp_ops.config import ConfigError
+from dp_ops.settings import json_object
 
 ENGINES = ("duckdb", "spark")
 MAX_SHARDS = 4096
@@ -65,22 +65,17 @@ class ExecutionSettings:
 _INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part"}
 
 
-def load_execution_settings(environ: dict[str, str] | None = None) -> ExecutionSettings:
+def load_execution_settings(environ: Mapping[str, str] | None = None) -> ExecutionSettings:
     """Defaults, then ``DP_EXECUTION_CONFIG``'s JSON object, then ``DP_<FIELD>`` variables."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    path = env.get("DP_EXECUTION_CONFIG")
-    if path:
-        try:
-            loaded = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"DP_EXECUTION_CONFIG={path!r}: cannot read JSON: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"DP_EXECUTION_CONFIG={path!r}: expected a JSON object")
+    loaded = json_object("DP_EXECUTION_CONFIG", env)
+    if loaded is not None:
         known = {f.name for f in fields(ExecutionSettings)}
         for key in loaded:
             if key not in known:
-                raise ConfigError(f"DP_EXECUTION_CONFIG={path!r}: unknown field {key!r}")
+                raise ConfigError(f"DP_EXECUTION_CONFIG={env['DP_EXECUTION_CONFIG']!r}: "
+                                  f"unknown field {key!r}")
         values.update(loaded)
     for f in fields(ExecutionSettings):
         raw = env.get(f"DP_{f.name.upper()}")

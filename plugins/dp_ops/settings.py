@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ def ledger(root: DataRoot | None = None) -> str:
     return ledger_url(root or data_root())
 
 
-def _json_object(variable: str) -> dict[str, Any] | None:
-    path = os.environ.get(variable)
+def json_object(variable: str, environ: Mapping[str, str] | None = None
+                ) -> dict[str, Any] | None:
+    """The JSON object in the file named by environment ``variable``, or ``None`` if unset."""
+    path = (os.environ if environ is None else environ).get(variable)
     if not path:
         return None
     try:
@@ -40,13 +43,13 @@ def _json_object(variable: str) -> dict[str, Any] | None:
 
 def load_mobility_config() -> MobilityConfig:
     """Defaults, overridden by the JSON file named in ``DP_MOBILITY_CONFIG`` if set."""
-    values = _json_object("DP_MOBILITY_CONFIG")
+    values = json_object("DP_MOBILITY_CONFIG")
     return MobilityConfig() if values is None else MobilityConfig.from_mapping(values)
 
 
 def load_symptoms_config() -> SymptomsConfig:
     """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG`` if set."""
-    values = _json_object("DP_SYMPTOMS_CONFIG")
+    values = json_object("DP_SYMPTOMS_CONFIG")
     return SymptomsConfig() if values is None else SymptomsConfig.from_mapping(values)
 
 

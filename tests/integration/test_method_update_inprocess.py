@@ -45,11 +45,12 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
     original = mobility_bounding.bound_day
 
-    def bound_with_new_method(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
+    def bound_with_new_method(root: DataRoot, cfg: MobilityConfig, day: date, *,
+                              shard: int | None = None) -> StepResult:
         # Production from the effective date runs the new method: its bounded aggregates
         # are the old ones recomputed by the new method (the same recomputation the update
         # applies to the comparison window).
-        result = original(root, cfg, day)
+        result = original(root, cfg, day, shard=shard)
         if day >= EFFECTIVE:
             path = root.bounded_file("mobility", day)
             new = NEW_METHOD.recompute(pq.read_table(path).to_pandas())

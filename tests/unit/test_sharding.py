@@ -115,6 +115,22 @@ def test_shard_out_of_range_and_bad_settings_are_named(root: DataRoot,
         load_execution_settings({"DP_BOUNDING_SHARDS": "0"})
 
 
+def test_execution_settings_from_a_json_file_and_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "execution.json"
+    config.write_text('{"bounding_shards": 4, "duckdb_memory_limit": "2GB"}')
+    settings = load_execution_settings({"DP_EXECUTION_CONFIG": str(config),
+                                        "DP_BOUNDING_SHARDS": "8"})
+    assert (settings.bounding_shards, settings.duckdb_memory_limit) == (8, "2GB")
+    config.write_text('{"shards": 4}')
+    from dp_ops.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown field 'shards'"):
+        load_execution_settings({"DP_EXECUTION_CONFIG": str(config)})
+    config.write_text("[1]")
+    with pytest.raises(ConfigError, match="expected a JSON object"):
+        load_execution_settings({"DP_EXECUTION_CONFIG": str(config)})
+
+
 @pytest.mark.parametrize("report", ["mobility", "symptoms"])
 def test_a_big_day_bounded_in_user_parts_equals_one_pass(root: DataRoot, report: str,
                                                          monkeypatch: pytest.MonkeyPatch
