@@ -31,6 +31,7 @@ collects or shows rows or values; only paths and the query text can appear in er
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -111,6 +112,9 @@ def spark_session(settings: ExecutionSettings) -> SparkSession:
     a Spark Connect session (``spark_remote``), else a new one on ``spark_master``."""
     from pyspark.sql import SparkSession
 
+    # py4j logs every connection at INFO, also from __del__ at interpreter exit, when the
+    # log stream may already be closed ("--- Logging error ---" at the end of a test run)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
