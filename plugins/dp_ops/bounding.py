@@ -65,29 +65,30 @@ def duckdb_connection(root: DataRoot, settings: ExecutionSettings) -> duckdb.Duc
     return con
 
 
-def _bound_to(root: DataRoot, clean: Path, target: Path,
+def _shard_rows(relation: str, params: dict[str, object], settings: ExecutionSettings,
+                shard: int | None, dialect: str) -> tuple[str, dict[str, object]]:
+    """``relation`` restricted to one user shard (unchanged when unsharded)."""
+    if shard is None:
+        return relation, params
+    rows = "(" + render_sql("shard_stays", rows=relation, dialect=dialect) + ")"
+    return rows, params | {"shards": settings.bounding_shards, "shard": shard}
+
+
+def _bound_to(root: DataRoot, clean: Path, target: Path, anc: pd.DataFrame,
               contributions_sql: Callable[[str], str], params: dict[str, object],
               settings: ExecutionSettings, shard: int | None) -> None:
-    from dp_ops.geography import ancestors, read_regions
-
-    anc = ancestors(read_regions(root.regions_csv))
     if settings.engine == "spark":
         # The same SQL over a Spark view of the clean file (shard_stays.sql parses hex in
         # Spark's dialect); spark_engine turns the $name parameters into Spark's :name.
         from dp_ops.spark_engine import CLEAN_VIEW, copy_query_to_parquet
 
-        relation = CLEAN_VIEW
-        if shard is not None:
-            relation = "(" + render_sql("shard_stays", rows=relation, dialect="spark") + ")"
-            params = params | {"shards": settings.bounding_shards, "shard": shard}
+        relation, params = _shard_rows(CLEAN_VIEW, params, settings, shard, "spark")
         copy_query_to_parquet(settings, aggregate_sql(contributions_sql(relation)), params,
                               anc, target, clean_file=clean)
         return
-    relation = "read_parquet($clean_file, hive_partitioning=false)"
-    params = params | {"clean_file": str(clean)}
-    if shard is not None:
-        relation = "(" + render_sql("shard_stays", rows=relation) + ")"
-        params |= {"shards": settings.bounding_shards, "shard": shard}
+    relation, params = _shard_rows("read_parquet($clean_file, hive_partitioning=false)",
+                                   params | {"clean_file": str(clean)}, settings, shard,
+                                   "duckdb")
     parts = duckdb_parts(clean, settings)
     con = duckdb_connection(root, settings)
     try:
@@ -169,17 +170,20 @@ def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
     if shard is not None and not 0 <= shard < shards:
         raise ValueError(f"shard={shard!r}: expected 0..{shards - 1} "
                          f"(bounding_shards={shards})")
+    from dp_ops.geography import ancestors, read_regions
+
+    anc = ancestors(read_regions(root.regions_csv))  # public: the region tree
     engine = settings.engine
     if shards == 1:
         target: Path = root.bounded_file(report, day)
-        _bound_to(root, clean, target, contributions_sql, params, settings, None)
+        _bound_to(root, clean, target, anc, contributions_sql, params, settings, None)
         return StepResult(f"bounded contributions for {day} ({engine}); private cell sums "
                           f"in {target}", (str(target),))
     todo = range(shards) if shard is None else [shard]
     written = []
     for k in todo:
         part = shard_file(root, report, day, k, shards)
-        _bound_to(root, clean, part, contributions_sql, params, settings, k)
+        _bound_to(root, clean, part, anc, contributions_sql, params, settings, k)
         written.append(str(part))
     if shard is None:
         target = combine_shards(root, report, day, shards)

@@ -50,7 +50,6 @@ class ReportStepOperator(BaseOperator):
         rt = resolve(self.report)
         if self.step == "ingest":
             result = rt.steps.ingest(rt.root, rt.cfg, parse_day(self.day))
-            shards = list(range(load_execution_settings().bounding_shards))
         elif self.step == "bound":
             result = rt.steps.bound(rt.root, rt.cfg, parse_day(self.day),
                                     shard=None if self.shard is None else int(self.shard))
@@ -69,5 +68,5 @@ class ReportStepOperator(BaseOperator):
             # the shard list is what bound_contributions maps over (Airflow maps over
             # return values only); the summary stays readable under its own key
             context["ti"].xcom_push(key="summary", value=result.summary)
-            return shards
+            return list(range(load_execution_settings().bounding_shards))
         return result.summary
