@@ -239,7 +239,9 @@ class Ledger:
 
         ``kind="noise"``: a slot already noised is reused (no spend; a retry or a second
         run); otherwise generation 0 is spent. ``kind="renoise"`` or ``"method_update"``:
-        a new generation is always spent (an explicit, recorded re-noise). Spends that
+        a new generation is spent (an explicit, recorded re-noise), unless the slot's
+        latest spend has that kind and this ``run_id``: that is a retry of the same run
+        (Airflow keeps the run id across retries), which reuses it. Spends that
         would take any date past ``cap`` raise :class:`BudgetExceeded` naming the date, the
         slot, the spent and requested epsilon and the cap; nothing is written then.
         """
@@ -267,6 +269,11 @@ class Ledger:
                 existing = self._slot_spends(conn, r.slot)
                 if kind == "noise" and existing:
                     chosen.append(existing[0])
+                    continue
+                if existing and existing[-1].kind == kind and existing[-1].run_id == run_id:
+                    # the same run asking again: an Airflow retry after a crash between
+                    # this reservation and the store. Its draw was never seen; reuse it.
+                    chosen.append(existing[-1])
                     continue
                 generation = (existing[-1].generation + 1) if existing else 0
                 to_insert.append({

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_ops.config import MetricBudget
+from dp_ops.faults import fault_point
 from dp_ops.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
 from dp_ops.noise import add_discrete_laplace, noise_generator
 from dp_ops.paths import DataRoot
@@ -146,7 +147,10 @@ def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
         "sensitivity": pa.array(np.full(len(cells), budget.sensitivity), pa.int64()),
         "spend_id": pa.array(np.full(len(cells), spend.id), pa.int64()),
     }, schema=NOISE_SCHEMA)
-    return store_first_wins(table, noise_file(root, spend))
+    fault_point("noise.after_draw")
+    stored = store_first_wins(table, noise_file(root, spend))
+    fault_point("noise.after_store")
+    return stored
 
 
 def _read_true_cells(root: DataRoot, report: str, day: date) -> pd.DataFrame:
@@ -186,6 +190,7 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
             plan_requests(plan, regions, day, region if renoise else None),
             run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
             method_version=plan.method_version, reason=reason)
+        fault_point("noise.after_reserve")
         pending = [s for s in reservation.spends if not noise_file(root, s).exists()]
         if pending:
             true_cells = _read_true_cells(root, plan.report, day)
@@ -207,12 +212,20 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
 def load_noisy_cells(root: DataRoot, report: str, day: date,
                      spends: list[Spend]) -> pd.DataFrame:
     """The current noisy value of every cell of ``day``: for each cell, the value of the
-    latest noise or re-noise spend covering it. Raises if a spend's values are missing."""
+    latest noise or re-noise spend covering it. Raises if a spend's values are missing,
+    except for a spend superseded by a later generation of its slot (a re-noise whose run
+    died before storing, then asked for again by a new run: paid for, never seen)."""
     frames = []
+    latest: dict[object, int] = {}
+    for spend in spends:
+        if spend.kind in VALUE_KINDS:
+            latest[spend.slot] = max(latest.get(spend.slot, -1), spend.generation)
     for spend in spends:
         if spend.slot.report != report or spend.slot.day != day or spend.kind not in VALUE_KINDS:
             continue
         path = noise_file(root, spend)
+        if not path.is_file() and spend.generation < latest[spend.slot]:
+            continue
         if not path.is_file():
             raise NoiseNotStored(f"ledger spend {spend.id} ({spend.slot.describe()}) has no "
                                  f"stored noisy values at {path}: rerun the noise step for "

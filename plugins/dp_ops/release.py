@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from dp_ops.faults import fault_point
 from dp_ops.paths import DataRoot
 from dp_ops.storage import write_json_atomic
 
@@ -93,7 +94,9 @@ def promote(root: DataRoot, report: str, files_dir: Path, release_id: str,
     if not target.exists():
         write_json_atomic(files_dir / "manifest.json", manifest)
         target.parent.mkdir(parents=True, exist_ok=True)
+        fault_point("publish.before_rename")
         os.rename(files_dir, target)
+        fault_point("publish.after_rename")
     point_latest(root, report, target, scratch)
     return target
 

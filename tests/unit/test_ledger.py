@@ -235,6 +235,26 @@ def test_renoise_spends_a_new_generation(ledger: Ledger, ledger_url: str) -> Non
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.5)
 
 
+def test_a_retry_of_the_same_renoise_run_reuses_its_spend(ledger: Ledger) -> None:
+    """An Airflow retry keeps the run id: a renoise task killed between its reservation and
+    the store must not pay again when it is retried; a new run does pay again."""
+    reserve_noise(ledger, [SpendRequest(slot(), 0.2)])
+    first = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
+                           cap=CAP, method_version=VERSION, reason="fix")
+    retry = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
+                           cap=CAP, method_version=VERSION, reason="fix")
+    assert retry.new_ids == frozenset() and retry.spends == first.spends
+    assert ledger.spent(REPORT, DAY) == pytest.approx(0.35)
+    other = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-2", kind="renoise",
+                           cap=CAP, method_version=VERSION, reason="fix again")
+    assert other.spends[0].generation == 2 and len(other.new_ids) == 1
+    # the retry reuses only the slot's latest spend, never an older generation
+    late = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
+                          cap=CAP, method_version=VERSION, reason="fix")
+    assert late.spends[0].generation == 3
+    assert ledger.spent(REPORT, DAY) == pytest.approx(0.65)
+
+
 def test_renoise_is_capped(ledger: Ledger, ledger_url: str) -> None:
     reserve_noise(ledger, [SpendRequest(slot(), 0.9)])
     rows = raw_rows(ledger_url)

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import dp_ops
 from dp_ops import release
 from dp_ops.config import MobilityConfig
+from dp_ops.faults import fault_point
 from dp_ops.ledger import Ledger
 from dp_ops.mobility.estimates import CATEGORIES
 from dp_ops.mobility.noising import REPORT
@@ -81,6 +82,7 @@ def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict
     """Global CSV and Parquet, and per-year, per-country CSVs; returns their checksums."""
     target.mkdir(parents=True, exist_ok=True)
     write_csv(published, target / GLOBAL_CSV)
+    fault_point("release.mid_write")
     pq.write_table(pa.Table.from_pandas(published, preserve_index=False),
                    target / GLOBAL_PARQUET)
     years = published["date"].str.slice(0, 4)

@@ -15,6 +15,7 @@ so a published value is always c x ratio with the c that is stored.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from datetime import date, timedelta
@@ -27,6 +28,7 @@ import pyarrow.parquet as pq
 
 import dp_ops
 from dp_ops.config import SymptomsConfig
+from dp_ops.faults import fault_point
 from dp_ops.ingest import read_symptoms
 from dp_ops.ledger import Ledger
 from dp_ops.paths import DataRoot
@@ -92,6 +94,7 @@ def write_release_files(candidate: Candidate, code: str, target: Path) -> dict[s
     target.mkdir(parents=True, exist_ok=True)
     for name, frame in file_names(candidate, code).items():
         write_csv(frame, target / f"{name}.csv")
+        fault_point("release.mid_write")
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
                        target / f"{name}.parquet")
     pq.write_table(pa.Table.from_pandas(candidate.resolutions[["region_id", "symptom",
@@ -237,7 +240,9 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         if current and current["last_date"] > staged["last_date"]:
             return StepResult(f"kept release {current['release_id']}: it already covers "
                               f"{current['last_date']}, later than this run's {last}")
-        digest = sha256_file(stage / "staged.json")[:12]
+        # named by content: a rerun that reproduces the same files is the same release
+        digest = hashlib.sha256(json.dumps(staged["files"], sort_keys=True).encode()
+                                ).hexdigest()[:12]
         release_id = f"{last.isoformat()}-{digest}"
         manifest = {
             "report": REPORT,
@@ -261,6 +266,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
             "gate": staged["gate"],
         }
         _store_scaling(root, read_scaling(root), staged["new_scaling"])
+        fault_point("publish.after_scaling")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published symptoms release {release_id} ({first}..{last}; "
