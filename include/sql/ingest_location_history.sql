@@ -10,7 +10,11 @@ WITH typed AS (
         CAST(place_category AS VARCHAR) AS place_category,
         TRY_CAST(dwell_hours AS DOUBLE) AS dwell_hours,
         CAST(dwell_hours AS VARCHAR)    AS dwell_hours_text,
-        {% if has_date %}TRY_CAST("date" AS DATE){% else %}CAST($day AS DATE){% endif %} AS row_date,
+        {% if has_date %}
+        -- $dated_files: the files with a date column; the others' rows take the day
+        CASE WHEN list_contains($dated_files, filename) THEN TRY_CAST("date" AS DATE)
+             ELSE CAST($day AS DATE) END
+        {%- else %}CAST($day AS DATE){% endif %} AS row_date,
         filename                        AS source_file,
         file_row_number                 AS source_row
     FROM {{ source }}
@@ -45,10 +49,13 @@ judged AS (
     LEFT JOIN stay_categories sc ON sc.category = t.place_category
 ),
 deduplicated AS (
+    -- copies are counted among the rows that pass only: a valid row is never rejected as
+    -- a copy of a row that is itself quarantined (say, for its date)
     SELECT
         *,
         row_number() OVER (
-            PARTITION BY user_id, region_id, place_id, place_category, dwell_hours
+            PARTITION BY reason IS NULL, user_id, region_id, place_id, place_category,
+                         dwell_hours
             ORDER BY source_file, source_row
         ) AS copy_number
     FROM judged

@@ -9,7 +9,11 @@ WITH typed AS (
         CAST(user_id AS VARCHAR)   AS user_id,
         CAST(region_id AS VARCHAR) AS region_id,
         CAST(symptom AS VARCHAR)   AS symptom,
-        {% if has_date %}TRY_CAST("date" AS DATE){% else %}CAST($day AS DATE){% endif %} AS row_date,
+        {% if has_date %}
+        -- $dated_files: the files with a date column; the others' rows take the day
+        CASE WHEN list_contains($dated_files, filename) THEN TRY_CAST("date" AS DATE)
+             ELSE CAST($day AS DATE) END
+        {%- else %}CAST($day AS DATE){% endif %} AS row_date,
         filename                   AS source_file,
         file_row_number            AS source_row
     FROM {{ source }}

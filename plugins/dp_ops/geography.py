@@ -233,6 +233,9 @@ def _where(i: int, df: pd.DataFrame) -> str:
 
 def validate_regions(df: pd.DataFrame, source: str = "<region table>") -> None:
     """Check the tree invariants the reports rely on; raise ``RegionTableError``."""
+    if df.empty:
+        # every stay would be quarantined as an unknown region: an empty report, no error
+        raise RegionTableError(f"{source}: the region table has no regions")
     ids = df["region_id"].tolist()
     for i, region_id in enumerate(ids):
         if region_id == "":
@@ -250,7 +253,8 @@ def validate_regions(df: pd.DataFrame, source: str = "<region table>") -> None:
 
 
 def _check_areas(df: pd.DataFrame, source: str) -> None:
-    for i, area in enumerate(df["area_km2"].to_numpy(dtype="float64")):
+    # plain floats: a numpy scalar would print as np.float64(...) in the message
+    for i, area in enumerate(df["area_km2"].astype("float64").tolist()):
         if not (math.isfinite(area) and area > 0):
             raise RegionTableError(
                 f"{source}: {_where(i, df)}: area_km2={area!r} must be a finite number > 0"

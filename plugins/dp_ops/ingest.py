@@ -1,11 +1,19 @@
 """Ingestion: validate one day's raw partition, split it into clean rows and quarantine.
 
 Contract (SPEC section 3). File-level problems fail the task with a message naming the
-file: a missing partition, a partition with no Parquet file, a file that cannot be read
-(truncated, corrupt, not Parquet), a missing or unexpected column, a column of the wrong
-type. Row-level problems send the row to ``quarantine/<source>/date=D/rows.parquet`` with
-its reason, file and row number; such rows never reach an aggregate. Every input row lands
-in exactly one of the two outputs, so nothing is lost.
+file: a missing partition, a partition with no Parquet file or with a non-Parquet file, a
+file that cannot be read (zero bytes, truncated, corrupt footer or data page, not
+Parquet), a missing, unexpected or repeated column, a column of the wrong type. A file
+with no rows is valid and adds nothing. Row-level problems send the row to
+``quarantine/<source>/date=D/rows.parquet`` with its reason, file and row number; such
+rows never reach an aggregate. Every input row lands in exactly one of the two outputs, so
+nothing is lost. ``tests/data/bad/`` holds a corpus of bad inputs with the outcome of each.
+
+A file may carry an optional ``date`` column (a date, a naive timestamp or ISO text): its
+rows must fall on the partition's day (a null or unparsable date is outside it). Rows of a
+file without the column take the partition's day. Location history rows repeated exactly
+are kept once (the copies are quarantined as duplicates of a clean row); repeated searches
+are kept, as a second search of the same thing.
 
 Logs and summaries name paths and reasons, never rows, ids or counts of people.
 """
@@ -71,6 +79,12 @@ def _is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
 
 
+def _is_date(t: pa.DataType) -> bool:
+    # a zoned timestamp's day depends on the reader's time zone, so it is refused
+    return (pa.types.is_date(t) or (pa.types.is_timestamp(t) and t.tz is None)
+            or _is_string(t))
+
+
 def check_file_schema(path: Path, schema: SourceSchema) -> bool:
     """Raise :class:`IngestError` naming ``path`` unless its columns match ``schema``.
 
@@ -83,6 +97,9 @@ def check_file_schema(path: Path, schema: SourceSchema) -> bool:
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise IngestError(f"cannot read Parquet file {path}: {exc}") from exc
     names = file_schema.names
+    repeated = sorted({c for c in names if names.count(c) > 1})
+    if repeated:
+        raise IngestError(f"{path}: repeated column(s) {repeated}")
     missing = [c for c in schema.required if c not in names]
     if missing:
         raise IngestError(f"{path}: missing required column(s) {missing}; "
@@ -100,6 +117,9 @@ def check_file_schema(path: Path, schema: SourceSchema) -> bool:
         t = file_schema.field(col).type
         if not _is_numeric(t):
             raise IngestError(f"{path}: column {col!r} has type {t}, expected a number")
+    if "date" in names and not _is_date(file_schema.field("date").type):
+        raise IngestError(f"{path}: column 'date' has type {file_schema.field('date').type}, "
+                          "expected a date, a timestamp without time zone or ISO text")
     return "date" in names
 
 
@@ -139,21 +159,16 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
             lookups: dict[str, tuple[str, Iterable[str]]]) -> StepResult:
     source_name = spec.schema.name
     files = partition_files(root, source_name, day)
-    has_date = [check_file_schema(f, spec.schema) for f in files]
+    dated = {f: check_file_schema(f, spec.schema) for f in files}
     con = duckdb.connect()
     try:
         _lookup_tables(con, lookups)
-        # hive_partitioning=false: the path's date=... must not overwrite a date column
-        source = ("read_parquet($files, filename=true, file_row_number=true, "
-                  "hive_partitioning=false, union_by_name=true)")
-        query = render_sql(spec.sql, source=source, has_date=any(has_date))
-        params = {"files": [str(f) for f in files], "day": day.isoformat(),
-                  "max_id_length": MAX_ID_LENGTH}
+        query, params = _judging_query(spec.sql, day, dated)
         try:
             con.execute(f"CREATE TEMP TABLE judged AS {query}", params)
         except duckdb.Error as exc:
-            part = root.raw_partition(source_name, day)
-            raise IngestError(f"cannot read raw partition {part}: {exc}") from exc
+            raise _unreadable(con, spec.sql, day, dated,
+                              root.raw_partition(source_name, day), exc) from exc
         clean = root.clean_partition(source_name, day) / "part.parquet"
         quarantine = root.quarantine_partition(source_name, day) / "rows.parquet"
         atomic_copy_to_parquet(
@@ -173,7 +188,7 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
         con.close()
     # Row counts stay in the private work area; the summary names reasons and paths only.
     write_json_atomic(clean.parent / "ingest_report.json",
-                      {"date": day.isoformat(), "files": [str(f) for f in files],
+                      {"date": day.isoformat(), "files": [str(f) for f in dated],
                        "rows_by_outcome": counts})
     if reasons:
         return StepResult(f"ingested {spec.label} for {day}: clean rows in {clean.parent}; "
@@ -181,6 +196,40 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
                           (str(clean),))
     return StepResult(f"ingested {spec.label} for {day}: clean rows in {clean.parent}",
                       (str(clean),))
+
+
+def _judging_query(sql: str, day: date, dated: dict[Path, bool]
+                   ) -> tuple[str, dict[str, object]]:
+    """The judging query of ``sql`` over ``dated`` (each file mapped to whether it has a
+    ``date`` column), and its bind parameters."""
+    # hive_partitioning=false: the path's date=... must not overwrite a date column
+    source = ("read_parquet($files, filename=true, file_row_number=true, "
+              "hive_partitioning=false, union_by_name=true)")
+    has_date = any(dated.values())
+    params: dict[str, object] = {"files": [str(f) for f in dated], "day": day.isoformat(),
+                                 "max_id_length": MAX_ID_LENGTH}
+    if has_date:
+        # rows of a file without the column take the partition's day
+        params["dated_files"] = [str(f) for f, d in dated.items() if d]
+    return render_sql(sql, source=source, has_date=has_date), params
+
+
+def _unreadable(con: duckdb.DuckDBPyConnection, sql: str, day: date,
+                dated: dict[Path, bool], part: Path, exc: duckdb.Error) -> IngestError:
+    """The error for a partition DuckDB could not read, naming the file at fault.
+
+    The footers were fine (``check_file_schema``), so a data page is corrupt: the query is
+    rerun file by file (only on this failure path) to find which."""
+    for f, has_date in dated.items():
+        query, params = _judging_query(sql, day, {f: has_date})
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE probe AS {query}", params)
+        except duckdb.Error as file_exc:
+            return IngestError(f"cannot read Parquet file {f}: {file_exc}")
+        finally:
+            con.execute("DROP TABLE IF EXISTS probe")
+    return IngestError(f"cannot read raw partition {part} (files "
+                       f"{[f.name for f in dated]}): {exc}")
 
 
 def _finest_regions(root: DataRoot) -> set[str]:
