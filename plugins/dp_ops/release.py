@@ -78,6 +78,15 @@ def current_release(root: DataRoot, report: str) -> dict[str, Any] | None:
     return dict(json.loads(manifest.read_text()))
 
 
+def content_release_id(last: date, *parts: Any) -> str:
+    """``<last date>-<12 hex>`` named by what the release holds: its files' checksums and
+    whatever else its manifest states (epsilon accounting, method updates). A rerun that
+    reproduces them is the same release; a re-noise that changes only the accounting (say,
+    of a region whose cells are all suppressed) is a new one, with its own manifest."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
+    return f"{last.isoformat()}-{digest.hexdigest()[:12]}"
+
+
 def point_latest(root: DataRoot, report: str, release: Path, scratch: Path) -> None:
     link_tmp = scratch / "latest.symlink"
     if link_tmp.is_symlink() or link_tmp.exists():

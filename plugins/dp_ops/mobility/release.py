@@ -10,7 +10,6 @@ release or the new one, never a mix. A failed gate leaves ``latest`` where it wa
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from datetime import date, timedelta
@@ -33,6 +32,7 @@ from dp_ops.paths import DataRoot
 from dp_ops.release import (
     PublishRefused,
     checksums,
+    content_release_id,
     current_release,
     epsilon_summary,
     promote,
@@ -192,10 +192,8 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                              f"user-day of {epsilon['per_user_day_max']}, over the cap "
                              f"{cfg.cap:.4f}; not published")
     updates = method_updates_in_effect(root, last)
-    # the same CSV under another method-update state is another release (its manifest
-    # differs), so the id covers both
-    content = staged["files"][GLOBAL_CSV]["sha256"] + json.dumps(updates, sort_keys=True)
-    release_id = f"{last.isoformat()}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
+    # the same files under another method-update or accounting state are another release
+    release_id = content_release_id(last, staged["files"], updates, epsilon)
     manifest = {
         "report": REPORT,
         "release_id": release_id,

@@ -15,7 +15,6 @@ so a published value is always c x ratio with the c that is stored.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from datetime import date, timedelta
@@ -35,6 +34,7 @@ from dp_ops.paths import DataRoot
 from dp_ops.release import (
     PublishRefused,
     checksums,
+    content_release_id,
     current_release,
     epsilon_summary,
     promote,
@@ -240,10 +240,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         if current and current["last_date"] > staged["last_date"]:
             return StepResult(f"kept release {current['release_id']}: it already covers "
                               f"{current['last_date']}, later than this run's {last}")
-        # named by content: a rerun that reproduces the same files is the same release
-        digest = hashlib.sha256(json.dumps(staged["files"], sort_keys=True).encode()
-                                ).hexdigest()[:12]
-        release_id = f"{last.isoformat()}-{digest}"
+        release_id = content_release_id(last, staged["files"], epsilon)
         manifest = {
             "report": REPORT,
             "release_id": release_id,
