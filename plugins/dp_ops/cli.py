@@ -1,7 +1,9 @@
 """``python -m dp_ops``: generate demo data, run a report in-process, print the ledger.
 
-Errors print one clear line (``error: ...``) and exit with status 2; ``--verbose`` shows
-the traceback.
+Errors print one clear line (``error: ...``) and the path of the log file holding the
+detail (``<data root>/logs/dp_ops.log``: every step summary and the traceback; like every
+log of this project it names paths and counts of cells, never rows, ids or un-noised
+values). Exit status 2; ``--verbose`` also shows the detail on the terminal.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import date, timedelta
+from pathlib import Path
 from typing import Any
 
 from dp_ops import settings
@@ -144,17 +147,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def open_log_file() -> Path | None:
+    """Send this run's log (INFO and up, tracebacks included) to ``<data root>/logs/
+    dp_ops.log``; ``None`` if that cannot be written (the terminal still gets the error)."""
+    try:
+        path = settings.data_root().root / "logs" / "dp_ops.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger().addHandler(handler)
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(message)s")
+    console = logging.StreamHandler()
+    console.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    console.setFormatter(logging.Formatter(LOG_FORMAT))
+    if not args.verbose:  # the error line below says it; the traceback is in the file
+        console.addFilter(lambda record: not record.exc_info)
+    logging.getLogger().addHandler(console)
+    logging.getLogger().setLevel(logging.INFO)
+    log_file = open_log_file()
+    log.info("python -m dp_ops %s", args.command)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # one clear line; details with --verbose
-        if args.verbose:
-            log.exception("failed")
+    except Exception as exc:  # one clear line; the detail goes to the log file
+        log.exception("failed: %s", exc)  # on the terminal too with --verbose
         print(f"error: {exc}", file=sys.stderr)
+        if log_file is not None:
+            print(f"  (details: {log_file})", file=sys.stderr)
         return 2

@@ -1,0 +1,53 @@
+"""``python -m dp_ops``: one clear error line on the terminal, the detail in the log file."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dp_ops import cli
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[len(handlers):]:
+        handler.close()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_an_error_is_one_line_and_the_traceback_goes_to_the_log(
+        dp_data_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["run", "mobility", "--start", "2020-01-01", "--end", "2020-01-01"])
+    err = capsys.readouterr().err
+    assert code == 2
+    log_file = dp_data_root / "logs" / "dp_ops.log"
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: ") and "regions.csv" in lines[0]
+    assert lines[1:] == [f"  (details: {log_file})"]
+    assert "Traceback" not in err
+    detail = log_file.read_text()
+    assert "Traceback (most recent call last)" in detail and "regions.csv" in detail
+
+
+def test_verbose_shows_the_traceback_on_the_terminal_too(
+        dp_data_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["--verbose", "run", "mobility", "--start", "2020-01-02",
+                     "--end", "2020-01-01"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: --end 2020-01-01 is before --start 2020-01-02" in err
+    assert "Traceback (most recent call last)" in err
+
+
+def test_a_bad_argument_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "mobility", "--start", "2020-02-30", "--end", "2020-03-01"])
+    assert exit_info.value.code == 2
+    assert "'2020-02-30' is not a date (YYYY-MM-DD)" in capsys.readouterr().err
