@@ -1,0 +1,551 @@
+"""The Docker Compose deployment: docker-compose.yaml, Dockerfile, .dockerignore,
+.env.example and docker/.
+
+The build machine has no Docker engine, so the stack is checked statically: the compose
+file is parsed (PyYAML resolves its anchors and ``<<`` merges as Compose does) and its
+``${VAR}`` references are interpolated here with ``.env.example``, using the Compose rules
+for the forms the file uses (``${VAR:-default}``, ``${VAR:?error}``, ``$$``). The
+airflow-init script is run with the image's entrypoint and ``chown`` stubbed out.
+``docker compose config`` runs too when the Compose plugin is installed (no engine
+needed); otherwise that one test is skipped and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping
+from fnmatch import fnmatch
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yaml"
+ENV_EXAMPLE = REPO / ".env.example"
+
+AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+                    "airflow-triggerer", "airflow-worker", "airflow-init")
+REQUIRED_SERVICES = ("postgres", "redis") + AIRFLOW_SERVICES
+# Keys a service may add to the common environment, and why.
+EXTRA_ENV = {
+    "airflow-worker": {"DUMB_INIT_SETSID"},           # Celery warm shutdown
+    "airflow-init": {"_AIRFLOW_DB_MIGRATE",            # the entrypoint migrates the DB
+                     "_AIRFLOW_WWW_USER_USERNAME", "_AIRFLOW_WWW_USER_PASSWORD"},
+    "airflow-cli": {"CONNECTION_CHECK_MAX_COUNT"},
+}
+# Where the repository and the data root are mounted inside every Airflow container.
+DAGS, PLUGINS, INCLUDE = "/opt/airflow/dags", "/opt/airflow/dp_plugins", "/opt/airflow/include"
+CONFIG, DATA = "/opt/airflow/dp_config", "/opt/airflow/data"
+# .env variables that are secrets, and the container variable airflow-init checks for each.
+SECRETS = {
+    "AIRFLOW_JWT_SECRET": "AIRFLOW__API_AUTH__JWT_SECRET",
+    "AIRFLOW_API_SECRET_KEY": "AIRFLOW__API__SECRET_KEY",
+    "AIRFLOW_FERNET_KEY": "AIRFLOW__CORE__FERNET_KEY",
+    "POSTGRES_PASSWORD": "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    "DP_LEDGER_DB_PASSWORD": "DP_LEDGER_URL",
+    "AIRFLOW_ADMIN_PASSWORD": "_AIRFLOW_WWW_USER_PASSWORD",
+}
+PLACEHOLDER = "change-me"
+
+# One Compose interpolation token: an escaped $, a ${NAME[:-|:?]arg}, or any other $ use
+# (bare $NAME, ${NAME:+x}, ...), which the file must not contain so that this test's
+# interpolation stays the same as Compose's.
+_TOKEN = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|:\?)"
+                    r"(?P<arg>[^}]*))?\}|(?P<other>\$.?)")
+
+
+class MissingVariable(LookupError):
+    """A ``${VAR:?message}`` whose variable is unset or empty (Compose refuses to run)."""
+
+
+def interpolate(value: Any, env: Mapping[str, str]) -> Any:
+    """``value`` (a parsed YAML node) with every string interpolated as Compose does."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        if match.group("other") is not None:
+            raise AssertionError(f"unsupported interpolation {match.group(0)!r} in {value!r}")
+        name, op, arg = match.group("name", "op", "arg")
+        current = env.get(name, "")
+        if op == ":?" and not current:
+            raise MissingVariable(f"{name}: {arg}")
+        if op == ":-":
+            return current or arg
+        return current
+
+    return _TOKEN.sub(substitute, value)
+
+
+def strings(node: Any) -> list[str]:
+    """Every string value of a parsed YAML node: what Compose interpolates (comments are
+    gone, and keys are not interpolated)."""
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep, f"{path.name}: not KEY=VALUE: {line!r}"
+            values[key.strip()] = value.strip()
+    return values
+
+
+def volume_map(service: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Container path -> (source, mode) of a service's short-syntax volumes."""
+    mounts = {}
+    for spec in service.get("volumes", []):
+        source, target, *mode = spec.split(":")
+        mounts[target] = (source, mode[0] if mode else "rw")
+    return mounts
+
+
+def good_env() -> dict[str, str]:
+    """.env.example with every placeholder replaced by a fresh random value."""
+    env = read_env_file(ENV_EXAMPLE)
+    return {k: (secrets.token_hex(16) if v.startswith(PLACEHOLDER) else v)
+            for k, v in env.items()}
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict[str, Any]:
+    """The compose file as written (``${VAR}`` not interpolated)."""
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def example_env() -> dict[str, str]:
+    return read_env_file(ENV_EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def compose(raw: dict[str, Any], example_env: dict[str, str]) -> dict[str, Any]:
+    """The compose file as Compose sees it with ``.env.example`` as its ``.env``."""
+    return interpolate(raw, example_env)
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    return compose["services"]
+
+
+def airflow_image_services(raw: dict[str, Any]) -> list[str]:
+    """Every service built from the common block (the required ones, airflow-cli, flower)."""
+    image = raw["x-airflow-common"]["image"]
+    return [name for name, svc in raw["services"].items() if svc.get("image") == image]
+
+
+# ------------------------------------------------------------------------- services ----
+def test_required_services_exist(services: dict[str, Any]) -> None:
+    missing = set(REQUIRED_SERVICES) - set(services)
+    assert not missing, f"docker-compose.yaml lacks services {sorted(missing)}"
+
+
+def test_every_airflow_service_shares_the_common_block(raw: dict[str, Any]) -> None:
+    common = raw["x-airflow-common"]
+    names = airflow_image_services(raw)
+    assert set(AIRFLOW_SERVICES) <= set(names), "an Airflow service has its own image"
+    for name in names:
+        svc = raw["services"][name]
+        assert svc.get("build") == common["build"], name
+        assert svc.get("volumes") == common["volumes"], f"{name}: mounts differ from common"
+        env = svc["environment"]
+        for key, value in common["environment"].items():
+            assert env.get(key) == value, f"{name}: {key}={env.get(key)!r}, common {value!r}"
+        extra = set(env) - set(common["environment"])
+        assert extra <= EXTRA_ENV.get(name, set()), f"{name}: unexpected variables {extra}"
+        expected_user = "0:0" if name == "airflow-init" else common["user"]
+        assert svc.get("user") == expected_user, name
+
+
+def test_common_environment(compose: dict[str, Any], services: dict[str, Any],
+                            example_env: dict[str, str]) -> None:
+    env = compose["x-airflow-common"]["environment"]
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+
+    meta = make_url(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    assert meta.get_backend_name() == "postgresql" and meta.host == "postgres"
+    assert meta.password == example_env["POSTGRES_PASSWORD"]
+    assert services["postgres"]["environment"]["POSTGRES_DB"] == meta.database
+    assert services["postgres"]["environment"]["POSTGRES_USER"] == meta.username
+    result = urlsplit(env["AIRFLOW__CELERY__RESULT_BACKEND"])
+    assert result.scheme == "db+postgresql" and result.hostname == "postgres"
+    broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
+    assert broker.scheme == "redis" and broker.hostname == "redis"
+
+    # Tasks report to the api-server's Execution API: the URL must name that service and
+    # the container port it listens on.
+    api = urlsplit(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
+    assert api.hostname == "airflow-apiserver" and api.path == "/execution/"
+    published = [p.rsplit(":", 1)[-1] for p in services["airflow-apiserver"]["ports"]]
+    assert str(api.port) in published
+
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "true"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "false"
+    assert env["GX_ANALYTICS_ENABLED"] == "false"
+
+
+def test_one_jwt_secret_for_all(raw: dict[str, Any]) -> None:
+    """Airflow makes up a JWT secret per process when none is set, and then the api-server
+    rejects every task's token: one required variable, set once, for every service."""
+    text = COMPOSE_FILE.read_text()
+    assert len(re.findall(r"^\s*AIRFLOW__API_AUTH__JWT_SECRET:", text, re.M)) == 1
+    assert "JWT_PRIVATE_KEY" not in text
+    value = raw["x-airflow-common"]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"]
+    assert re.fullmatch(r"\$\{AIRFLOW_JWT_SECRET:\?[^}]+\}", value), value
+    for name in airflow_image_services(raw):
+        assert raw["services"][name]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"] == value
+
+
+# --------------------------------------------------------------------------- mounts ----
+def test_repository_and_data_root_are_mounted(compose: dict[str, Any],
+                                              services: dict[str, Any]) -> None:
+    for name in airflow_image_services(compose):
+        mounts = volume_map(services[name])
+        for target in (DAGS, PLUGINS, INCLUDE, CONFIG, DATA):
+            assert target in mounts, f"{name}: nothing mounted at {target}"
+        for target, repo_dir in ((DAGS, "dags"), (PLUGINS, "plugins"), (INCLUDE, "include")):
+            source, mode = mounts[target]
+            assert (REPO / source).resolve() == REPO / repo_dir, f"{name}: {target}"
+            assert mode == "ro", f"{name}: {target} should be read-only"
+        assert (REPO / mounts[CONFIG][0]).is_dir(), f"{name}: config dir missing"
+        assert mounts[DATA][1] == "rw", f"{name}: the data root must be writable"
+    assert list((REPO / "dags").glob("*.py")) and list((REPO / "include/sql").glob("*.sql"))
+    assert (REPO / "plugins/dp_ops/__init__.py").is_file()
+
+
+def test_dp_ops_settings_point_at_the_mounts(compose: dict[str, Any]) -> None:
+    env = compose["x-airflow-common"]["environment"]
+    assert env["DP_DATA_ROOT"] == DATA
+    assert PLUGINS in env["PYTHONPATH"].split(":"), "dp_ops must be importable"
+    # Airflow exec()s every .py under its plugins folder (dp_ops/__main__ would run the
+    # CLI): plugins/ must be on PYTHONPATH, not be the plugins folder.
+    assert PurePosixPath(env["AIRFLOW__CORE__PLUGINS_FOLDER"]) != PurePosixPath(PLUGINS)
+    assert env["DP_SQL_DIR"] == f"{INCLUDE}/sql"
+    # Without DP_SQL_DIR, dp_ops.sql looks in <dp_ops>/../../include/sql: same place.
+    assert PurePosixPath(PLUGINS).parent == PurePosixPath(INCLUDE).parent
+    for variable in ("DP_MOBILITY_CONFIG", "DP_SYMPTOMS_CONFIG", "DP_EXECUTION_CONFIG"):
+        assert variable in env
+
+
+def test_execution_config_example_is_valid(compose: dict[str, Any]) -> None:
+    from dp_ops.execution import load_execution_settings
+
+    source, _ = volume_map(compose["x-airflow-common"])[CONFIG]
+    example = REPO / source / "execution.example.json"
+    settings = load_execution_settings({"DP_EXECUTION_CONFIG": str(example)})
+    assert settings.bounding_shards == 2
+
+
+# ------------------------------------------------------------------ health and order ----
+HEALTH_COMMANDS = {
+    "postgres": "pg_isready",
+    "redis": "redis-cli",
+    "airflow-apiserver": "http://localhost:8080/api/v2/",
+    "airflow-scheduler": "http://localhost:8974/health",
+    "airflow-dag-processor": "--job-type DagProcessorJob",
+    "airflow-triggerer": "--job-type TriggererJob",
+    "airflow-worker": "inspect ping",
+}
+
+
+def test_every_long_running_service_has_a_health_check(services: dict[str, Any]) -> None:
+    long_running = [n for n, s in services.items()
+                    if n != "airflow-init" and not s.get("profiles")]
+    assert set(HEALTH_COMMANDS) == set(long_running)
+    for name in long_running:
+        test = services[name].get("healthcheck", {}).get("test")
+        assert test, f"{name} has no health check"
+        command = test if isinstance(test, str) else " ".join(test)
+        assert HEALTH_COMMANDS[name] in command, f"{name}: {command}"
+        assert services[name].get("restart") == "always", name
+    env = services["airflow-scheduler"]["environment"]
+    assert env["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "true"  # serves :8974/health
+    assert "restart" not in services["airflow-init"], "airflow-init is one-shot"
+
+
+def test_start_order(services: dict[str, Any]) -> None:
+    for name in AIRFLOW_SERVICES:
+        deps = services[name]["depends_on"]
+        for backend in ("postgres", "redis"):
+            assert deps[backend]["condition"] == "service_healthy", f"{name} -> {backend}"
+        if name != "airflow-init":
+            assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
+    worker = services["airflow-worker"]["depends_on"]
+    assert worker["airflow-apiserver"]["condition"] == "service_healthy"
+    for name, svc in services.items():
+        for dep, spec in svc.get("depends_on", {}).items():
+            if spec["condition"] == "service_healthy":
+                assert services[dep].get("healthcheck"), f"{name} waits for {dep}'s health"
+
+
+# --------------------------------------------------------------------------- ledger ----
+def test_ledger_is_postgres_apart_from_the_metadata(compose: dict[str, Any],
+                                                    services: dict[str, Any],
+                                                    example_env: dict[str, str]) -> None:
+    env = compose["x-airflow-common"]["environment"]
+    ledger = make_url(env["DP_LEDGER_URL"])
+    meta = make_url(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    assert ledger.drivername == "postgresql+psycopg"  # psycopg 3, pinned in requirements
+    assert "psycopg[binary]==" in (REPO / "requirements.txt").read_text()
+    assert ledger.host == "postgres" and ledger.database != meta.database
+    assert ledger.username != meta.username
+    assert ledger.password == example_env["DP_LEDGER_DB_PASSWORD"]
+
+    # The postgres service creates that role and database on first start.
+    postgres = services["postgres"]
+    assert postgres["environment"]["DP_LEDGER_DB_PASSWORD"] == ledger.password
+    scripts = [(REPO / src, target) for target, (src, _) in volume_map(postgres).items()
+               if target.startswith("/docker-entrypoint-initdb.d/")]
+    assert len(scripts) == 1, "one init script creates the ledger database"
+    script, target = scripts[0]
+    assert script.is_file() and target.endswith(".sh")
+    assert script.stat().st_mode & stat.S_IXUSR, f"{script} must be executable"
+    text = script.read_text()
+    assert f"CREATE ROLE {ledger.username} LOGIN PASSWORD %L" in text
+    assert f"CREATE DATABASE {ledger.database} OWNER {ledger.username}" in text
+    if shutil.which("bash"):
+        subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+# ----------------------------------------------------------------------- Dockerfile ----
+def _pin(path: Path, package: str) -> str:
+    match = re.search(rf"^{re.escape(package)}==(\S+)", path.read_text(), re.M)
+    assert match, f"{path.name} does not pin {package}"
+    return match.group(1)
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip()
+             .startswith("#")]
+    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1]) for ln in lines]
+
+
+def test_dockerfile_builds_on_the_pinned_airflow(compose: dict[str, Any]) -> None:
+    instructions = _dockerfile_instructions()
+    froms = [arg for op, arg in instructions if op == "FROM"]
+    assert len(froms) == 1
+    match = re.fullmatch(r"apache/airflow:(\S+)-python(\d+\.\d+)", froms[0])
+    assert match, f"not an official apache/airflow image: {froms[0]}"
+    airflow, python = match.groups()
+    assert airflow == _pin(REPO / "requirements.txt", "apache-airflow")
+    assert airflow == _pin(REPO / "constraints.txt", "apache-airflow")
+    # The constraints were resolved on the project's Python (ruff's target version).
+    target = re.search(r'target-version\s*=\s*"py(\d)(\d+)"', (REPO / "ruff.toml").read_text())
+    assert target and python == f"{target.group(1)}.{target.group(2)}"
+    # The tag the build is given names the same version.
+    assert compose["x-airflow-common"]["image"].endswith(f":{airflow}")
+
+
+def test_dockerfile_installs_requirements_with_constraints() -> None:
+    instructions = _dockerfile_instructions()
+    users = [arg for op, arg in instructions if op == "USER"]
+    assert users and users[-1] == "airflow", "pip runs as the airflow user"
+    sources = {}  # file copied -> destination directory
+    for op, arg in instructions:
+        if op == "COPY":
+            words = [w for w in arg.split() if not w.startswith("--")]
+            sources.update(dict.fromkeys(words[:-1], words[-1]))
+    assert {"requirements.txt", "constraints.txt"} <= set(sources)
+    runs = [arg for op, arg in instructions if op == "RUN" and "pip install" in arg]
+    assert len(runs) == 1
+    pip = runs[0].split()
+    req = PurePosixPath(sources["requirements.txt"]) / "requirements.txt"
+    con = PurePosixPath(sources["constraints.txt"]) / "constraints.txt"
+    assert pip[pip.index("-r") + 1] == str(req) and pip[pip.index("-c") + 1] == str(con)
+    assert "--no-cache-dir" in pip
+    assert '"apache-airflow==${AIRFLOW_VERSION}"' in pip  # pip may not change Airflow
+
+
+def _docker_ignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule, enough for these patterns: the last matching pattern wins, and a
+    pattern matching a parent directory matches everything under it."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        if any(fnmatch(p, pattern.lstrip("!").strip("/")) for p in prefixes):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerignore_keeps_private_data_and_secrets_out() -> None:
+    patterns = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    for path in ("data/raw/location_history/date=2020-01-01/part.parquet", ".env",
+                 ".venv/bin/python", "airflow_home/airflow.db", "logs/scheduler/x.log",
+                 "benchmarks/results/run.json", ".git/config", ".pytest_cache/v",
+                 "plugins/dp_ops/__pycache__/x.pyc"):
+        assert _docker_ignored(path, patterns), f"{path} would be sent to the build"
+    for path in ("requirements.txt", "constraints.txt"):
+        assert not _docker_ignored(path, patterns), f"the Dockerfile copies {path}"
+
+
+# -------------------------------------------------------------- variables and secrets ----
+def test_every_compose_variable_is_documented(raw: dict[str, Any],
+                                              example_env: dict[str, str]) -> None:
+    tokens = [m for text in strings(raw) for m in _TOKEN.finditer(text)]
+    used = {m.group("name") for m in tokens if m.group("name")}
+    assert not [m.group(0) for m in tokens if m.group("other")], "unsupported $ forms"
+    assert used - set(example_env) == set(), "undocumented in .env.example"
+    assert set(example_env) - used == set(), ".env.example documents unused variables"
+    # and explained: a comment line above it, or above its group of lines
+    text_example = ENV_EXAMPLE.read_text()
+    for name in used:
+        assert re.search(rf"#[^\n]*\n(?:[A-Z_]+=[^\n]*\n)*{name}=", text_example), name
+
+
+def test_secrets_are_required_and_only_placeholders(raw: dict[str, Any],
+                                                   example_env: dict[str, str]) -> None:
+    text = "\n".join(strings(raw))
+    for name in SECRETS:
+        uses = re.findall(rf"\$\{{{name}(:[-?])?", text)
+        assert uses and set(uses) == {":?"}, f"{name} must always be ${{{name}:?...}}"
+        assert example_env[name].startswith(PLACEHOLDER), f".env.example: {name}"
+    secret_like = re.compile(r"[0-9a-fA-F]{24,}|[A-Za-z0-9+/]{32,}={0,2}|[A-Za-z0-9_-]{43}=")
+    for key, value in example_env.items():
+        if re.search("SECRET|PASSWORD|KEY", key):
+            assert value.startswith(PLACEHOLDER), f"{key} should hold a placeholder"
+        assert not secret_like.search(value), f".env.example {key} looks like a real secret"
+
+    without_jwt = {k: v for k, v in example_env.items() if k != "AIRFLOW_JWT_SECRET"}
+    with pytest.raises(MissingVariable, match="AIRFLOW_JWT_SECRET"):
+        interpolate(raw, without_jwt)
+
+
+def test_env_file_is_git_ignored() -> None:
+    lines = {ln.strip() for ln in (REPO / ".gitignore").read_text().splitlines()}
+    assert lines & {".env", "/.env"}, ".env holds the secrets: add it to .gitignore"
+
+
+# ---------------------------------------------------------------------- airflow-init ----
+def run_init(tmp_path: Path, env_values: Mapping[str, str]) -> tuple[
+        subprocess.CompletedProcess[str], Path, list[str]]:
+    """Run airflow-init's script as Compose would (interpolated with ``env_values``), with
+    /opt/airflow moved under ``tmp_path`` and the image's /entrypoint and chown stubbed:
+    returns the process, the relocated /opt/airflow and the entrypoint calls."""
+    if not shutil.which("bash"):
+        pytest.skip("bash is not installed")
+    raw = yaml.safe_load(COMPOSE_FILE.read_text())
+    init = interpolate(raw["services"]["airflow-init"], env_values)
+    assert init["entrypoint"] == "/bin/bash" and init["command"][0] == "-c"
+    opt = tmp_path / "opt-airflow"
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "entrypoint.calls"
+    (stubs / "entrypoint").write_text(
+        f'#!/bin/sh\necho "${{_AIRFLOW_DB_MIGRATE:-}}|$*" >> "{calls}"\n')
+    (stubs / "chown").write_text("#!/bin/sh\nexit 0\n")
+    for stub in ("entrypoint", "chown"):
+        (stubs / stub).chmod(0o755)
+    (stubs / "python3").symlink_to(sys.executable)
+
+    def relocate(text: str) -> str:
+        text = text.replace("/opt/airflow", str(opt))
+        return re.sub(r"(?<![\w/.-])/entrypoint\b", str(stubs / "entrypoint"), text)
+
+    env = {k: relocate(str(v)) for k, v in init["environment"].items()}
+    env.update(PATH=f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}", HOME=str(tmp_path))
+    proc = subprocess.run(["bash", "-c", relocate(init["command"][1])], env=env,
+                          capture_output=True, text=True, timeout=60)
+    return proc, opt, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize("secret", sorted(SECRETS))
+def test_init_refuses_a_placeholder(tmp_path: Path, secret: str) -> None:
+    values = good_env()
+    values[secret] = read_env_file(ENV_EXAMPLE)[secret]
+    proc, opt, calls = run_init(tmp_path, values)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert SECRETS[secret] in proc.stderr and PLACEHOLDER in proc.stderr
+    assert calls == [] and not opt.exists(), "nothing may run before the check"
+
+
+def test_init_writes_the_password_file_and_migrates(tmp_path: Path) -> None:
+    values = good_env()
+    proc, opt, calls = run_init(tmp_path, values)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for sub in ("logs", "data", "auth", "plugins"):
+        assert (opt / sub).is_dir()
+    raw = yaml.safe_load(COMPOSE_FILE.read_text())
+    env = interpolate(raw["x-airflow-common"]["environment"], values)
+    passwords = Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
+                     .replace("/opt/airflow", str(opt)))
+    # The format SimpleAuthManager reads: {"<user>": "<password>"}, for the configured user.
+    user = env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(":")[0]
+    assert json.loads(passwords.read_text()) == {user: values["AIRFLOW_ADMIN_PASSWORD"]}
+    assert passwords.stat().st_mode & 0o077 == 0, "password file readable by others"
+    assert calls == ["true|airflow version",  # waits for the DB and migrates
+                     "|airflow db check-migrations --migration-wait-timeout 0",
+                     "|python -m dp_ops ledger"]
+
+
+# ------------------------------------------------------------------ docker compose ----
+def test_docker_compose_config(tmp_path: Path) -> None:
+    """``docker compose config`` (no engine needed) validates the file against Compose's
+    own schema and interpolation."""
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker client on this machine")
+    version = subprocess.run([docker, "compose", "version"], capture_output=True, text=True,
+                             timeout=60)
+    if version.returncode != 0:
+        pytest.skip("the docker compose plugin is not installed here (`docker compose "
+                    f"version`: {(version.stderr or version.stdout).strip()[:200]}); the "
+                    "compose file is checked by parsing only")
+    env = {k: v for k, v in os.environ.items()
+           if k in ("PATH", "HOME", "DOCKER_CONFIG") or k.startswith("XDG_")}
+    proc = subprocess.run(
+        [docker, "compose", "--env-file", str(ENV_EXAMPLE), "-f", str(COMPOSE_FILE),
+         "config", "--format", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    resolved = json.loads(proc.stdout)["services"]
+    assert set(REQUIRED_SERVICES) <= set(resolved)
+    secrets_seen = {resolved[n]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET"]
+                    for n in AIRFLOW_SERVICES}
+    assert secrets_seen == {read_env_file(ENV_EXAMPLE)["AIRFLOW_JWT_SECRET"]}
+
+
+def test_airflow_settings_exist_in_this_airflow(raw: dict[str, Any]) -> None:
+    """A misspelt AIRFLOW__SECTION__KEY is silently ignored by Airflow: every one the
+    compose file sets must be an option of the pinned Airflow (the celery section belongs
+    to the Celery provider, which is in the image but not in requirements.txt)."""
+    from importlib.util import find_spec
+
+    spec = find_spec("airflow")  # locates the package without importing it
+    assert spec and spec.submodule_search_locations
+    package = Path(list(spec.submodule_search_locations)[0])
+    options = yaml.safe_load((package / "config_templates" / "config.yml").read_text())
+    names = {k for svc in raw["services"].values() for k in svc.get("environment", {})}
+    for name in sorted(n for n in names if n.startswith("AIRFLOW__")):
+        section, key = name.removeprefix("AIRFLOW__").lower().split("__")
+        if section == "celery":
+            continue
+        assert key in options.get(section, {}).get("options", {}), f"{name}: no such option"
