@@ -2,7 +2,8 @@
 #   make demo   build the environment, generate demo data, run both reports (mobility, then
 #               symptoms) through Airflow (real scheduler, backfills 2020-01-01..2020-03-31,
 #               SQLite metadata DB), then compare the releases with the synthetic truth
-#   make test   build the environment and run every test (what .ci/run runs)
+#   make test   build the environment and run every test (what .ci/run runs), the ledger
+#               tests on SQLite and on a throwaway PostgreSQL server
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 PYTHON := $(PYTHON)
@@ -40,8 +41,11 @@ run: generate
 	$(PY) -m dp_ops run mobility --start $(DEMO_START) --end $(DEMO_END)
 	$(PY) -m dp_ops run symptoms --start $(DEMO_START) --end $(DEMO_END)
 
+# The ledger tests run on SQLite and on PostgreSQL: the script gives pytest a throwaway
+# PostgreSQL server (installing Debian's package first if it is missing and we are root, as
+# in CI) and stops it afterwards; DP_TEST_POSTGRES_URL=... uses an existing server.
 test: venv
-	$(PY) -m pytest -q
+	bash scripts/with_test_postgres.sh $(PY) -m pytest -q
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"

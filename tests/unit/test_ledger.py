@@ -2,11 +2,12 @@
 re-noises are explicit and charged, the per-user-day cap is enforced before anything is
 written, rows are never changed, and all of this holds when real processes race.
 
-Every test runs on SQLite (a file under tmp_path). Set ``DP_TEST_POSTGRES_URL`` to a
+Every test runs on SQLite (a file under tmp_path) and, when ``DP_TEST_POSTGRES_URL`` holds a
 SQLAlchemy URL of a PostgreSQL database with a libpq driver (e.g.
-``postgresql+psycopg://user:pw@host/db``) to run them on PostgreSQL too: each test then
-works in a schema of its own, created and dropped around it; without the variable the
-PostgreSQL cases are skipped.
+``postgresql+psycopg://user:pw@host/db``), on PostgreSQL too: each test then works in a
+schema of its own, created and dropped around it. ``make test`` sets the variable
+(scripts/with_test_postgres.sh starts a throwaway server); without it the PostgreSQL cases
+are skipped.
 
 None of these tests is statistical; the race tests are repeated so that a ledger which
 only serialises by luck is unlikely to pass them all.
