@@ -44,7 +44,10 @@ run: generate
 # The ledger tests run on SQLite and on PostgreSQL: the script gives pytest a throwaway
 # PostgreSQL server (installing Debian's package first if it is missing and we are root, as
 # in CI) and stops it afterwards; DP_TEST_POSTGRES_URL=... uses an existing server.
+# The browser test drives Debian's chromium: install_test_browser.sh installs it when
+# missing and we are root (as in CI); elsewhere it prints the command and the test skips.
 test: venv
+	bash scripts/install_test_browser.sh
 	bash scripts/with_test_postgres.sh $(PY) -m pytest -q
 
 test-fast: venv
