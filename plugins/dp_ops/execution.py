@@ -1,10 +1,13 @@
 """How the pipeline executes, as opposed to what it computes: the engine that runs the
-bounding SQL, how many user shards the bounding is split into, and engine resources.
+bounding SQL, how many user shards the bounding is split into, engine resources, and
+which levels of regions get a chart in each release.
 
 None of these settings changes a published value or the privacy guarantee: sharded and
 unsharded bounding, and DuckDB and Spark, give identical true aggregates for the same
-input and bounding salt (tested). They come from the environment, or from the JSON file
-named by ``DP_EXECUTION_CONFIG`` (same field names, lower case), the environment winning:
+input and bounding salt (tested); ``chart_levels`` only leaves charts out of the release
+page (a release drawn with other levels is another release: its files differ). They
+come from the environment, or from the JSON file named by ``DP_EXECUTION_CONFIG`` (same
+field names, lower case), the environment winning:
 
 ==========================  =============================================================
 ``DP_ENGINE``               ``duckdb`` (default, embedded) or ``spark``
@@ -18,6 +21,10 @@ named by ``DP_EXECUTION_CONFIG`` (same field names, lower case), the environment
                             4,000,000: about 1.1 GB peak), which keeps memory flat
 ``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
 ``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
+``DP_CHART_LEVELS``         region levels charted in each release, e.g. ``0,1`` (default:
+                            every level of the report; ``none`` for no charts). A chart
+                            takes ~15 ms, so a geography of thousands of sub-regions adds
+                            a minute to every gate step, a backfill's included
 ==========================  =============================================================
 """
 
@@ -44,6 +51,7 @@ class ExecutionSettings:
     duckdb_rows_per_part: int = 4_000_000
     spark_master: str = "local[2]"
     spark_remote: str | None = None
+    chart_levels: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -56,6 +64,11 @@ class ExecutionSettings:
         if not (isinstance(self.duckdb_rows_per_part, int) and self.duckdb_rows_per_part >= 1):
             raise ConfigError("execution setting duckdb_rows_per_part="
                               f"{self.duckdb_rows_per_part!r}: expected an integer >= 1")
+        if self.chart_levels is not None and not (
+                isinstance(self.chart_levels, tuple)
+                and all(isinstance(v, int) and v >= 0 for v in self.chart_levels)):
+            raise ConfigError(f"execution setting chart_levels={self.chart_levels!r}: "
+                              "expected region levels (integers >= 0)")
         if self.duckdb_threads is not None and not (
                 isinstance(self.duckdb_threads, int) and self.duckdb_threads >= 1):
             raise ConfigError(f"execution setting duckdb_threads={self.duckdb_threads!r}: "
@@ -77,11 +90,15 @@ def load_execution_settings(environ: Mapping[str, str] | None = None) -> Executi
                 raise ConfigError(f"DP_EXECUTION_CONFIG={env['DP_EXECUTION_CONFIG']!r}: "
                                   f"unknown field {key!r}")
         values.update(loaded)
+        if isinstance(values.get("chart_levels"), list):
+            values["chart_levels"] = tuple(values["chart_levels"])
     for f in fields(ExecutionSettings):
         raw = env.get(f"DP_{f.name.upper()}")
         if raw is None or raw == "":
             continue
-        if f.name in _INT_FIELDS:
+        if f.name == "chart_levels":
+            values[f.name] = _levels(raw)
+        elif f.name in _INT_FIELDS:
             try:
                 values[f.name] = int(raw)
             except ValueError as exc:
@@ -89,3 +106,13 @@ def load_execution_settings(environ: Mapping[str, str] | None = None) -> Executi
         else:
             values[f.name] = raw
     return ExecutionSettings(**values)
+
+
+def _levels(raw: str) -> tuple[int, ...]:
+    """``"0,1"`` -> (0, 1); ``"none"`` -> ()."""
+    if raw.strip().lower() == "none":
+        return ()
+    try:
+        return tuple(sorted({int(part) for part in raw.split(",") if part.strip()}))
+    except ValueError as exc:
+        raise ConfigError(f"DP_CHART_LEVELS={raw!r}: expected levels like 0,1 or none") from exc

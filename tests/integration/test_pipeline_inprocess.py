@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from pipeline_helpers import verify_release
 
 from dp_ops.config import MobilityConfig
 from dp_ops.generator import generate
@@ -102,15 +103,33 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     ledger = Ledger(url)
     before = ledger.spends()
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
+    release_dir = root.latest_release("mobility").resolve()
     steps.run_days(root, cfg, days(date(2020, 2, 14), END), run_id="second", ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
     latest = root.latest_release("mobility")
+    # the release id names the staged files' checksums, charts included: same release
+    assert latest.resolve() == release_dir
     assert (latest / "Global_Mobility_Report.csv").read_bytes() == first
     assert filecmp.cmp(latest / "Global_Mobility_Report.csv",
                        latest / "Global_Mobility_Report.csv")
     # every date's composed epsilon is one normal run
     for (_, _day), eps in ledger.totals("mobility").items():
         assert eps == pytest.approx(cfg.run_epsilon)
+
+
+def test_release_page_and_charts_are_listed_in_the_manifest(
+        pipeline: dict[str, object]) -> None:
+    root = pipeline["root"]
+    assert isinstance(root, DataRoot)
+    latest = root.latest_release("mobility").resolve()
+    manifest = verify_release(latest)  # every file listed, with its checksum
+    drawn = sorted(n for n in manifest["files"] if n.startswith("charts/"))
+    assert "index.html" in manifest["files"] and "charts/DM.png" in drawn
+    page = (latest / "index.html").read_text(encoding="utf-8")
+    for name in drawn:
+        assert f'<img src="{name}"' in page
+    assert 'href="Global_Mobility_Report.csv"' in page
+    assert "Data Docs</a>" in page
 
 
 def test_renoise_of_one_region_spends_and_changes_only_its_chain(

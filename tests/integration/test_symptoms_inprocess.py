@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pipeline_helpers import verify_release
 
 from dp_ops.config import SymptomsConfig
 from dp_ops.generator import generate
@@ -85,7 +86,11 @@ def test_ledger_spends_exactly_the_configured_total(pipeline: dict[str, object])
     manifest = json.loads((_latest(pipeline) / "manifest.json").read_text())
     assert manifest["epsilon"]["per_user_day_max"] == 1.68
     assert manifest["epsilon"]["delta"] == 0
-    assert set(manifest["files"]) >= {DAILY, WEEKLY, "series_resolution.parquet"}
+    assert set(manifest["files"]) >= {DAILY, WEEKLY, "series_resolution.parquet",
+                                      "index.html", "charts/DM.png"}
+    verify_release(_latest(pipeline).resolve())  # every file listed, with its checksum
+    page = (_latest(pipeline) / "index.html").read_text(encoding="utf-8")
+    assert "1.68" in page and '<img src="charts/DM.png"' in page
 
 
 def test_every_cell_of_the_domain_was_noised(pipeline: dict[str, object]) -> None:

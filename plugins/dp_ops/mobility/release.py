@@ -2,10 +2,12 @@
 
 ``stage_and_validate`` builds the candidate release from the per-day report files (the
 contiguous run of days from the first public date), validates it with Great Expectations
-and writes it to ``staging/mobility/<run>/``. ``publish_staged`` checks the privacy
-accounting, then moves the staged directory to ``published/mobility/releases/<id>/`` with
-one rename and repoints the ``latest`` symlink with another, so readers see either the old
-release or the new one, never a mix. A failed gate leaves ``latest`` where it was.
+and writes it, with a chart per region (:mod:`dp_ops.charts`), to
+``staging/mobility/<run>/``. ``publish_staged`` checks the privacy accounting, adds the
+release page (:mod:`dp_ops.release_index`), then moves the staged directory to
+``published/mobility/releases/<id>/`` with one rename and repoints the ``latest`` symlink
+with another, so readers see either the old release or the new one, never a mix. A
+failed gate leaves ``latest`` where it was.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pyarrow.parquet as pq
 
 import dp_ops
 from dp_ops import release
+from dp_ops.charts import charted_regions, write_mobility_charts
 from dp_ops.config import MobilityConfig
 from dp_ops.faults import fault_point
 from dp_ops.ledger import Ledger
@@ -41,6 +44,7 @@ from dp_ops.release import (
     verify_checksums,
     write_csv,
 )
+from dp_ops.release_index import INDEX_FILE, write_release_index
 from dp_ops.results import StepResult
 from dp_ops.storage import write_json_atomic
 
@@ -118,12 +122,17 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
                           f"{cfg.first_public_date}", (str(stage),))
     # imported only when there is something to validate: GX takes seconds to import
     from dp_ops.gate import require_pass, validate_mobility_release
+    from dp_ops.geography import read_regions
 
     internal, published = assemble(root, days)
     result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
                                        run_name=f"mobility-{run_id}")
     require_pass(result)  # raises GateFailed naming the failures and the Data Docs
     release_files = stage / "release"
+    # charts first: they are part of the staged files and their checksums
+    charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)
+    charts = write_mobility_charts(published, charted, [d.isoformat() for d in days],
+                                   release_files)
     files = write_release_files(published, release_files)
     write_json_atomic(stage / "staged.json", {
         "empty": False,
@@ -135,6 +144,8 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
         "suppression": suppression_summary(internal),
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
+        "charts": [c.as_dict() for c in charts],
+        "uncharted_levels": uncharted,
     })
     return StepResult(f"release candidate {days[0]}..{days[-1]} passed the gate "
                       f"({result.evaluated} expectations); staged in {stage}; Data Docs: "
@@ -213,6 +224,11 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         "files": staged["files"],
         "gate": staged["gate"],
     }
+    # the page shows the manifest's figures; it is listed in the manifest itself
+    manifest["files"] = write_release_index(
+        files_dir, manifest, staged.get("charts", []), data_docs=staged["gate"]["data_docs"],
+        release_dir=root.published_dir(REPORT) / "releases" / release_id, data_root=root.root,
+        uncharted_levels=staged.get("uncharted_levels", []))
     with publish_lock(root, REPORT):
         current = current_release(root, REPORT)
         if current and current["last_date"] > staged["last_date"]:
@@ -222,5 +238,5 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published mobility release {release_id} ({first}..{last}, "
                       f"{staged['rows']['published']} rows, epsilon per user-day max "
-                      f"{epsilon['per_user_day_max']}) at {root.latest_release(REPORT)}",
-                      (str(target),))
+                      f"{epsilon['per_user_day_max']}) at {root.latest_release(REPORT)}; "
+                      f"report page {target / INDEX_FILE}", (str(target),))

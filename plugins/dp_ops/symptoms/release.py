@@ -2,9 +2,11 @@
 
 ``stage_and_validate`` builds the candidate from the per-day rows (the unbroken run of
 days from ``first_public_date``), validates it with Great Expectations and writes the
-files to ``staging/symptoms/<run>/``. ``publish_staged`` checks the accounting, stores the
-scaling factors this release fixes for the first time, and promotes the staged
-directory to ``published/symptoms/releases/<id>`` with ``latest`` repointed atomically.
+files and a chart per region (:mod:`dp_ops.charts`) to ``staging/symptoms/<run>/``.
+``publish_staged`` checks the accounting, adds the release page
+(:mod:`dp_ops.release_index`), stores the scaling factors this release fixes for the
+first time, and promotes the staged directory to ``published/symptoms/releases/<id>``
+with ``latest`` repointed atomically.
 
 Scaling factors are fixed at a (region, resolution)'s first release and reused. Two
 runs staged at the same time could each propose a factor for the same new region; the
@@ -26,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
+from dp_ops.charts import charted_regions, write_symptom_charts
 from dp_ops.config import SymptomsConfig
 from dp_ops.faults import fault_point
 from dp_ops.ingest import read_symptoms
@@ -44,6 +47,7 @@ from dp_ops.release import (
     verify_checksums,
     write_csv,
 )
+from dp_ops.release_index import INDEX_FILE, write_release_index
 from dp_ops.results import StepResult
 from dp_ops.storage import write_json_atomic, write_parquet_atomic
 from dp_ops.symptoms.assemble import SCALING_COLUMNS, Candidate, build_candidate, complete_weeks
@@ -159,6 +163,10 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
 
     require_pass(result)  # raises GateFailed naming the failures and the Data Docs
     codes = regions.loc[regions["level"] == 0, "country_region_code"].astype(str).tolist()
+    # charts first: they are part of the staged files and their checksums
+    charted, uncharted = charted_regions(regions, cfg.levels)
+    charts = write_symptom_charts(candidate.daily, candidate.weekly, charted, day_labels,
+                                  stage / "release")
     files = write_release_files(candidate, codes[0] if codes else "XX", stage / "release")
     new = candidate.scaling[candidate.scaling["new"]]
     write_json_atomic(stage / "staged.json", {
@@ -173,6 +181,8 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         "new_scaling": new[list(SCALING_COLUMNS)].to_dict(orient="records"),
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
+        "charts": [c.as_dict() for c in charts],
+        "uncharted_levels": uncharted,
     })
     return StepResult(f"symptoms release candidate {days[0]}..{days[-1]} passed the gate "
                       f"({result.evaluated} expectations); staged in {stage}; Data Docs: "
@@ -262,6 +272,12 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
             "files": staged["files"],
             "gate": staged["gate"],
         }
+        # the page shows the manifest's figures; it is listed in the manifest itself
+        manifest["files"] = write_release_index(
+            files_dir, manifest, staged.get("charts", []),
+            data_docs=staged["gate"]["data_docs"],
+            release_dir=root.published_dir(REPORT) / "releases" / release_id,
+            data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
         _store_scaling(root, read_scaling(root), staged["new_scaling"])
         fault_point("publish.after_scaling")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)
@@ -269,4 +285,5 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
     return StepResult(f"published symptoms release {release_id} ({first}..{last}; "
                       f"{staged['rows']['daily']} daily and {staged['rows']['weekly']} weekly "
                       f"rows; epsilon per user-day max {epsilon['per_user_day_max']}) at "
-                      f"{root.latest_release(REPORT)}", (str(target),))
+                      f"{root.latest_release(REPORT)}; report page {target / INDEX_FILE}",
+                      (str(target),))
