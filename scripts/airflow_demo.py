@@ -189,8 +189,11 @@ if sys.argv[1:2] == ["scheduler"]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import duckdb  # noqa: F401
     import great_expectations  # noqa: F401
+    import matplotlib.backends.backend_agg  # noqa: F401  (release charts)
+    import matplotlib.figure  # noqa: F401
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
+    import PIL.Image  # noqa: F401
 '''
 
 
