@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,26 @@ os.environ.update({
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
     "GX_ANALYTICS_ENABLED": "false",
 })
+
+
+# The pytest process's SIGTERM handler when the session starts (normally the default).
+_SIGTERM_AT_START = signal.getsignal(signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _no_airflow_sigterm_handler_left() -> Iterator[None]:
+    """Remove the SIGTERM handler that ``dag.test()`` leaves behind.
+
+    ``dag.test()`` runs tasks in this process through Airflow's task runner, which
+    installs a SIGTERM handler and never removes it. In a forked child that handler does
+    nothing, so a later test's ``multiprocessing`` pool can no longer terminate its workers
+    (``Pool.__exit__`` waited forever in ``tests/unit/test_gate.py`` after the e2e
+    tests), and in this process it swallows SIGTERM (a CI timeout could not stop pytest).
+    """
+    yield
+    if (getattr(signal.getsignal(signal.SIGTERM), "__module__", None) or "").startswith(
+            "airflow."):
+        signal.signal(signal.SIGTERM, _SIGTERM_AT_START)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
