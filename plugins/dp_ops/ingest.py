@@ -20,6 +20,7 @@ Logs and summaries name paths and reasons, never rows, ids or counts of people.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
@@ -95,7 +96,7 @@ def check_file_schema(path: Path, schema: SourceSchema) -> bool:
         # reading the footer is not enough to catch a truncated body
         pq.ParquetFile(path).metadata  # noqa: B018
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise IngestError(f"cannot read Parquet file {path}: {exc}") from exc
+        raise IngestError(f"cannot read Parquet file {path}: {redacted(exc)}") from exc
     names = file_schema.names
     repeated = sorted({c for c in names if names.count(c) > 1})
     if repeated:
@@ -225,11 +226,22 @@ def _unreadable(con: duckdb.DuckDBPyConnection, sql: str, day: date,
         try:
             con.execute(f"CREATE OR REPLACE TEMP TABLE probe AS {query}", params)
         except duckdb.Error as file_exc:
-            return IngestError(f"cannot read Parquet file {f}: {file_exc}")
+            return IngestError(f"cannot read Parquet file {f}: {redacted(file_exc)}")
         finally:
             con.execute("DROP TABLE IF EXISTS probe")
     return IngestError(f"cannot read raw partition {part} (files "
-                       f"{[f.name for f in dated]}): {exc}")
+                       f"{[f.name for f in dated]}): {redacted(exc)}")
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def redacted(exc: BaseException, limit: int = 300) -> str:
+    """An engine's error text fit for a task log: its type and message with every quoted
+    string replaced (a conversion error may quote a raw value) and cut to ``limit``."""
+    text = _QUOTED.sub("'<redacted>'", str(exc)).replace("\n", " ")
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(exc).__name__}: {text}"
 
 
 def _finest_regions(root: DataRoot) -> set[str]:

@@ -1,10 +1,12 @@
 """The privacy budget ledger (SPEC section 6): append-only, atomic, checked before noise.
 
 Every noise draw is preceded by a *spend* row in the ledger. A spend names a slot
-``(report, date, level, metric, region_scope)`` and a generation (0 for the first noising
-of the slot, 1, 2, ... for explicit re-noises), the epsilon it costs each user-day of that
-date, the kind (``noise``, ``renoise``, ``method_update``), the method version, the run id,
-the reason and the time. Rows are only ever inserted: an event, once written, never
+``(report, date, level, metric, region_scope)`` and a generation (0 for the first spend
+of the slot, 1, 2, ... for later explicit ones: a day is noised in slots of scope ``*``,
+so a region's first re-noise is generation 0 of the region-scoped slot, with kind
+``renoise``, and the next re-noise of that region generation 1), the epsilon it costs
+each user-day of that date, the kind (``noise``, ``renoise``, ``method_update``), the
+method version, the run id, the reason and the time. Rows are only ever inserted: an event, once written, never
 changes meaning.
 
 Accounting: a user-day's data is read by every slot of its date, so the composed epsilon

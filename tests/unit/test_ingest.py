@@ -142,3 +142,17 @@ def test_rerun_after_correction_clears_the_quarantine(root: DataRoot) -> None:
     write_raw(root, rows_of(good_row(r)), schema=SCHEMA)
     ingest_location_history(root, DAY)
     assert not qfile.exists()
+
+
+def test_an_engine_error_reaches_the_log_with_quoted_values_redacted() -> None:
+    """A conversion error quotes the raw value; task logs are visible to every UI user."""
+    import duckdb
+
+    from dp_ops.ingest import redacted
+
+    with pytest.raises(duckdb.Error) as err:
+        duckdb.sql("SELECT CAST('user-8841' AS INTEGER)").fetchall()
+    text = redacted(err.value)
+    assert "user-8841" not in text and "'<redacted>'" in text
+    assert text.startswith("ConversionException: ") and "\n" not in text
+    assert len(redacted(ValueError("x" * 1000))) < 330
