@@ -210,6 +210,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         env = demo.airflow_env(args, home, data_root, api_port, demo.free_port(0))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["DP_BOUNDING_SHARDS"] = str(SHARDS)
+    # the first noise task to draw noise dies with SIGKILL before storing it (once: the
+    # retry Airflow schedules inherits the same environment and runs through)
+    env["DP_FAULT"] = "noise.after_draw"
+    env["DP_FAULT_ONCE"] = str(base / "fault-fired")
 
     services = demo.Services(env=env, log_dir=log_dir)
     meta = demo.Metadata(home / "airflow.db")
@@ -291,6 +295,33 @@ def test_backfill_spends_once_per_slot(deployment: Deployment) -> None:
     for s in spends:
         per_day[s.slot.day] = per_day.get(s.slot.day, 0.0) + s.epsilon
     assert all(abs(v - cfg.run_epsilon) < 1e-9 for v in per_day.values())
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_noise_task_killed_hard_is_retried_by_airflow_and_spends_once(
+        deployment: Deployment) -> None:
+    """``DP_FAULT`` killed one ``noise`` task instance with SIGKILL after it drew noise and
+    before it stored it (ledger committed). Airflow saw the process die, retried it, and the
+    retry reused the paid spends (``test_backfill_spends_once_per_slot`` checks the ledger
+    of every day, this one included)."""
+    marker = deployment.home.parent / "fault-fired"
+    assert marker.is_file() and marker.read_text() == "noise.after_draw"
+    tries = deployment.meta.query(
+        "SELECT run_id, try_number, state FROM task_instance WHERE dag_id = ? "
+        "AND task_id = 'noise'", (DAILY_DAG,))
+    retried = [(run, n, state) for run, n, state in tries if n > 1]
+    assert len(retried) == 1, retried
+    run_id, n, state = retried[0]
+    assert (n, state) == (2, "success")
+    first = deployment.meta.query(
+        "SELECT state FROM task_instance_history WHERE dag_id = ? AND task_id = 'noise' "
+        "AND run_id = ? AND try_number = 1", (DAILY_DAG, run_id))
+    assert [s for (s,) in first] in (["failed"], ["up_for_retry"])
+    spends = [s for s in _spends(deployment.data_root)
+              if s.run_id == run_id]
+    assert spends and {s.kind for s in spends} == {"noise"}
+    assert len({s.slot for s in spends}) == len(spends)
 
 
 # ------------------------------------------------------------------------------ reruns --
