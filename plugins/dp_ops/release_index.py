@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dp_ops.charts import CATEGORY_LABELS as CATEGORY_NAMES
 from dp_ops.charts import LEVEL_NAMES, chart_file
 from dp_ops.release import sha256_file
 
@@ -39,14 +40,6 @@ MOBILITY_ROW_REASONS = {
     "all_values_unreliable": "no change reliable enough (all six suppressed)",
     "contributors_under_minimum": "too few contributing users",
     "area_under_minimum": "region under the minimum area",
-}
-CATEGORY_NAMES = {
-    "retail_and_recreation": "Retail & recreation",
-    "grocery_and_pharmacy": "Grocery & pharmacy",
-    "parks": "Parks",
-    "transit_stations": "Transit stations",
-    "workplaces": "Workplaces",
-    "residential": "Residential",
 }
 
 _CSS = """

@@ -3,6 +3,7 @@ data root that already holds a release, and check releases, ``published/`` and t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import sys
 from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -31,13 +33,33 @@ def days(start: date, end: date) -> list[date]:
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
 
 
+def child_env(root: Path) -> dict[str, str]:
+    """The environment of a CLI child on ``root``: none of the caller's ``DP_*`` settings
+    (ledger, configs, faults) except the data root itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
+    env.update(PYTHONPATH=str(REPO / "plugins"), DP_DATA_ROOT=str(root),
+               GX_ANALYTICS_ENABLED="false")
+    return env
+
+
+def load_airflow_demo() -> ModuleType:
+    """``scripts/airflow_demo.py`` as a module: the real-Airflow tests deploy with its
+    pieces (settings, services, metadata reads)."""
+    if "airflow_demo" in sys.modules:
+        return sys.modules["airflow_demo"]
+    spec = importlib.util.spec_from_file_location("airflow_demo",
+                                                  REPO / "scripts" / "airflow_demo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look up their module while being built
+    spec.loader.exec_module(module)
+    return module
+
+
 def cli(root: Path, *args: str, fault: str | None = None,
         extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DP_FAULT", "DP_FAULT_ONCE", "DP_LEDGER_URL", "DP_MOBILITY_CONFIG",
-                        "DP_SYMPTOMS_CONFIG", "DP_EXECUTION_CONFIG")}
-    env.update(PYTHONPATH=str(REPO / "plugins"), DP_DATA_ROOT=str(root),
-               GX_ANALYTICS_ENABLED="false", **(extra_env or {}))
+    env = child_env(root)
+    env.update(extra_env or {})
     if fault:
         env["DP_FAULT"] = fault
     return subprocess.run([sys.executable, "-m", "dp_ops", *args], env=env, cwd=REPO,

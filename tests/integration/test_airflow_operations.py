@@ -37,7 +37,6 @@ table and a Parquet file and check that the scanner finds them: the scan can fai
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
 import json
 import os
@@ -50,7 +49,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -64,6 +63,8 @@ from leak_scan import (
     significant_digits,
     sqlite_records,
 )
+from pipeline_helpers import days as _days
+from pipeline_helpers import load_airflow_demo
 
 REPO = Path(__file__).resolve().parents[2]
 START, END = date(2020, 1, 3), date(2020, 2, 17)
@@ -95,19 +96,6 @@ REFUSAL = re.compile(
     r"(?P<requested>\d+\.\d+) would exceed the per-user-day cap (?P<cap>\d+\.\d+)")
 
 
-def _days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
-def _load_demo() -> ModuleType:
-    """``scripts/airflow_demo.py`` as a module: the test deploys Airflow with its pieces."""
-    spec = importlib.util.spec_from_file_location("airflow_demo",
-                                                  REPO / "scripts" / "airflow_demo.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look up their module while being built
-    spec.loader.exec_module(module)
-    return module
 
 
 # -------------------------------------------------------------------------- deployment --
@@ -185,7 +173,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     from dp_ops.generator import generate
     from dp_ops.paths import DataRoot
 
-    demo = _load_demo()
+    demo = load_airflow_demo()
     base = tmp_path_factory.mktemp("airflow_operations")
     data_root = base / "data"
     data_root.mkdir()

@@ -33,7 +33,6 @@ from pipeline_helpers import (
     LAST_BEFORE,
     assert_one_spend_per_slot,
     assert_published_consistent,
-    build_previous,
     copy_root,
     latest,
     ok,
@@ -48,11 +47,6 @@ from dp_ops.ledger import Ledger
 from dp_ops.paths import DataRoot
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def previous(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return build_previous(tmp_path_factory)
 
 
 def comparable_manifest(directory: Path) -> dict[str, Any]:

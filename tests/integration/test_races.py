@@ -12,7 +12,6 @@ nothing of it is written.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -25,7 +24,7 @@ from pipeline_helpers import (
     REPO,
     assert_one_spend_per_slot,
     assert_published_consistent,
-    build_previous,
+    child_env,
     copy_root,
     latest,
     release_files,
@@ -41,20 +40,11 @@ from dp_ops.settings import load_mobility_config
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-@pytest.fixture(scope="module")
-def previous(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return build_previous(tmp_path_factory)
-
-
 def start(root: Path, report: str, first: date, last: date, *more: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("DP_") or k == "DP_DATA_ROOT"}
-    env.update(PYTHONPATH=str(REPO / "plugins"), DP_DATA_ROOT=str(root),
-               GX_ANALYTICS_ENABLED="false")
     return subprocess.Popen(
         [sys.executable, "-m", "dp_ops", "run", report, "--start", first.isoformat(),
          "--end", last.isoformat(), *more],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=child_env(root), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:

@@ -53,6 +53,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from pipeline_helpers import load_airflow_demo
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration,
               # data, Airflow start-up and one rerun take 2-4 min on 2 busy cores
@@ -85,17 +86,6 @@ UI_TIMEOUT_MS = 60_000  # one page action or expectation
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
-
-
-def _load_demo() -> ModuleType:
-    """``scripts/airflow_demo.py`` as a module: the deployment uses its settings."""
-    spec = importlib.util.spec_from_file_location("airflow_demo",
-                                                  REPO / "scripts" / "airflow_demo.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look up their module while being built
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -289,7 +279,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def airflow_ui(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowUI]:
-    demo = sys.modules.get("airflow_demo") or _load_demo()
+    demo = load_airflow_demo()
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
     base = tmp_path_factory.mktemp("ui_browser")
