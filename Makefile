@@ -14,7 +14,6 @@ DEMO_END   ?= 2020-03-31
 DEMO_USERS ?= 100000
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-export PYTHONPATH := $(CURDIR)/plugins
 export GX_ANALYTICS_ENABLED := false
 export DP_DATA_ROOT ?= $(CURDIR)/data
 
@@ -22,10 +21,13 @@ export DP_DATA_ROOT ?= $(CURDIR)/data
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	# dp_ops and dp_demo, editable: `import dp_ops`, `dp-ops` and `python -m dp_ops` work
+	# everywhere the venv's python runs (no PYTHONPATH), and edits need no reinstall
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 generate: venv
@@ -55,7 +57,7 @@ test-fast: venv
 
 lint: venv
 	$(VENV)/bin/ruff check plugins dags tests scripts benchmarks
-	cd plugins && ../$(VENV)/bin/mypy --config-file ../mypy.ini -p dp_ops
+	$(VENV)/bin/mypy --config-file mypy.ini -p dp_ops -p dp_demo
 
 constraints: venv
 	$(PY) -m pip freeze --exclude-editable > constraints.txt

@@ -3,7 +3,7 @@
     python benchmarks/contenders.py CONTENDER --data DIR --work DIR --result FILE
 
 ``ours-step``     the public-places step exactly as the pipeline runs it:
-                  ``dp_ops.mobility.steps.bound`` then ``steps.noise`` on a data root holding
+                  ``dp_ops.reports.mobility.steps.bound_contributions`` then ``steps.noise`` on a data root holding
                   the day as its clean partition (this computes every mobility metric, not
                   only places: see README.md)
 ``ours-places``   the pipeline's bounding SQL (``cell_aggregates_sql``) filtered to the
@@ -13,12 +13,12 @@
 ``duckdb-floor``  non-private floor: DuckDB ``count(DISTINCT user_id)`` per (level,
                   category, region) of place stays joined to the three levels; no bounding,
                   no noise
-``noise-rate``    samples per second of ``dp_ops.noise.sample_discrete_laplace`` on one
+``noise-rate``    samples per second of ``dp_ops.privacy.noise.sample_discrete_laplace`` on one
                   core with ``noise_generator()`` (AES-128-CTR)
 ``whole-day``     every step of one day (``steps.run_days`` for one date: ingest, bound,
                   noise, baseline, report, then gate and publish) on a data root whose
                   baseline window was prepared by ``whole-day-prepare``
-``profile-bounding`` ``steps.bound`` with DuckDB's JSON profiler on each of its queries
+``profile-bounding`` ``steps.bound_contributions`` with DuckDB's JSON profiler on each of its queries
 ``exact-bounded`` (validation, not timed) sum over users of min(distinct place pairs, 4)
                   per level: what every correct contender's place counts add up to before
                   noise
@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from dp_ops.config import PLACE_CATEGORIES, MobilityConfig
-from dp_ops.paths import DataRoot
+from dp_ops.contract import PLACE_CATEGORIES
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.layout import DataRoot
 
 BENCH_DAY = date(2020, 2, 15)  # the first public date: the whole day publishes it
 STAYS_FILE = "stays.parquet"
@@ -97,16 +98,16 @@ def ours_step(data: Path, work: Path) -> dict[str, Any]:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    import dp_ops.mobility.bounding  # noqa: F401  imports outside the timed section
-    import dp_ops.mobility.noising  # noqa: F401
-    from dp_ops.execution import load_execution_settings
-    from dp_ops.mobility import steps
+    import dp_ops.reports.mobility.bounding  # noqa: F401  imports outside the timed section
+    import dp_ops.reports.mobility.noising  # noqa: F401
+    from dp_ops.settings import load_execution_settings
+    from dp_ops.reports.mobility import steps
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     cfg = MobilityConfig()
     ledger = f"sqlite:///{root.root / 'ledger.sqlite'}"
     t0 = time.perf_counter()
-    steps.bound(root, cfg, BENCH_DAY)
+    steps.bound_contributions(root, cfg, BENCH_DAY)
     t1 = time.perf_counter()
     result = steps.noise(root, cfg, BENCH_DAY, run_id="benchmark", ledger_url=ledger)
     t2 = time.perf_counter()
@@ -132,7 +133,7 @@ def _place_domain(regions: Any) -> Any:
 
 
 def places_only_sql(relation: str) -> str:
-    from dp_ops.mobility.bounding import cell_aggregates_sql
+    from dp_ops.reports.mobility.bounding import cell_aggregates_sql
 
     return (f"SELECT * FROM ({cell_aggregates_sql(relation)}) AS cells "
             "WHERE starts_with(metric, 'places_')")
@@ -142,11 +143,11 @@ def ours_places(data: Path, work: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dp_ops.bounding import duckdb_connection, register_ancestors
-    from dp_ops.execution import load_execution_settings
-    from dp_ops.geography import ancestors, read_regions
-    from dp_ops.mobility.bounding import bounding_params
-    from dp_ops.noise import add_discrete_laplace, noise_generator
+    from dp_ops.engine.duckdb import duckdb_connection, register_ancestors
+    from dp_ops.settings import load_execution_settings
+    from dp_ops.regions import ancestors, read_regions
+    from dp_ops.reports.mobility.bounding import bounding_params
+    from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     clean = root.clean_partition(SOURCE, BENCH_DAY) / "part.parquet"
@@ -184,10 +185,10 @@ GROUP BY ALL
 
 
 def duckdb_floor(data: Path, work: Path) -> dict[str, Any]:
-    from dp_ops.bounding import duckdb_connection, register_ancestors
-    from dp_ops.execution import load_execution_settings
-    from dp_ops.geography import ancestors, read_regions
-    from dp_ops.storage import atomic_copy_to_parquet
+    from dp_ops.engine.duckdb import duckdb_connection, register_ancestors
+    from dp_ops.settings import load_execution_settings
+    from dp_ops.regions import ancestors, read_regions
+    from dp_ops.engine.files import atomic_copy_to_parquet
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     clean = root.clean_partition(SOURCE, BENCH_DAY) / "part.parquet"
@@ -220,9 +221,9 @@ FROM per_user GROUP BY level ORDER BY level
 
 
 def exact_bounded(data: Path, work: Path) -> dict[str, Any]:
-    from dp_ops.bounding import duckdb_connection, register_ancestors
-    from dp_ops.execution import load_execution_settings
-    from dp_ops.geography import ancestors, read_regions
+    from dp_ops.engine.duckdb import duckdb_connection, register_ancestors
+    from dp_ops.settings import load_execution_settings
+    from dp_ops.regions import ancestors, read_regions
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     clean = root.clean_partition(SOURCE, BENCH_DAY) / "part.parquet"
@@ -242,7 +243,7 @@ def exact_bounded(data: Path, work: Path) -> dict[str, Any]:
 
 def noise_rate(data: Path, work: Path, *, size: int = 1_000_000,
                repeats: int = 50) -> dict[str, Any]:
-    from dp_ops.noise import noise_generator, sample_discrete_laplace
+    from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 
     rng = noise_generator()
     sample_discrete_laplace(size, epsilon=PLACE_EPSILON, sensitivity=1, rng=rng)  # warm-up
@@ -270,7 +271,7 @@ def noise_rate(data: Path, work: Path, *, size: int = 1_000_000,
 def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
     """Every day of the baseline window noised and reported, baseline frozen (untimed
     setup for ``whole-day``): ``data`` is copied (hard-linked) into each window date."""
-    from dp_ops.mobility import steps
+    from dp_ops.reports.mobility import steps
 
     cfg = MobilityConfig()
     root = prepare_root(data, work, raw_days=cfg.baseline_dates)
@@ -278,7 +279,7 @@ def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     for day in cfg.baseline_dates:
         steps.ingest(root, cfg, day)
-        steps.bound(root, cfg, day)
+        steps.bound_contributions(root, cfg, day)
         steps.noise(root, cfg, day, run_id="benchmark-window", ledger_url=ledger)
         steps.build_baseline(root, cfg, ledger_url=ledger)
         steps.report(root, cfg, day, ledger_url=ledger)
@@ -289,7 +290,7 @@ def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
 def whole_day(data: Path, work: Path) -> dict[str, Any]:
     """``steps.run_days`` for BENCH_DAY, with each step function timed (run_days looks
     the steps up in its module at call time, so wrapping them times the real calls)."""
-    from dp_ops.mobility import steps
+    from dp_ops.reports.mobility import steps
 
     cfg = MobilityConfig()
     if not DataRoot(work.resolve()).baseline_file("mobility").is_file():
@@ -345,22 +346,22 @@ def _read_profile(path: Path) -> dict[str, Any]:
 
 
 def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
-    """``steps.bound`` exactly as ``ours-step`` runs it, with DuckDB's JSON profiler on
+    """``steps.bound_contributions`` exactly as ``ours-step`` runs it, with DuckDB's JSON profiler on
     every query it sends (the pipeline may bound a big day in several user parts): the
     operators' thread time summed over the queries, spill and peak buffer memory.
 
-    The profiler is switched on by wrapping ``dp_ops.bounding.duckdb_connection`` and
+    The profiler is switched on by wrapping ``dp_ops.engine.duckdb.duckdb_connection`` and
     ``atomic_copy_to_parquet`` (looked up in that module at call time); nothing else in
     the pipeline changes."""
     import shutil
 
-    import dp_ops.bounding as pipeline_bounding
-    from dp_ops.execution import load_execution_settings
-    from dp_ops.mobility import steps
+    import dp_ops.engine.duckdb as pipeline_bounding
+    from dp_ops.settings import load_execution_settings
+    from dp_ops.reports.mobility import steps
 
     for name in ("duckdb_connection", "atomic_copy_to_parquet"):
         if not hasattr(pipeline_bounding, name):
-            raise SystemExit(f"dp_ops.bounding.{name} is gone: update profile_bounding")
+            raise SystemExit(f"dp_ops.engine.duckdb.{name} is gone: update profile_bounding")
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     current = work / "profile-current.json"
     queries: list[dict[str, Any]] = []
@@ -388,7 +389,7 @@ def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
     t0 = time.perf_counter()
     error = None
     try:
-        steps.bound(root, MobilityConfig(), BENCH_DAY)
+        steps.bound_contributions(root, MobilityConfig(), BENCH_DAY)
     except Exception as exc:  # e.g. DuckDB out of memory: report it with what ran
         error = str(exc)[:300]
     seconds = time.perf_counter() - t0

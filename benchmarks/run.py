@@ -38,7 +38,7 @@ PEERS_PYTHON = BENCH_DIR / ".venv-peers" / "bin" / "python"
 # contender -> (label in the table, interpreter, script)
 CONTENDERS: dict[str, tuple[str, str, str]] = {
     "duckdb-floor": ("(d) DuckDB floor, non-private", "project", "contenders.py"),
-    "ours-step": ("(a) ours: steps.bound + steps.noise", "project", "contenders.py"),
+    "ours-step": ("(a) ours: steps.bound_contributions + steps.noise", "project", "contenders.py"),
     "ours-places": ("(a') ours: places-only SQL + noise", "project", "contenders.py"),
     "opendp": ("(c) OpenDP 0.16 Polars", "peers", "peer_opendp.py"),
     "pipelinedp": ("(b) PipelineDP 0.3.1 LocalBackend", "peers", "peer_pipelinedp.py"),
@@ -481,7 +481,7 @@ def markdown(report: dict[str, Any]) -> str:
     settings = next((r["measurement"]["result"].get("execution") for r in runs
                      if r["contender"] == HEADLINE and r["seconds"] is not None), None)
     if settings:
-        lines += ["", "Pipeline execution settings of (a) (`dp_ops.execution`, from the "
+        lines += ["", "Pipeline execution settings of (a) (`dp_ops.settings`, from the "
                   "environment): " + ", ".join(f"{k}={v}" for k, v in settings.items())]
     datasets = extra.get("datasets", {})
     if datasets:
@@ -534,7 +534,7 @@ def markdown(report: dict[str, Any]) -> str:
     prof = report.get("profile")
     if prof and prof.get("result"):
         p = prof["result"]
-        lines += ["", f"## Profile of (a): steps.bound at {human(prof['stays'])} stays "
+        lines += ["", f"## Profile of (a): steps.bound_contributions at {human(prof['stays'])} stays "
                   "(DuckDB JSON profiler on each query the step runs, pipeline settings)", ""]
         if p.get("error"):
             lines.append(f"The step failed after {p['query_s']:.1f} s: {p['error']}")

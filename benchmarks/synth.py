@@ -5,7 +5,7 @@ The stays are written in the pipeline's clean location-history format (the colum
 place_category, dwell_hours``), streamed one row group at a time, so 16M rows need a few
 hundred MiB at most. The geography has three levels: one country, ``--sub-regions``
 sub_region_1 and ``--finest`` sub_region_2 regions (defaults 50 and 3000), written with
-``dp_ops.geography.write_regions`` so the pipeline reads it like any region table.
+``dp_ops.regions.write_regions`` so the pipeline reads it like any region table.
 
 User-day model (all vectorised with numpy; one generator stream per row group, so a
 given seed and size give the same file):
@@ -42,8 +42,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.config import PLACE_CATEGORIES
-from dp_ops.geography import REGION_COLUMNS, fake_place_id, validate_regions, write_regions
+from dp_ops.contract import PLACE_CATEGORIES
+from dp_ops.regions import REGION_COLUMNS, fake_place_id, validate_regions, write_regions
 
 COUNTRY_CODE = "BX"
 COUNTRY_NAME = "Benchmarkia"

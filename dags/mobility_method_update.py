@@ -28,14 +28,17 @@ from __future__ import annotations
 
 from airflow.sdk import Param, chain, dag
 
-from dp_ops.config import PUBLISHED_CATEGORIES
-from dp_ops.dag_defaults import DEFAULT_ARGS
-from dp_ops.dag_tags import Tag, tags
-from dp_ops.operators import (
+from dp_ops.airflow.defaults import DEFAULT_ARGS
+from dp_ops.airflow.operators import (
     GreatExpectationsGateOperator,
     MethodUpdateOperator,
     ReportStepOperator,
 )
+from dp_ops.airflow.tags import Tag, tags
+from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
+from dp_ops.reports.protocol import ReportName, Step
+
+REPORT = ReportName.MOBILITY
 
 COUNT_CATEGORIES = [c for c in PUBLISHED_CATEGORIES if c != "residential"]
 
@@ -73,8 +76,8 @@ def mobility_method_update() -> None:
         task_id="method_update", method_version="{{ params.method_version }}",
         effective_date="{{ params.effective_date }}", categories="{{ params.categories }}",
         factor="{{ params.factor }}", reason="{{ params.reason }}")
-    gate = GreatExpectationsGateOperator(task_id="gate")
-    publish = ReportStepOperator(task_id="publish", step="publish")
+    gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)
+    publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 
     chain(method_update, gate, publish)
 

@@ -18,7 +18,7 @@ republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
 - `gate`: stage the release and validate it with Great Expectations.
 - `publish`: atomically promote the staged release to `latest`.
 
-All of them are thin calls into `dp_ops.mobility.steps`.
+All of them are thin calls into `dp_ops.reports.mobility.steps`.
 
 **Failures.** A budget refusal (`BudgetExceeded`) or a failed gate (`GateFailed`) fails the
 task at once, without retry: read the task log (the gate logs the path of the GX Data
@@ -45,14 +45,17 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import Asset, CronDataIntervalTimetable, chain, dag
 
-from dp_ops.dag_defaults import DEFAULT_ARGS, RUN_DAY
-from dp_ops.dag_tags import Tag, tags
-from dp_ops.operators import (
+from dp_ops.airflow.defaults import DEFAULT_ARGS, RUN_DAY
+from dp_ops.airflow.operators import (
     BaselineReadySensor,
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
     ReportStepOperator,
 )
+from dp_ops.airflow.tags import Tag, tags
+from dp_ops.reports.protocol import ReportName, Step
+
+REPORT = ReportName.MOBILITY
 
 # The day a run processes: the start of its one-day data interval.
 DAY = RUN_DAY
@@ -77,12 +80,12 @@ MOBILITY_BASELINE = Asset(name="mobility_baseline", group="mobility")
     tags=tags(Tag.MOBILITY, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def mobility_report() -> None:
-    ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY)
+    ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
-        task_id="bound_contributions", step="bound", day=DAY,
+        task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
         ).expand(shard=ingest.output)
-    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY)
+    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
     baseline = BaselineReadySensor(
         task_id="baseline",
         day=DAY,
@@ -91,11 +94,11 @@ def mobility_report() -> None:
         poke_interval=30,
         timeout=timedelta(hours=12),
     )
-    report = ReportStepOperator(task_id="report", step="report", day=DAY)
+    report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
     # Each run stages and promotes the whole release; publish keeps `latest` if it already
     # ends on a later day, so runs finishing out of order cannot roll the release back.
-    gate = GreatExpectationsGateOperator(task_id="gate")
-    publish = ReportStepOperator(task_id="publish", step="publish")
+    gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)
+    publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 
     chain(ingest, bound_contributions, noise, baseline, report, gate, publish)
 

@@ -20,7 +20,7 @@ republishes the daily and weekly files at `$DP_DATA_ROOT/published/symptoms/late
 - `publish`: store the scaling factors fixed for the first time, then atomically promote
   the staged release to `latest`.
 
-All of them are thin calls into `dp_ops.symptoms.steps`.
+All of them are thin calls into `dp_ops.reports.symptoms.steps`.
 
 **Failures.** A budget refusal or a failed gate fails the task at once, without retry:
 read the task log (the gate logs the path of the GX Data Docs). The last good release
@@ -45,15 +45,16 @@ from datetime import UTC, datetime
 
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
-from dp_ops.dag_defaults import DEFAULT_ARGS, RUN_DAY
-from dp_ops.dag_tags import Tag, tags
-from dp_ops.operators import (
+from dp_ops.airflow.defaults import DEFAULT_ARGS, RUN_DAY
+from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
     ReportStepOperator,
 )
+from dp_ops.airflow.tags import Tag, tags
+from dp_ops.reports.protocol import ReportName, Step
 
-REPORT = "symptoms"
+REPORT = ReportName.SYMPTOMS
 # The day a run processes: the start of its one-day data interval.
 DAY = RUN_DAY
 
@@ -70,15 +71,15 @@ DAY = RUN_DAY
     tags=tags(Tag.SYMPTOMS, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def symptoms_dataset() -> None:
-    ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY, report=REPORT)
+    ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
-        task_id="bound_contributions", step="bound", day=DAY, report=REPORT,
+        task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
-    report = ReportStepOperator(task_id="report", step="report", day=DAY, report=REPORT)
+    report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)
-    publish = ReportStepOperator(task_id="publish", step="publish", report=REPORT)
+    publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 
     chain(ingest, bound_contributions, noise, report, gate, publish)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from airflow.sdk import chain, dag
 
-from dp_ops.dag_defaults import (
+from dp_ops.airflow.defaults import (
     DEFAULT_ARGS,
     RERUN_DAY,
     RERUN_REASON,
@@ -33,16 +33,17 @@ from dp_ops.dag_defaults import (
     RERUN_RENOISE,
     rerun_params,
 )
-from dp_ops.dag_tags import Tag, tags
-from dp_ops.operators import (
+from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
     ReportStepOperator,
     ValidateRerunRequestOperator,
 )
+from dp_ops.airflow.tags import Tag, tags
+from dp_ops.reports.protocol import ReportName, Step
 
 DAY, REGION, RENOISE, REASON = RERUN_DAY, RERUN_REGION, RERUN_RENOISE, RERUN_REASON
-REPORT = "symptoms"
+REPORT = ReportName.SYMPTOMS
 
 
 @dag(
@@ -60,16 +61,16 @@ def symptoms_region_rerun() -> None:
     validate_request = ValidateRerunRequestOperator(
         task_id="validate_request", day=DAY, region=REGION, renoise=RENOISE, reason=REASON,
         report=REPORT, retries=0)
-    ingest = ReportStepOperator(task_id="ingest", step="ingest", day=DAY, report=REPORT)
+    ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
-        task_id="bound_contributions", step="bound", day=DAY, report=REPORT,
+        task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, region=REGION,
                                        renoise=RENOISE, reason=REASON, report=REPORT)
-    report = ReportStepOperator(task_id="report", step="report", day=DAY, report=REPORT)
+    report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT, region=REGION)
-    publish = ReportStepOperator(task_id="publish", step="publish", report=REPORT)
+    publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 
     chain(validate_request, ingest, bound_contributions, noise, report, gate, publish)
 

@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ok:
         return 1
     sys.path.insert(0, str(REPO / "plugins"))
-    from dp_ops.settings import load_mobility_config
+    from dp_ops.reports.mobility.config import load_mobility_config
 
     status = 0
     for dag_id in args.dag_ids:

@@ -1,4 +1,5 @@
-"""``python -m dp_ops``: generate demo data, run a report in-process, print the ledger.
+"""``python -m dp_ops`` (``dp-ops``): run a report in-process, print the ledger; with the demo
+package installed also ``generate`` demo data and ``evaluate`` a release against its truth.
 
 Errors print one clear line (``error: ...``) and the path of the log file holding the
 detail (``<data root>/logs/dp_ops.log``: every step summary and the traceback; like every
@@ -15,10 +16,11 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import date, timedelta
+from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from dp_ops import settings
+from dp_ops.reports.protocol import ReportName
 
 log = logging.getLogger("dp_ops")
 
@@ -36,32 +38,11 @@ def _days(start: date, end: date) -> list[date]:
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from dp_ops.generator import DEFAULT_USERS, generate
-
-    root = settings.data_root()
-    t0 = time.monotonic()
-    summary = generate(root, args.start, args.end, users=args.users or DEFAULT_USERS,
-                       seed=args.seed, progress=lambda msg: print(f"  {msg}", flush=True))
-    print(summary.describe())
-    print(f"generated into {root.root} in {time.monotonic() - t0:.1f} s")
-    return 0
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from dp_ops.results import StepResult
+    from dp_ops.reports.registry import load_report
+    from dp_ops.steps.result import StepResult
 
-    if args.report == "mobility":
-        from dp_ops.mobility import steps as mobility_steps
-
-        run_days: Any = mobility_steps.run_days
-    else:
-        from dp_ops.symptoms import steps as symptoms_steps
-
-        run_days = symptoms_steps.run_days
-    root = settings.data_root()
-    cfg = settings.load_config(args.report)
-    url = settings.ledger(root)
+    report = load_report(args.report)
     run_id = args.run_id or f"cli__{uuid.uuid4().hex[:12]}"
     days = _days(args.start, args.end)
     t0 = time.monotonic()
@@ -74,16 +55,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info(result.summary)
         print(f"[{done}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
 
-    results = run_days(root, cfg, days, run_id=run_id, ledger_url=url,
-                       region=args.region, renoise=args.renoise, reason=args.reason,
-                       on_day=progress)
+    results = report.run_days(days, run_id=run_id, region=args.region,
+                              renoise=args.renoise, reason=args.reason, on_day=progress)
     for result in results[-2:]:  # gate and publish
         print(result.summary)
     return 0
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    from dp_ops.ledger import Ledger, format_ledger, format_ledger_summary
+    from dp_ops.privacy.ledger import Ledger, format_ledger, format_ledger_summary
 
     root = settings.data_root()
     ledger = Ledger(settings.ledger(root))
@@ -94,18 +74,22 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     if args.spends:
         print(format_ledger(spends))
     else:
-        caps = {"mobility": settings.load_mobility_config().cap,
-                "symptoms": settings.load_symptoms_config().cap}
+        from dp_ops.reports.registry import load_report
+
+        caps = {name.value: load_report(name).cap for name in ReportName}
         print(format_ledger_summary(spends, caps))
     return 0
 
 
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    from dp_ops.evaluation import evaluate_mobility, evaluate_symptoms
+# Commands other installed packages add to this one (the demo package adds ``generate`` and
+# ``evaluate``): each entry point is a function that adds its subparser. dp_ops itself
+# never imports those packages.
+COMMANDS_GROUP = "dp_ops.commands"
 
-    evaluate = evaluate_mobility if args.report == "mobility" else evaluate_symptoms
-    print(evaluate(settings.data_root()).describe())
-    return 0
+
+def plugin_commands() -> list[metadata.EntryPoint]:
+    """The installed ``dp_ops.commands`` entry points, by name."""
+    return sorted(metadata.entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,16 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help="log every step")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gen = sub.add_parser("generate", help="write synthetic input and its truth")
-    gen.add_argument("--start", type=_date, default=date(2020, 1, 1))
-    gen.add_argument("--end", type=_date, default=date(2020, 3, 31))
-    gen.add_argument("--users", type=int, default=None,
-                     help="population size (default: the generator's demo size)")
-    gen.add_argument("--seed", type=int, default=2020)
-    gen.set_defaults(func=cmd_generate)
-
     run = sub.add_parser("run", help="run a report in-process, in date order")
-    run.add_argument("report", choices=["mobility", "symptoms"])
+    run.add_argument("report", choices=[name.value for name in ReportName])
     run.add_argument("--start", type=_date, required=True)
     run.add_argument("--end", type=_date, required=True)
     run.add_argument("--region", default=None, help="rerun one region (stored noise reused)")
@@ -140,10 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="list every spend (id, generation, run id) instead of the summary")
     led.set_defaults(func=cmd_ledger)
 
-    ev = sub.add_parser("evaluate", help="compare the latest release with the synthetic "
-                                         "truth (evaluation only)")
-    ev.add_argument("report", choices=["mobility", "symptoms"])
-    ev.set_defaults(func=cmd_evaluate)
+    for command in plugin_commands():
+        command.load()(sub)
     return parser
 
 

@@ -23,6 +23,8 @@ import signal
 import sys
 from collections import Counter
 
+from dp_ops.errors import FaultConfigError
+
 FAULT_ENV = "DP_FAULT"
 FAULT_ONCE_ENV = "DP_FAULT_ONCE"
 
@@ -43,10 +45,6 @@ POINTS: dict[str, str] = {
 }
 
 _passes: Counter[str] = Counter()
-
-
-class FaultConfigError(ValueError):
-    """``DP_FAULT`` names a point that does not exist or a bad count."""
 
 
 def parse_faults(spec: str) -> dict[str, int]:

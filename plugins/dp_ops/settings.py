@@ -1,9 +1,38 @@
-"""Runtime settings: where data lives, which ledger, which report configuration.
+"""Runtime settings, all from the environment so that the DAGs, the CLI and the tests agree.
 
-All of it comes from the environment so that the DAGs, the CLI and the tests agree:
-``DP_DATA_ROOT``, ``DP_LEDGER_URL``, ``DP_MOBILITY_CONFIG`` and ``DP_SYMPTOMS_CONFIG``
-(optional JSON files with :class:`~dp_ops.config.MobilityConfig` /
-:class:`~dp_ops.config.SymptomsConfig` fields).
+What and where: ``DP_DATA_ROOT`` (the data root, default ``./data``) and ``DP_LEDGER_URL``
+(the ledger's SQLAlchemy URL, default a SQLite file under the data root). The reports'
+configurations are read by their own ``config`` modules (``DP_MOBILITY_CONFIG``,
+``DP_SYMPTOMS_CONFIG``) with :func:`json_object`.
+
+How (:class:`ExecutionSettings`): how the pipeline executes, as opposed to what it computes: the engine that runs the
+bounding SQL, how many user shards the bounding is split into, engine resources, and
+which levels of regions get a chart in each release.
+
+None of these settings changes a published value or the privacy guarantee: sharded and
+unsharded bounding, and DuckDB and Spark, give identical true aggregates for the same
+input and bounding salt (tested); ``chart_levels`` only leaves charts out of the release
+page (a release drawn with other levels is another release: its files differ). They
+come from the environment, or from the JSON file named by ``DP_EXECUTION_CONFIG`` (same
+field names, lower case), the environment winning:
+
+==========================  =============================================================
+``DP_ENGINE``               ``duckdb`` (default, embedded) or ``spark``
+``DP_BOUNDING_SHARDS``      user shards of the bounding step (default 1); in Airflow each
+                            shard is one mapped ``bound_contributions`` task instance
+``DP_DUCKDB_MEMORY_LIMIT``  DuckDB's memory limit per bounding task (default ``1GB``);
+                            beyond it DuckDB spills to ``work/tmp`` under the data root
+``DP_DUCKDB_THREADS``       DuckDB threads per task (default: DuckDB's, one per core)
+``DP_DUCKDB_ROWS_PER_PART`` a day with more input rows is bounded by DuckDB in user parts
+                            of about this many rows, one after the other (default
+                            4,000,000: about 1.1 GB peak), which keeps memory flat
+``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
+``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
+``DP_CHART_LEVELS``         region levels charted in each release, e.g. ``0,1`` (default:
+                            every level of the report; ``none`` for no charts). A chart
+                            takes ~15 ms, so a geography of thousands of sub-regions adds
+                            a minute to every gate step, a backfill's included
+==========================  =============================================================
 """
 
 from __future__ import annotations
@@ -11,11 +40,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from dp_ops.config import ConfigError, MobilityConfig, SymptomsConfig
-from dp_ops.paths import DataRoot, ledger_url
+from dp_ops.errors import ConfigError
+from dp_ops.layout import DataRoot, ledger_url
 
 
 def data_root() -> DataRoot:
@@ -41,21 +71,81 @@ def json_object(variable: str, environ: Mapping[str, str] | None = None
     return values
 
 
-def load_mobility_config() -> MobilityConfig:
-    """Defaults, overridden by the JSON file named in ``DP_MOBILITY_CONFIG`` if set."""
-    values = json_object("DP_MOBILITY_CONFIG")
-    return MobilityConfig() if values is None else MobilityConfig.from_mapping(values)
+ENGINES = ("duckdb", "spark")
+MAX_SHARDS = 4096
 
 
-def load_symptoms_config() -> SymptomsConfig:
-    """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG`` if set."""
-    values = json_object("DP_SYMPTOMS_CONFIG")
-    return SymptomsConfig() if values is None else SymptomsConfig.from_mapping(values)
+@dataclass(frozen=True)
+class ExecutionSettings:
+    engine: str = "duckdb"
+    bounding_shards: int = 1
+    duckdb_memory_limit: str = "1GB"
+    duckdb_threads: int | None = None
+    duckdb_rows_per_part: int = 4_000_000
+    spark_master: str = "local[2]"
+    spark_remote: str | None = None
+    chart_levels: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"execution setting engine={self.engine!r}: expected one of "
+                              f"{', '.join(ENGINES)}")
+        if not (isinstance(self.bounding_shards, int) and 1 <= self.bounding_shards
+                <= MAX_SHARDS):
+            raise ConfigError(f"execution setting bounding_shards={self.bounding_shards!r}: "
+                              f"expected an integer in [1, {MAX_SHARDS}]")
+        if not (isinstance(self.duckdb_rows_per_part, int) and self.duckdb_rows_per_part >= 1):
+            raise ConfigError("execution setting duckdb_rows_per_part="
+                              f"{self.duckdb_rows_per_part!r}: expected an integer >= 1")
+        if self.chart_levels is not None and not (
+                isinstance(self.chart_levels, tuple)
+                and all(isinstance(v, int) and v >= 0 for v in self.chart_levels)):
+            raise ConfigError(f"execution setting chart_levels={self.chart_levels!r}: "
+                              "expected region levels (integers >= 0)")
+        if self.duckdb_threads is not None and not (
+                isinstance(self.duckdb_threads, int) and self.duckdb_threads >= 1):
+            raise ConfigError(f"execution setting duckdb_threads={self.duckdb_threads!r}: "
+                              "expected an integer >= 1")
 
 
-def load_config(report: str) -> MobilityConfig | SymptomsConfig:
-    if report == "mobility":
-        return load_mobility_config()
-    if report == "symptoms":
-        return load_symptoms_config()
-    raise ConfigError(f"report={report!r}: must be 'mobility' or 'symptoms'")
+_INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part"}
+
+
+def load_execution_settings(environ: Mapping[str, str] | None = None) -> ExecutionSettings:
+    """Defaults, then ``DP_EXECUTION_CONFIG``'s JSON object, then ``DP_<FIELD>`` variables."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    loaded = json_object("DP_EXECUTION_CONFIG", env)
+    if loaded is not None:
+        known = {f.name for f in fields(ExecutionSettings)}
+        for key in loaded:
+            if key not in known:
+                raise ConfigError(f"DP_EXECUTION_CONFIG={env['DP_EXECUTION_CONFIG']!r}: "
+                                  f"unknown field {key!r}")
+        values.update(loaded)
+        if isinstance(values.get("chart_levels"), list):
+            values["chart_levels"] = tuple(values["chart_levels"])
+    for f in fields(ExecutionSettings):
+        raw = env.get(f"DP_{f.name.upper()}")
+        if raw is None or raw == "":
+            continue
+        if f.name == "chart_levels":
+            values[f.name] = _levels(raw)
+        elif f.name in _INT_FIELDS:
+            try:
+                values[f.name] = int(raw)
+            except ValueError as exc:
+                raise ConfigError(f"DP_{f.name.upper()}={raw!r}: expected an integer") from exc
+        else:
+            values[f.name] = raw
+    return ExecutionSettings(**values)
+
+
+def _levels(raw: str) -> tuple[int, ...]:
+    """``"0,1"`` -> (0, 1); ``"none"`` -> ()."""
+    if raw.strip().lower() == "none":
+        return ()
+    try:
+        return tuple(sorted({int(part) for part in raw.split(",") if part.strip()}))
+    except ValueError as exc:
+        raise ConfigError(f"DP_CHART_LEVELS={raw!r}: expected levels like 0,1 or none") from exc

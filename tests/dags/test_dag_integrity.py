@@ -18,8 +18,8 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk import BaseSensorOperator, CronDataIntervalTimetable
 from airflow.sdk.definitions.timetables.simple import NullTimetable
 
-from dp_ops.dag_tags import ALLOWED_TAGS
-from dp_ops.operators import (
+from dp_ops.airflow.tags import ALLOWED_TAGS
+from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
     MethodUpdateOperator,
@@ -76,7 +76,7 @@ def _all_dag_ids() -> list[str]:
 def test_every_dag_has_tags_doc_and_retries(dagbag: DagBag, dag_id: str) -> None:
     dag = dagbag.dags[dag_id]
     assert dag.tags, f"{dag_id} has no tags"
-    assert set(dag.tags) <= ALLOWED_TAGS, f"{dag_id}: tags not in dp_ops.dag_tags: " \
+    assert set(dag.tags) <= ALLOWED_TAGS, f"{dag_id}: tags not in dp_ops.airflow.tags: " \
         f"{set(dag.tags) - ALLOWED_TAGS}"
     assert dag.doc_md and len(dag.doc_md.strip()) > 50, f"{dag_id} has no doc_md"
     for task in dag.tasks:
@@ -195,7 +195,7 @@ def test_method_update_graph_and_params(dagbag: DagBag) -> None:
                                             (["parks", "workplaces"], ["parks", "workplaces"]),
                                             ("parks, workplaces", ["parks", "workplaces"])])
 def test_rendered_categories_are_parsed(value: object, expected: list[str]) -> None:
-    from dp_ops.operators.method_update import parse_categories
+    from dp_ops.airflow.operators.method_update import parse_categories
 
     assert parse_categories(value) == expected
 
@@ -208,13 +208,13 @@ def test_operators_declare_their_templates() -> None:
 @pytest.mark.parametrize("value,expected", [(True, True), (False, False), ("True", True),
                                             ("False", False), (" false ", False), ("1", True)])
 def test_rendered_renoise_is_parsed_strictly(value: object, expected: bool) -> None:
-    from dp_ops.operators._runtime import parse_bool
+    from dp_ops.airflow.runtime import parse_bool
 
     assert parse_bool(value, field="renoise") is expected
 
 
 def test_rendered_renoise_rejects_garbage() -> None:
-    from dp_ops.operators._runtime import parse_bool
+    from dp_ops.airflow.runtime import parse_bool
 
     with pytest.raises(ValueError, match="renoise"):
         parse_bool("maybe", field="renoise")
@@ -230,7 +230,7 @@ def test_dag_files_do_no_heavy_imports() -> None:
         f"for f in {sorted(str(p) for p in DAGS.glob('*.py'))!r}:\n"
         "    runpy.run_path(f)\n"
         "heavy = ['duckdb', 'pandas', 'great_expectations', 'pyarrow', 'numpy',\n"
-        "         'dp_ops.noising', 'dp_ops.ledger', 'dp_ops.gate', 'dp_ops.symptoms.release']\n"
+        "         'dp_ops.steps.noising', 'dp_ops.privacy.ledger', 'dp_ops.steps.gate', 'dp_ops.reports.symptoms.release']\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

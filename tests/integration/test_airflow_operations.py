@@ -170,8 +170,8 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     """Synthetic input, a fresh Airflow deployment, and ``mobility_report`` backfilled over
     START..END by its scheduler. Every background process is stopped at the end, also when
     the setup fails half way."""
-    from dp_ops.generator import generate
-    from dp_ops.paths import DataRoot
+    from dp_demo.generator import generate
+    from dp_ops.layout import DataRoot
 
     demo = load_airflow_demo()
     base = tmp_path_factory.mktemp("airflow_operations")
@@ -266,7 +266,7 @@ def test_backfill_by_the_scheduler_publishes_a_release(deployment: Deployment) -
 def test_backfill_spends_once_per_slot(deployment: Deployment) -> None:
     """Exactly one ``noise`` spend per (date, level, metric) slot, all regions, paid by
     that day's backfill run; the composed epsilon of every day is one normal run's."""
-    from dp_ops.config import MobilityConfig
+    from dp_ops.reports.mobility.config import MobilityConfig
 
     cfg = MobilityConfig()
     run_of_day = {d: r for d, r in deployment.meta.query(
@@ -348,8 +348,8 @@ def _regions(root: Path) -> list[dict[str, str]]:
 
 
 def _spends(root: Path) -> list[Any]:
-    from dp_ops.ledger import Ledger
-    from dp_ops.paths import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
+    from dp_ops.layout import DataRoot, ledger_url
 
     ledger = Ledger(ledger_url(DataRoot(root)))
     try:
@@ -363,7 +363,7 @@ def _noisy_values(root: Path, day: date) -> dict[tuple[int, str, str], int]:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from dp_ops.paths import DataRoot
+    from dp_ops.layout import DataRoot
 
     files = sorted(DataRoot(root).noise_dir("mobility", day).glob("spend-*.parquet"))
     cells = pd.concat([pq.read_table(p).to_pandas() for p in files], ignore_index=True)
@@ -402,7 +402,7 @@ def _rerun_region(root: Path) -> tuple[str, frozenset[str]]:
     knows that the region ids the reruns put into conf, rendered fields and logs belong to
     no small cell), and outside the county of the most populous region, so that the
     release keeps rows outside the chain that must not change."""
-    from dp_ops.config import MobilityConfig
+    from dp_ops.reports.mobility.config import MobilityConfig
 
     threshold = MobilityConfig().min_contributors
     regions = {r["region_id"]: r for r in _regions(root)}
@@ -482,7 +482,7 @@ def test_rerun_with_renoise_spends_for_the_region_chain_only(
     """The ledger records one ``renoise`` spend per metric group for the region and each
     ancestor (15 slots), with the reason and the rerun's run id; fresh noise is drawn for
     exactly those cells, and no published row outside the chain changes."""
-    from dp_ops.config import MobilityConfig
+    from dp_ops.reports.mobility.config import MobilityConfig
 
     cfg = MobilityConfig()
     outcome = reruns["renoise"]
@@ -512,7 +512,7 @@ def test_second_renoise_is_refused_past_the_cap(deployment: Deployment,
     """``noise`` fails on its first try (no retry) with the documented refusal naming the
     date, the slot, the spent and requested epsilon and the cap; nothing is spent, drawn
     or published."""
-    from dp_ops.config import MobilityConfig
+    from dp_ops.reports.mobility.config import MobilityConfig
 
     cfg = MobilityConfig()
     outcome = reruns["renoise_again"]
@@ -551,8 +551,8 @@ def _small_cells(root: Path) -> dict[str, list[float | int]]:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from dp_ops.config import MobilityConfig
-    from dp_ops.paths import DataRoot
+    from dp_ops.reports.mobility.config import MobilityConfig
+    from dp_ops.layout import DataRoot
 
     threshold = MobilityConfig().min_contributors
     cells: dict[str, list[float | int]] = {}
@@ -631,7 +631,7 @@ def test_no_user_id_or_small_cell_value_where_a_ui_user_can_read_it(
 
     # the same scanner over the private areas finds both kinds of value: on this data it
     # would have seen them had they leaked
-    from dp_ops.paths import DataRoot
+    from dp_ops.layout import DataRoot
 
     private = Findings()
     raw = DataRoot(root).raw_partition("location_history", END)

@@ -11,19 +11,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import dp_ops.mobility.bounding as mobility_bounding
-from dp_ops.config import MobilityConfig
-from dp_ops.generator import generate
-from dp_ops.ledger import Ledger
-from dp_ops.mobility import steps
-from dp_ops.mobility.method_update import (
+import dp_ops.reports.mobility.bounding as mobility_bounding
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_demo.generator import generate
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility import steps
+from dp_ops.reports.mobility.method_update import (
     ScaledCounts,
     comparison_window,
     read_method_updates,
 )
-from dp_ops.paths import DataRoot
-from dp_ops.results import StepResult
-from dp_ops.storage import write_parquet_atomic
+from dp_ops.layout import DataRoot
+from dp_ops.steps.result import StepResult
+from dp_ops.engine.files import write_parquet_atomic
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

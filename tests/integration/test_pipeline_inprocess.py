@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from pipeline_helpers import verify_release
 
-from dp_ops.config import MobilityConfig
-from dp_ops.generator import generate
-from dp_ops.geography import read_regions, write_regions
-from dp_ops.ledger import Ledger
-from dp_ops.mobility import steps
-from dp_ops.mobility.noising import load_noisy_cells
-from dp_ops.paths import DataRoot
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_demo.generator import generate
+from dp_ops.regions import read_regions, write_regions
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility import steps
+from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.layout import DataRoot
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -143,7 +143,7 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     regions = read_regions(root.regions_csv)
     region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[3])
     steps.ingest(root, cfg, day)
-    steps.bound(root, cfg, day)
+    steps.bound_contributions(root, cfg, day)
     steps.noise(root, cfg, day, run_id="oncall", ledger_url=url, region=region, renoise=True,
                 reason="raw data corrected")
     spent = ledger.spent("mobility", day)
@@ -159,8 +159,8 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
 
 def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
         pipeline: dict[str, object]) -> None:
-    from dp_ops.gate import GateFailed
-    from dp_ops.storage import write_parquet_atomic
+    from dp_ops.errors import GateFailed
+    from dp_ops.engine.files import write_parquet_atomic
 
     root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)

@@ -32,10 +32,10 @@ from pipeline_helpers import (
     verify_release,
 )
 
-from dp_ops.geography import read_regions
-from dp_ops.ledger import Ledger
-from dp_ops.paths import DataRoot
-from dp_ops.settings import load_mobility_config
+from dp_ops.regions import read_regions
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.layout import DataRoot
+from dp_ops.reports.mobility.config import load_mobility_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -25,20 +25,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dp_ops.bounding import combine_shards, shard_file
-from dp_ops.config import ALL_STAY_CATEGORIES, PLACE_CATEGORIES, MobilityConfig, SymptomsConfig
-from dp_ops.execution import ExecutionSettings
-from dp_ops.generator import generate
-from dp_ops.geography import ancestors, read_regions
-from dp_ops.ingest import LOCATION_SOURCE, SEARCH_SOURCE, read_symptoms
-from dp_ops.mobility import bounding as mobility_bounding
-from dp_ops.mobility import steps as mobility_steps
-from dp_ops.paths import DataRoot
-from dp_ops.results import StepResult
-from dp_ops.spark_engine import spark_parameters
-from dp_ops.storage import write_parquet_atomic
-from dp_ops.symptoms import bounding as symptoms_bounding
-from dp_ops.symptoms import steps as symptoms_steps
+from dp_ops.steps.bound import combine_shards, shard_file
+from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.settings import ExecutionSettings
+from dp_demo.generator import generate
+from dp_ops.regions import ancestors, read_regions
+from dp_ops.contract import LOCATION_SOURCE, SEARCH_SOURCE
+from dp_ops.steps.ingest import read_symptoms
+from dp_ops.reports.mobility import bounding as mobility_bounding
+from dp_ops.reports.mobility import steps as mobility_steps
+from dp_ops.layout import DataRoot
+from dp_ops.steps.result import StepResult
+from dp_ops.engine.spark import spark_parameters
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.reports.symptoms import bounding as symptoms_bounding
+from dp_ops.reports.symptoms import steps as symptoms_steps
 
 DAY = date(2020, 3, 10)
 EMPTY_DAY = date(2020, 3, 11)
@@ -57,7 +60,7 @@ def spark() -> Iterator[object]:
     if not _java_available():
         pytest.skip("Java not found (no java on PATH, no JAVA_HOME): the Spark engine "
                     "needs Java 17+")
-    from dp_ops.spark_engine import spark_session
+    from dp_ops.engine.spark import spark_session
 
     session = spark_session(ExecutionSettings(engine="spark", spark_master="local[2]"))
     yield session

@@ -34,8 +34,8 @@ def dags(airflow_db: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from dp_ops.generator import generate
-    from dp_ops.paths import DataRoot
+    from dp_demo.generator import generate
+    from dp_ops.layout import DataRoot
 
     root = tmp_path_factory.mktemp("symptoms_e2e") / "data"
     root.mkdir()
@@ -48,8 +48,8 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _spends(root: Path) -> list:
-    from dp_ops.ledger import Ledger
-    from dp_ops.paths import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
+    from dp_ops.layout import DataRoot, ledger_url
 
     ledger = Ledger(ledger_url(DataRoot(root)))
     try:
@@ -113,8 +113,8 @@ def test_region_rerun_rejects_a_day_not_noised_yet(dags: dict, backfilled: Path)
 def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
                                                  tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from dp_ops.generator import generate
-    from dp_ops.paths import DataRoot
+    from dp_demo.generator import generate
+    from dp_ops.layout import DataRoot
 
     root = tmp_path / "data"
     root.mkdir()

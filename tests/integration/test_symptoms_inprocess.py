@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 from pipeline_helpers import verify_release
 
-from dp_ops.config import SymptomsConfig
-from dp_ops.generator import generate
-from dp_ops.geography import read_regions
-from dp_ops.ledger import Ledger
-from dp_ops.noising import region_chain
-from dp_ops.paths import DataRoot
-from dp_ops.symptoms import steps
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_demo.generator import generate
+from dp_ops.regions import read_regions
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.steps.noising import region_chain
+from dp_ops.layout import DataRoot
+from dp_ops.reports.symptoms import steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -150,7 +150,7 @@ def test_evaluation_against_the_truth(pipeline: dict[str, object]) -> None:
     several hundred published weekly values, a share under 50% would need the realised
     rate to sit ~15 standard deviations below its mean: false-failure rate far below
     1e-9."""
-    from dp_ops.evaluation import evaluate_symptoms
+    from dp_demo.evaluation import evaluate_symptoms
 
     root = pipeline["root"]
     assert isinstance(root, DataRoot)

@@ -170,8 +170,8 @@ def _prepare_data_root(root: Path) -> str:
     """Synthetic input, then the CLI's in-process mobility chain through NOISED_THROUGH:
     the rerun's ``validate_request`` needs that day noised and the baseline present.
     Returns the first level-2 region."""
-    from dp_ops.generator import generate
-    from dp_ops.paths import DataRoot
+    from dp_demo.generator import generate
+    from dp_ops.layout import DataRoot
 
     generate(DataRoot(root), START, END, users=USERS, seed=SEED)
     env = {k: v for k, v in os.environ.items()

@@ -246,14 +246,14 @@ def test_dp_ops_settings_point_at_the_mounts(compose: dict[str, Any]) -> None:
     # CLI): plugins/ must be on PYTHONPATH, not be the plugins folder.
     assert PurePosixPath(env["AIRFLOW__CORE__PLUGINS_FOLDER"]) != PurePosixPath(PLUGINS)
     assert env["DP_SQL_DIR"] == f"{INCLUDE}/sql"
-    # Without DP_SQL_DIR, dp_ops.sql looks in <dp_ops>/../../include/sql: same place.
+    # Without DP_SQL_DIR, dp_ops.engine.sql looks in <dp_ops>/../../include/sql: same place.
     assert PurePosixPath(PLUGINS).parent == PurePosixPath(INCLUDE).parent
     for variable in ("DP_MOBILITY_CONFIG", "DP_SYMPTOMS_CONFIG", "DP_EXECUTION_CONFIG"):
         assert variable in env
 
 
 def test_execution_config_example_is_valid(compose: dict[str, Any]) -> None:
-    from dp_ops.execution import load_execution_settings
+    from dp_ops.settings import load_execution_settings
 
     source, _ = volume_map(compose["x-airflow-common"])[CONFIG]
     example = REPO / source / "execution.example.json"

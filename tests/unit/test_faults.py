@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dp_ops.faults import POINTS, FaultConfigError, fault_point, parse_faults
+from dp_ops.faults import POINTS, fault_point, parse_faults
+from dp_ops.errors import FaultConfigError
 
 PLUGINS = str(Path(__file__).resolve().parents[2] / "plugins")
 

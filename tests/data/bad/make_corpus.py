@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "plugins"))
 
-from dp_ops.geography import REGION_COLUMNS, fake_place_id, write_regions  # noqa: E402
+from dp_ops.regions import REGION_COLUMNS, fake_place_id, write_regions  # noqa: E402
 
 DAY = date(2020, 3, 2)
 PARTITION = f"date={DAY.isoformat()}"

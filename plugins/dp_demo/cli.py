@@ -1,0 +1,71 @@
+"""The demo's commands: ``generate`` (synthetic input and its truth) and ``evaluate`` (a
+release against that truth).
+
+They are plugged into ``python -m dp_ops`` / ``dp-ops`` through the ``dp_ops.commands``
+entry points (pyproject.toml), and also run on their own as ``python -m dp_demo`` or
+``dp-demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+
+from dp_ops import settings
+
+
+def _date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from exc
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from dp_demo.generator import DEFAULT_USERS, generate
+
+    root = settings.data_root()
+    t0 = time.monotonic()
+    summary = generate(root, args.start, args.end, users=args.users or DEFAULT_USERS,
+                       seed=args.seed, progress=lambda msg: print(f"  {msg}", flush=True))
+    print(summary.describe())
+    print(f"generated into {root.root} in {time.monotonic() - t0:.1f} s")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from dp_demo.evaluation import evaluate_mobility, evaluate_symptoms
+
+    evaluate = evaluate_mobility if args.report == "mobility" else evaluate_symptoms
+    print(evaluate(settings.data_root()).describe())
+    return 0
+
+
+def generate_command(sub: Any) -> None:
+    """Add ``generate`` to a subparsers object (the ``dp_ops.commands`` entry point)."""
+    gen = sub.add_parser("generate", help="write synthetic input and its truth")
+    gen.add_argument("--start", type=_date, default=date(2020, 1, 1))
+    gen.add_argument("--end", type=_date, default=date(2020, 3, 31))
+    gen.add_argument("--users", type=int, default=None,
+                     help="population size (default: the generator's demo size)")
+    gen.add_argument("--seed", type=int, default=2020)
+    gen.set_defaults(func=cmd_generate)
+
+
+def evaluate_command(sub: Any) -> None:
+    """Add ``evaluate`` to a subparsers object (the ``dp_ops.commands`` entry point)."""
+    ev = sub.add_parser("evaluate", help="compare the latest release with the synthetic "
+                                         "truth (evaluation only)")
+    ev.add_argument("report", choices=["mobility", "symptoms"])
+    ev.set_defaults(func=cmd_evaluate)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dp_demo generate|evaluate ...``: the same commands and the same error
+    handling (one line, details in the log file) as ``python -m dp_ops``."""
+    from dp_ops import cli
+
+    return cli.main(argv)

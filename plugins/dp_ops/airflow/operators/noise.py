@@ -1,0 +1,62 @@
+"""The budget-checked noise operator: the only task that spends privacy budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from dp_ops.airflow.runtime import (
+    load,
+    parse_bool,
+    parse_day,
+    parse_region,
+    refusals_fail_without_retry,
+)
+from dp_ops.reports.protocol import ReportName
+
+
+class BudgetCheckedNoiseOperator(BaseOperator):
+    """Noise one day of a report through the privacy-budget ledger.
+
+    The step reserves budget in the ledger before drawing any noise and reuses stored noisy
+    values for slots already noised, so retries and reruns spend nothing (the Airflow
+    ``run_id``, stable across retries, is recorded with each spend). A refusal past the
+    per-user-day cap (``dp_ops.errors.BudgetExceeded``) fails the task *without* retry:
+    retrying cannot make budget appear, and the refusal needs a human decision. Any other
+    error fails normally and the task's retries apply.
+
+    :param report: which report (required).
+    :param day: the day to noise, ``YYYY-MM-DD`` (templated).
+    :param region: only this region's cells (on-call rerun), or ``None`` for all (templated).
+    :param renoise: draw fresh noise for already-noised slots, spending budget again;
+        templated, so ``"True"``/``"False"`` strings are accepted.
+    :param reason: why a re-noise was asked for, recorded in the ledger (templated).
+    """
+
+    template_fields: Sequence[str] = ("day", "region", "renoise", "reason")
+    ui_color = "#fbe8e8"
+
+    def __init__(self, *, report: ReportName | str, day: str, region: str | None = None,
+                 renoise: bool | str = False, reason: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.day = day
+        self.region = region
+        self.renoise = renoise
+        self.reason = reason
+        self.report = ReportName(report).value
+
+    def execute(self, context: Context) -> str:
+        with refusals_fail_without_retry(self.log, "noise request"):
+            day = parse_day(self.day)
+            renoise = parse_bool(self.renoise, field="renoise")
+            region = parse_region(self.region)
+            if renoise and not str(self.reason).strip():
+                raise AirflowFailException(
+                    "renoise=True needs a reason (it is recorded in the ledger)")
+            result = load(self.report).noise(day, run_id=context["run_id"], region=region,
+                                             renoise=renoise, reason=str(self.reason or ""))
+        self.log.info("noise: %s", result.summary)
+        return result.summary

@@ -1,0 +1,62 @@
+"""A generic operator for the report steps that need no special failure handling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from dp_ops.airflow.runtime import load, parse_day, refusals_fail_without_retry
+from dp_ops.reports.protocol import ReportName, Step
+
+
+class ReportStepOperator(BaseOperator):
+    """Run one step of a report (:class:`dp_ops.reports.protocol.ReportSteps`) for one day.
+
+    :param report: which report's steps to run (required).
+    :param step: which step (:class:`dp_ops.reports.protocol.Step`, whose value is the
+        task id the DAGs use): ``ingest``, ``bound_contributions``, ``report`` or
+        ``publish``.
+    :param day: the day to process, ``YYYY-MM-DD`` (templated); required by every step
+        but ``publish``, which promotes the whole staged release.
+    :param shard: for ``bound_contributions``, the user shard this task instance bounds
+        (the DAGs map it over the shard list that ``ingest`` returns:
+        ``[0, ..., DP_BOUNDING_SHARDS - 1]``, just integers).
+
+    Pushes only the shard list (``ingest``) and the step's ``StepResult.summary`` to XCom:
+    it names paths and counts of cells, never rows, user ids or un-noised aggregates.
+    """
+
+    template_fields: Sequence[str] = ("day", "shard")
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, report: ReportName | str, step: Step | str, day: str | None = None,
+                 shard: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        step = Step(step)  # a ValueError naming the bad value at parse time
+        if step is not Step.PUBLISH and day is None:
+            raise ValueError(f"step={step.value!r} processes one day: pass day=")
+        self.report = ReportName(report).value
+        self.step = step.value
+        self.day = day
+        self.shard = shard
+
+    def execute(self, context: Context) -> str | list[int]:
+        from dp_ops.settings import load_execution_settings
+
+        step = Step(self.step)
+        with refusals_fail_without_retry(self.log):
+            bound = load(self.report)
+            day = None if self.day is None else parse_day(self.day)
+            result = bound.run_step(step, day, run_id=context["run_id"],
+                                    shard=None if self.shard is None else int(self.shard))
+        for path in result.paths:
+            self.log.info("%s wrote %s", step.value, path)
+        self.log.info("%s: %s", step.value, result.summary)
+        if step is Step.INGEST:
+            # the shard list is what bound_contributions maps over (Airflow maps over
+            # return values only); the summary stays readable under its own key
+            context["ti"].xcom_push(key="summary", value=result.summary)
+            return list(range(load_execution_settings().bounding_shards))
+        return result.summary

@@ -1,0 +1,91 @@
+"""What every operator does in ``execute()``: bind its report (config, data root, ledger
+URL, all from the environment, see :mod:`dp_ops.settings`), parse rendered template
+values, and turn a pipeline error into a task failure with or without retry.
+
+Nothing here runs at DAG-parse time: the operators call it from ``execute()`` so that the
+DAG processor never reads the environment's data root, the config file or the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from logging import Logger
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowFailException
+
+from dp_ops.errors import BadRequest, BudgetExceeded, GateFailed, Refusal
+
+if TYPE_CHECKING:
+    from dp_ops.reports.registry import AnyReport
+
+
+def load(report: str) -> AnyReport:
+    """``report`` bound to its config, data root and ledger (imported here, at run time,
+    so that parsing a DAG file imports none of the pipeline)."""
+    from dp_ops.reports.registry import load_report
+
+    return load_report(report)
+
+
+@contextmanager
+def refusals_fail_without_retry(log: Logger, request: str = "request") -> Iterator[None]:
+    """The one place that decides retry. A :class:`dp_ops.errors.Refusal` fails the task
+    at once, without retry, since retrying cannot change it:
+
+    - a budget refusal (nothing was drawn) and a failed release gate (the last good
+      release stays published; the message names the Data Docs) are logged as errors;
+    - a bad request fails with ``"<request> refused: <why>"``.
+
+    Any other error propagates unchanged, and the task's retries apply."""
+    try:
+        yield
+    except BudgetExceeded as exc:
+        log.error("privacy budget refused, no noise drawn: %s", exc)
+        raise AirflowFailException(str(exc)) from exc
+    except GateFailed as exc:
+        log.error("release gate failed; the last good release stays published. %s", exc)
+        raise AirflowFailException(str(exc)) from exc
+    except BadRequest as exc:
+        raise AirflowFailException(f"{request} refused: {exc}") from exc
+    except Refusal as exc:
+        raise AirflowFailException(str(exc)) from exc
+
+
+def parse_day(value: Any, *, field: str = "day") -> date:
+    """A rendered ``YYYY-MM-DD`` (or a date/datetime) as a :class:`date`."""
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    try:
+        return date.fromisoformat(str(value).strip())
+    except ValueError as exc:
+        raise BadRequest(f"{field}={value!r}: expected a date as YYYY-MM-DD") from exc
+
+
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def parse_bool(value: Any, *, field: str) -> bool:
+    """A rendered boolean param. Jinja renders ``{{ params.renoise }}`` to the string
+    ``"True"`` or ``"False"``, and ``bool("False")`` is true, so parse it strictly."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise BadRequest(f"{field}={value!r}: expected true or false")
+
+
+def parse_region(value: Any) -> str | None:
+    """A rendered region id, or ``None`` for "every region"."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None

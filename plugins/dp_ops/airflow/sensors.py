@@ -1,0 +1,61 @@
+"""Sensors that express data dependencies between runs (no sleeps in task code)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context
+
+from dp_ops.airflow.runtime import parse_day
+
+
+class BaselineReadySensor(BaseSensorOperator):
+    """Freeze the report's baseline as soon as it can be, and wait for it, for days that
+    need it.
+
+    Days before ``cfg.first_public_date`` publish no change against the baseline, so the
+    sensor succeeds at once for them. Later days need ``DataRoot.baseline_file(report)``:
+    each poke that does not find it runs the report's ``build_baseline`` step, which
+    freezes the baseline once every day of the baseline window is noised (by any run;
+    the first to freeze it wins, see ``store_first_wins``) and does nothing otherwise.
+    One task instead of a build task plus a wait task saves a task per daily run
+    (about 1 s of CPU each on a 2-core machine, docs/airflow.md).
+
+    Use ``mode="reschedule"``: between pokes the sensor frees its worker slot, so a waiting
+    run does not starve the runs that noise the baseline window.
+
+    Only the mobility report has a baseline, so the sensor is the mobility report's.
+
+    :param day: the day the run reports, ``YYYY-MM-DD`` (templated).
+    """
+
+    template_fields: Sequence[str] = ("day",)
+
+    def __init__(self, *, day: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.day = day
+
+    def poke(self, context: Context) -> bool:
+        from dp_ops.reports.mobility import steps
+        from dp_ops.reports.protocol import ReportName
+        from dp_ops.reports.registry import load_report
+
+        rt = load_report(ReportName.MOBILITY)
+        day = parse_day(self.day)
+        if day < rt.cfg.first_public_date:
+            self.log.info("%s is before the first public date %s: no baseline needed",
+                          day, rt.cfg.first_public_date)
+            return True
+        path = rt.root.baseline_file(rt.name)
+        if path.exists():
+            self.log.info("baseline ready: %s", path)
+            return True
+        result = steps.build_baseline(rt.root, rt.cfg, ledger_url=rt.ledger_url)
+        self.log.info("build_baseline: %s", result.summary)
+        if path.exists():
+            return True
+        self.log.info("baseline not frozen yet (%s missing): the baseline window "
+                      "%s..%s is not fully noised", path, rt.cfg.baseline_start,
+                      rt.cfg.baseline_end)
+        return False

@@ -1,0 +1,65 @@
+"""The engine contract: what the bounding step asks of whatever runs its SQL.
+
+An engine runs one report's bounding query (``include/sql/<report>_bound_contributions.sql``
+summed per cell by ``include/sql/aggregate_cells.sql``) over one day's clean Parquet rows
+and writes the true cell sums, atomically, as one Parquet file. The steps never name an
+engine: :func:`engine_for` picks it from the execution settings (``DP_ENGINE``).
+
+Both engines run the same SQL text and give identical cell sums for the same input and
+bounding salt (``tests/integration/test_spark_engine.py``). The rows read and the sums
+written are private: an engine logs, prints and returns neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+
+from dp_ops.engine.sql import render_sql
+from dp_ops.layout import DataRoot
+from dp_ops.settings import ExecutionSettings
+
+# A report's bounding query over a relation of clean rows (a view name or a subquery).
+ContributionsSql = Callable[[str], str]
+
+
+class Engine(Protocol):
+    """Runs the bounding SQL of one day (or one user shard of it) into a Parquet file."""
+
+    name: str
+
+    def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
+                         ancestors: pd.DataFrame, contributions_sql: ContributionsSql,
+                         params: dict[str, object], shard: int | None) -> None:
+        """Write the true cell sums of the bounded contributions of ``clean`` (restricted
+        to user ``shard`` when given) to ``target``, atomically."""
+        ...
+
+
+def aggregate_sql(contributions_sql: str) -> str:
+    """True per-cell sums of the bounded contributions of ``contributions_sql``."""
+    return render_sql("aggregate_cells", contributions=f"({contributions_sql})")
+
+
+def shard_relation(relation: str, params: dict[str, object], settings: ExecutionSettings,
+                   shard: int | None, dialect: str) -> tuple[str, dict[str, object]]:
+    """``relation`` restricted to one user shard (unchanged when unsharded), in the SQL
+    ``dialect`` of the engine (``shard_stays.sql`` parses hex differently in each)."""
+    if shard is None:
+        return relation, params
+    rows = "(" + render_sql("shard_stays", rows=relation, dialect=dialect) + ")"
+    return rows, params | {"shards": settings.bounding_shards, "shard": shard}
+
+
+def engine_for(settings: ExecutionSettings) -> Engine:
+    """The engine ``settings.engine`` names (``duckdb`` or ``spark``)."""
+    if settings.engine == "spark":
+        from dp_ops.engine.spark import SparkEngine
+
+        return SparkEngine(settings)
+    from dp_ops.engine.duckdb import DuckDBEngine
+
+    return DuckDBEngine(settings)

@@ -1,0 +1,224 @@
+"""Run the bounding SQL of ``include/sql/`` on Apache Spark instead of DuckDB.
+
+Selected with ``DP_ENGINE=spark`` (see :mod:`dp_ops.settings`). The SQL is the same text
+DuckDB runs: it is written in the subset both engines share, and the only translation here
+is of DuckDB's ``$name`` bind parameters into Spark's ``:name`` (values still go in as
+parameters, never into the string). The pseudo-random keys are ``md5`` strings, which both
+engines compute alike, so Spark bounds every user exactly as DuckDB does and writes the
+same true cell sums (``tests/integration/test_spark_engine.py`` checks it, sharded and
+unsharded).
+
+Where Spark runs
+----------------
+* Local (default): ``DP_SPARK_MASTER=local[2]`` starts Spark inside the task's process (a
+  JVM, Java 17+, about 10 s to start). Nothing else is needed.
+* A cluster, driver in the Airflow worker (client mode): ``DP_SPARK_MASTER`` set to the
+  cluster's master (``spark://host:7077``, ``yarn``, ``k8s://https://host:443``), with
+  ``SPARK_CONF_DIR``/``spark-defaults.conf`` on the worker for memory, executors, etc.
+* Spark Connect: ``DP_SPARK_REMOTE=sc://host:15002`` (wins over the master). The Airflow
+  workers only need the thin client (``pyspark[connect]``); the query runs on the server.
+* Under ``spark-submit`` or in any process that already has an active SparkSession, that
+  session is used as it is (its master and configuration win).
+
+With anything but a local master, the **data root must be on storage that the Airflow
+workers, the Spark driver and every executor see under the same absolute path** (a shared
+POSIX mount such as NFS): Spark reads the clean rows and writes the result through
+``file:`` paths, and the worker then moves the result file into place with ``os.replace``.
+
+Privacy: the rows read and the cell sums written are private. Nothing here logs, prints,
+collects or shows rows or values; only paths and the query text can appear in errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import pyarrow as pa
+
+from dp_ops.engine.base import ContributionsSql, aggregate_sql, shard_relation
+from dp_ops.errors import SparkEngineError
+from dp_ops.layout import DataRoot
+from dp_ops.settings import ExecutionSettings
+
+if TYPE_CHECKING:  # pyspark is imported only when the Spark engine is selected
+    from pyspark.sql import SparkSession
+
+ANCESTORS_VIEW = "ancestors"
+CLEAN_VIEW = "clean_rows"
+APP_NAME = "dp_ops-bounding"
+
+# Local sessions only: a small shuffle for one day's data on a few cores, no UI port, and
+# quiet logs. A cluster's (or Spark Connect server's) own configuration is left alone.
+_LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.log.level": "WARN",
+}
+# Every session: runtime settings that keep results independent of the host.
+_SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+
+# A DuckDB bind parameter outside quoted literals, quoted identifiers and comments.
+_MARKER = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|/\*.*?\*/"""
+                     r"|\$([A-Za-z_][A-Za-z0-9_]*)", re.DOTALL)
+
+
+def spark_parameters(query: str, params: Mapping[str, object]) -> tuple[str, dict[str, object]]:
+    """``query`` with DuckDB's ``$name`` markers as Spark's ``:name``, and the parameters
+    it uses. Quoted literals are left alone; a marker without a value is an error."""
+    used: set[str] = set()
+
+    def swap(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return match.group(0)
+        used.add(name)
+        return ":" + name
+
+    translated = _MARKER.sub(swap, query)
+    missing = sorted(used - set(params))
+    if missing:
+        raise KeyError(f"SQL parameter(s) without a value: {', '.join(missing)}")
+    return translated, {name: params[name] for name in sorted(used)}
+
+
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def _require_java() -> None:
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return
+    raise SparkEngineError("DP_ENGINE=spark with a local or cluster master needs Java 17+ "
+                           "(java on PATH or JAVA_HOME); or set DP_SPARK_REMOTE to a Spark "
+                           "Connect server")
+
+
+def spark_session(settings: ExecutionSettings) -> SparkSession:
+    """The process's SparkSession for ``settings``: an active session if there is one, else
+    a Spark Connect session (``spark_remote``), else a new one on ``spark_master``."""
+    from pyspark.sql import SparkSession
+
+    # py4j logs every connection at INFO, also from __del__ at interpreter exit, when the
+    # log stream may already be closed ("--- Logging error ---" at the end of a test run)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(APP_NAME)
+    if settings.spark_remote:
+        builder = builder.remote(settings.spark_remote)
+    else:
+        _require_java()
+        builder = builder.master(settings.spark_master)
+        if _is_local(settings.spark_master):
+            for key, value in _LOCAL_CONF.items():
+                builder = builder.config(key, value)
+    with warnings.catch_warnings():
+        # pyspark imports its test helpers while starting, which warn about pandas 3; no
+        # pandas object reaches Spark here (tables go in as Arrow), so it does not apply.
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                                category=FutureWarning)
+        spark = builder.getOrCreate()
+    for key, value in _SESSION_CONF.items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def _file_uri(path: Path) -> str:
+    # Explicit file: so that a cluster whose default filesystem is HDFS still reads and
+    # writes the shared mount (see the module docstring). Not Path.as_uri(): Hadoop would
+    # keep its %-escapes literally.
+    return "file://" + str(path.resolve())
+
+
+def _register_ancestors(spark: SparkSession, ancestors: pd.DataFrame) -> None:
+    """The public region tree, typed as :func:`dp_ops.engine.duckdb.register_ancestors` does
+    (an Arrow table: no Python worker processes, and it works over Spark Connect too)."""
+    table = pa.table({
+        "finest_region_id": pa.array(ancestors["finest_region_id"].astype(str), pa.string()),
+        "level": pa.array(ancestors["level"].astype("int64"), pa.int64()),
+        "region_id": pa.array(ancestors["region_id"].astype(str), pa.string()),
+    })
+    spark.createDataFrame(table).createOrReplaceTempView(ANCESTORS_VIEW)
+
+
+@contextmanager
+def _temp_dir_beside(target: Path) -> Iterator[Path]:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-spark-"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def copy_query_to_parquet(settings: ExecutionSettings, query: str,
+                          params: Mapping[str, object], ancestors: pd.DataFrame,
+                          target: Path, *, clean_file: Path | None = None) -> None:
+    """Run the DuckDB-dialect ``query`` on Spark and write its result to ``target`` as one
+    Parquet file, atomically (the Spark counterpart of
+    :func:`dp_ops.engine.files.atomic_copy_to_parquet`).
+
+    The query sees ``ancestors`` as the view ``ancestors`` and, if given, the Parquet file
+    ``clean_file`` as the view ``clean_rows``. Spark writes into a hidden directory beside
+    ``target``; its single part file is then renamed onto ``target``, so readers see the
+    old file or the whole new one, never a partial one. Row order is the query's
+    ``ORDER BY``; column types are the query's casts, as in DuckDB's file.
+    """
+    spark = spark_session(settings)
+    sql, args = spark_parameters(query, params)
+    views = [ANCESTORS_VIEW]
+    try:
+        _register_ancestors(spark, ancestors)
+        if clean_file is not None:
+            # basePath = the file's own directory: no partition column from date=... dirs,
+            # like DuckDB's hive_partitioning=false.
+            clean_dir = _file_uri(clean_file.parent)
+            (spark.read.option("basePath", clean_dir).parquet(_file_uri(clean_file))
+             .createOrReplaceTempView(CLEAN_VIEW))
+            views.append(CLEAN_VIEW)
+        result = spark.sql(sql, args=args)
+        with _temp_dir_beside(target) as tmp:
+            out = tmp / "out"
+            # coalesce (not repartition) keeps the sorted order of the query's ORDER BY
+            result.coalesce(1).write.mode("error").parquet(_file_uri(out))
+            parts = sorted(out.glob("part-*.parquet"))
+            if len(parts) != 1:
+                raise SparkEngineError(f"Spark wrote {len(parts)} Parquet part files under "
+                                       f"{out}, expected exactly one")
+            os.chmod(parts[0], 0o644)
+            os.replace(parts[0], target)
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)
+
+
+class SparkEngine:
+    """:class:`dp_ops.engine.base.Engine` on Spark: the same SQL over a Spark view of the
+    clean file (``shard_stays.sql`` parses hex in Spark's dialect), with DuckDB's ``$name``
+    parameters turned into Spark's ``:name``."""
+
+    name = "spark"
+
+    def __init__(self, settings: ExecutionSettings) -> None:
+        self.settings = settings
+
+    def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
+                         ancestors: pd.DataFrame, contributions_sql: ContributionsSql,
+                         params: dict[str, object], shard: int | None) -> None:
+        relation, params = shard_relation(CLEAN_VIEW, params, self.settings, shard, "spark")
+        copy_query_to_parquet(self.settings, aggregate_sql(contributions_sql(relation)),
+                              params, ancestors, target, clean_file=clean)

@@ -1,0 +1,438 @@
+"""The privacy budget ledger (SPEC section 6): append-only, atomic, checked before noise.
+
+Every noise draw is preceded by a *spend* row in the ledger. A spend names a slot
+``(report, date, level, metric, region_scope)`` and a generation (0 for the first spend
+of the slot, 1, 2, ... for later explicit ones: a day is noised in slots of scope ``*``,
+so a region's first re-noise is generation 0 of the region-scoped slot, with kind
+``renoise``, and the next re-noise of that region generation 1), the epsilon it costs
+each user-day of that date, the kind (``noise``, ``renoise``, ``method_update``), the
+method version, the run id, the reason and the time. Rows are only ever inserted: an
+event, once written, never changes meaning.
+
+Accounting: a user-day's data is read by every slot of its date, so the composed epsilon
+per user-day of a date is the plain sum of the epsilons of that date's spends for the
+report (basic composition, an upper bound: a region re-noise is charged to every
+user-day of the date, not only to the region's users).
+
+Atomicity: :meth:`Ledger.reserve` checks slots and the cap and inserts in one
+transaction that holds an exclusive lock for each date it touches: on SQLite the whole
+database (``BEGIN IMMEDIATE``), on PostgreSQL a row of ``budget_lock`` (``SELECT ... FOR
+UPDATE``). Two processes racing for one slot or for the last of the budget therefore
+serialise, and exactly one wins; the loser sees the winner's spend (and reuses it) or is
+refused by the cap.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dp_ops.errors import BudgetExceeded, SlotAlreadySpent
+
+KINDS = ("noise", "renoise", "method_update")
+ALL_REGIONS = "*"
+_EPS_TOLERANCE = 1e-9
+
+metadata = sa.MetaData()
+
+budget_spend = sa.Table(
+    "budget_spend",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("report", sa.String(64), nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("level", sa.Integer, nullable=False),
+    sa.Column("metric", sa.String(64), nullable=False),
+    sa.Column("region_scope", sa.String(128), nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("epsilon", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("method_version", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(250), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, default=""),
+    sa.Column("created_at", sa.String(32), nullable=False),
+    sa.UniqueConstraint("report", "day", "level", "metric", "region_scope", "generation",
+                        name="uq_budget_spend_slot_generation"),
+)
+
+budget_lock = sa.Table(
+    "budget_lock",
+    metadata,
+    sa.Column("report", sa.String(64), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+)
+
+
+@dataclass(frozen=True, order=True)
+class Slot:
+    """One noised unit: every cell of ``metric`` at ``level`` on ``day`` within the scope
+    (``*`` for all regions of the level, else one region id)."""
+
+    report: str
+    day: date
+    level: int
+    metric: str
+    region_scope: str = ALL_REGIONS
+
+    def describe(self) -> str:
+        return (f"{self.report}/{self.day.isoformat()}/level {self.level}/{self.metric}"
+                f"/region {self.region_scope}")
+
+
+@dataclass(frozen=True)
+class SpendRequest:
+    slot: Slot
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A row of the ledger."""
+
+    id: int
+    slot: Slot
+    generation: int
+    epsilon: float
+    kind: str
+    method_version: str
+    run_id: str
+    reason: str
+    created_at: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> Spend:
+        slot = Slot(row.report, date.fromisoformat(row.day), row.level, row.metric,
+                    row.region_scope)
+        return cls(row.id, slot, row.generation, row.epsilon, row.kind, row.method_version,
+                   row.run_id, row.reason, row.created_at)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The outcome of :meth:`Ledger.reserve`: which spends cover the request and which of
+    them this call created (``new``) rather than found (reused)."""
+
+    spends: tuple[Spend, ...]
+    new_ids: frozenset[int]
+
+    @property
+    def spent_now(self) -> float:
+        return math.fsum(s.epsilon for s in self.spends if s.id in self.new_ids)
+
+
+def _make_read_engine(url: str) -> Engine:
+    """Reads need no write lock: on SQLite (WAL) they see the last committed state."""
+    if url.startswith("sqlite"):
+        return sa.create_engine(url, connect_args={"timeout": 120})
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+SQLITE_LOCK_WAIT_S = 120.0
+
+
+def _set_wal(dbapi_conn: Any, wait_s: float = SQLITE_LOCK_WAIT_S) -> None:
+    """Switch a SQLite ledger to WAL, waiting for other openers.
+
+    Changing the journal mode needs an exclusive lock, and SQLite reports "database is
+    locked" for it at once, without calling the busy handler, when several processes open a
+    new ledger together (the first scheduled run's parallel tasks). So retry, with jitter,
+    up to the same wait a write gets."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))  # jitter, not noise: no secrecy needed
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 120})
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # let us issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
+            dbapi_conn.isolation_level = None
+            dbapi_conn.execute("PRAGMA busy_timeout=120000")
+            _set_wal(dbapi_conn)
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+class Ledger:
+    """Append-only budget ledger behind a SQLAlchemy URL (SQLite file or PostgreSQL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _make_engine(url)
+        self._create_schema()
+        self.read_engine = _make_read_engine(url)
+
+    def _create_schema(self) -> None:
+        try:
+            metadata.create_all(self.engine, checkfirst=True)
+        except sa.exc.DBAPIError:
+            # another process created it between the check and the create
+            metadata.create_all(self.engine, checkfirst=True)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        self.read_engine.dispose()
+
+    # -- reading ------------------------------------------------------------------
+    def spends(self, report: str | None = None, day: date | None = None) -> list[Spend]:
+        q = sa.select(budget_spend).order_by(budget_spend.c.id)
+        if report is not None:
+            q = q.where(budget_spend.c.report == report)
+        if day is not None:
+            q = q.where(budget_spend.c.day == day.isoformat())
+        with self.read_engine.connect() as conn:
+            return [Spend.from_row(r) for r in conn.execute(q)]
+
+    def spent(self, report: str, day: date) -> float:
+        """Composed epsilon per user-day of ``day`` for ``report``."""
+        return math.fsum(s.epsilon for s in self.spends(report, day))
+
+    def totals(self, report: str | None = None) -> dict[tuple[str, date], float]:
+        out: dict[tuple[str, date], list[float]] = {}
+        for s in self.spends(report):
+            out.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
+        return {k: math.fsum(v) for k, v in sorted(out.items())}
+
+    # -- writing ------------------------------------------------------------------
+    def reserve(
+        self,
+        requests: Sequence[SpendRequest],
+        *,
+        run_id: str,
+        kind: str,
+        cap: float,
+        method_version: str,
+        reason: str = "",
+    ) -> Reservation:
+        """Atomically cover every requested slot with a spend, or refuse before any noise.
+
+        ``kind="noise"``: a slot already noised is reused (no spend; a retry or a second
+        run); otherwise generation 0 is spent. ``kind="renoise"`` or ``"method_update"``:
+        a new generation is spent (an explicit, recorded re-noise), unless the slot's
+        latest spend has that kind and this ``run_id``: that is a retry of the same run
+        (Airflow keeps the run id across retries), which reuses it. Spends that
+        would take any date past ``cap`` raise :class:`BudgetExceeded` naming the date, the
+        slot, the spent and requested epsilon and the cap; nothing is written then.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
+        if not requests:
+            return Reservation((), frozenset())
+        seen: set[Slot] = set()
+        for r in requests:
+            if r.slot in seen:
+                raise ValueError(f"slot {r.slot.describe()} is requested twice in one "
+                                 "reservation")
+            seen.add(r.slot)
+        for r in requests:
+            if not (r.epsilon > 0 and math.isfinite(r.epsilon)):
+                raise ValueError(f"epsilon={r.epsilon!r} for {r.slot.describe()}: must be > 0")
+        days = sorted({(r.slot.report, r.slot.day) for r in requests})
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        with self.engine.begin() as conn:
+            for report, day in days:
+                self._lock_day(conn, report, day)
+            chosen: list[Spend] = []
+            to_insert: list[dict[str, Any]] = []
+            for r in requests:
+                existing = self._slot_spends(conn, r.slot)
+                if kind == "noise" and existing:
+                    chosen.append(existing[0])
+                    continue
+                if existing and existing[-1].kind == kind and existing[-1].run_id == run_id:
+                    # the same run asking again: an Airflow retry after a crash between
+                    # this reservation and the store. Its draw was never seen; reuse it.
+                    chosen.append(existing[-1])
+                    continue
+                generation = (existing[-1].generation + 1) if existing else 0
+                to_insert.append({
+                    "report": r.slot.report, "day": r.slot.day.isoformat(),
+                    "level": r.slot.level, "metric": r.slot.metric,
+                    "region_scope": r.slot.region_scope, "generation": generation,
+                    "epsilon": float(r.epsilon), "kind": kind,
+                    "method_version": method_version, "run_id": run_id,
+                    "reason": reason, "created_at": now,
+                })
+            self._check_cap(conn, to_insert, cap)
+            new_ids: set[int] = set()
+            for row in to_insert:
+                key = conn.execute(budget_spend.insert().values(**row)).inserted_primary_key
+                assert key is not None
+                new_id = int(key[0])
+                new_ids.add(new_id)
+                chosen.append(Spend(id=new_id, slot=Slot(
+                    row["report"], date.fromisoformat(row["day"]), row["level"],
+                    row["metric"], row["region_scope"]), generation=row["generation"],
+                    epsilon=row["epsilon"], kind=kind, method_version=method_version,
+                    run_id=run_id, reason=reason, created_at=now))
+        return Reservation(tuple(sorted(chosen, key=lambda s: s.id)), frozenset(new_ids))
+
+    def spend(self, request: SpendRequest, *, run_id: str, cap: float, method_version: str,
+              reason: str = "") -> Spend:
+        """Spend generation 0 of a slot; refuse (:class:`SlotAlreadySpent`) if it exists."""
+        with self.engine.begin() as conn:
+            self._lock_day(conn, request.slot.report, request.slot.day)
+            if self._slot_spends(conn, request.slot):
+                raise SlotAlreadySpent(
+                    f"slot {request.slot.describe()} was already noised; reuse its stored "
+                    "values, or ask for a re-noise explicitly")
+        res = self.reserve([request], run_id=run_id, kind="noise", cap=cap,
+                           method_version=method_version, reason=reason)
+        if not res.new_ids:  # lost a race between the two transactions
+            raise SlotAlreadySpent(f"slot {request.slot.describe()} was already noised")
+        return res.spends[0]
+
+    # -- internals ----------------------------------------------------------------
+    def _lock_day(self, conn: Connection, report: str, day: date) -> None:
+        key = {"report": report, "day": day.isoformat()}
+        if conn.dialect.name == "sqlite":
+            return  # BEGIN IMMEDIATE already holds the database's write lock
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            conn.execute(pg_insert(budget_lock).values(**key).on_conflict_do_nothing())
+        else:
+            exists = conn.execute(sa.select(budget_lock).filter_by(**key)).first()
+            if not exists:
+                conn.execute(budget_lock.insert().values(**key))
+        conn.execute(sa.select(budget_lock).filter_by(**key).with_for_update())
+
+    def _slot_spends(self, conn: Connection, slot: Slot) -> list[Spend]:
+        q = (sa.select(budget_spend)
+             .where(budget_spend.c.report == slot.report,
+                    budget_spend.c.day == slot.day.isoformat(),
+                    budget_spend.c.level == slot.level,
+                    budget_spend.c.metric == slot.metric,
+                    budget_spend.c.region_scope == slot.region_scope)
+             .order_by(budget_spend.c.generation))
+        return [Spend.from_row(r) for r in conn.execute(q)]
+
+    def _check_cap(self, conn: Connection, rows: Iterable[dict[str, Any]], cap: float) -> None:
+        pending: dict[tuple[str, str], float] = {}
+        for row in rows:
+            key = (row["report"], row["day"])
+            spent = pending.get(key)
+            if spent is None:
+                spent = math.fsum(conn.execute(
+                    sa.select(budget_spend.c.epsilon).where(
+                        budget_spend.c.report == row["report"],
+                        budget_spend.c.day == row["day"])).scalars())
+            if spent + row["epsilon"] > cap + _EPS_TOLERANCE:
+                slot = Slot(row["report"], date.fromisoformat(row["day"]), row["level"],
+                            row["metric"], row["region_scope"])
+                raise BudgetExceeded(
+                    f"privacy budget refused for date {row['day']}, slot {slot.describe()}: "
+                    f"spent {spent:.4f} + requested {row['epsilon']:.4f} would exceed the "
+                    f"per-user-day cap {cap:.4f} for report {row['report']!r}; no noise "
+                    "was drawn")
+            pending[key] = spent + row["epsilon"]
+
+
+def format_ledger(spends: Sequence[Spend]) -> str:
+    """A human-readable table of spends and the composed epsilon per user-day."""
+    if not spends:
+        return "(no spends)"
+    lines = [f"{'id':>6} {'report':<10} {'date':<10} {'lvl':>3} {'metric':<18} "
+             f"{'scope':<12} {'gen':>3} {'epsilon':>8} {'kind':<13} {'version':<8} run_id"]
+    per_day: dict[tuple[str, date], list[float]] = {}
+    for s in spends:
+        lines.append(f"{s.id:>6} {s.slot.report:<10} {s.slot.day.isoformat():<10} "
+                     f"{s.slot.level:>3} {s.slot.metric:<18} {s.slot.region_scope:<12} "
+                     f"{s.generation:>3} {s.epsilon:>8.4f} {s.kind:<13} "
+                     f"{s.method_version:<8} {s.run_id}")
+        per_day.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
+    lines.append("")
+    lines.append("composed epsilon per user-day (basic composition over metrics and levels):")
+    for (report, day), eps in sorted(per_day.items()):
+        lines.append(f"  {report:<10} {day.isoformat()}  {math.fsum(eps):.4f}  "
+                     f"({len(eps)} spends)")
+    return "\n".join(lines)
+
+
+def _date_runs(days: list[date]) -> list[tuple[date, date]]:
+    """Consecutive dates grouped into (first, last) runs."""
+    runs: list[tuple[date, date]] = []
+    for d in sorted(days):
+        if runs and (d - runs[-1][1]).days == 1:
+            runs[-1] = (runs[-1][0], d)
+        else:
+            runs.append((d, d))
+    return runs
+
+
+def _label(first: date, last: date) -> str:
+    return first.isoformat() if first == last else f"{first.isoformat()}..{last.isoformat()}"
+
+
+def format_ledger_summary(spends: Sequence[Spend],
+                          caps: dict[str, float] | None = None) -> str:
+    """What was spent per report, date, level and metric, and the composed epsilon per
+    user-day of each date against the report's cap. Consecutive dates with the same
+    spends are shown as one range, so a 91-day backfill stays a few lines."""
+    if not spends:
+        return "(no spends)"
+    caps = caps or {}
+    # per report and date: the (level, metric, scope, kind) -> epsilon breakdown
+    breakdown: dict[tuple[str, date], dict[tuple[int, str, str, str], list[float]]] = {}
+    for s in spends:
+        key = (s.slot.level, s.slot.metric, s.slot.region_scope, s.kind)
+        breakdown.setdefault((s.slot.report, s.slot.day), {}).setdefault(key, []).append(
+            s.epsilon)
+    lines = ["spent per report, date, level and metric (epsilon per user-day of the date):",
+             f"  {'report':<10} {'dates':<22} {'lvl':>3} {'metric':<18} {'scope':<12} "
+             f"{'kind':<13} {'spends':>6} {'epsilon':>8}"]
+    totals: list[str] = []
+    for report in sorted({r for r, _ in breakdown}):
+        days = sorted(d for r, d in breakdown if r == report)
+        # group consecutive dates whose breakdown is identical
+        groups: list[tuple[date, date, dict[tuple[int, str, str, str], list[float]]]] = []
+        for d in days:
+            rows = breakdown[(report, d)]
+            if (groups and (d - groups[-1][1]).days == 1
+                    and _signature(groups[-1][2]) == _signature(rows)):
+                groups[-1] = (groups[-1][0], d, groups[-1][2])
+            else:
+                groups.append((d, d, rows))
+        cap = caps.get(report)
+        for first, last, rows in groups:
+            label = _label(first, last)
+            for (level, metric, scope, kind), eps in sorted(rows.items()):
+                lines.append(f"  {report:<10} {label:<22} {level:>3} {metric:<18} {scope:<12} "
+                             f"{kind:<13} {len(eps):>6} {math.fsum(eps):>8.4f}")
+            total = math.fsum(math.fsum(e) for e in rows.values())
+            cap_text = "" if cap is None else (
+                f"  cap {cap:.4f}, headroom {cap - total:.4f}"
+                + ("  OVER THE CAP" if total > cap + _EPS_TOLERANCE else ""))
+            totals.append(f"  {report:<10} {label:<22} {total:>8.4f}{cap_text}")
+    lines.append("")
+    lines.append("composed epsilon per user-day (basic composition over metrics and levels; "
+                 "delta = 0):")
+    lines.extend(totals)
+    return "\n".join(lines)
+
+
+def _signature(rows: dict[tuple[int, str, str, str], list[float]]) -> tuple[object, ...]:
+    return tuple(sorted((k, round(math.fsum(v), 12), len(v)) for k, v in rows.items()))

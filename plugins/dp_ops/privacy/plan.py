@@ -1,0 +1,26 @@
+"""What a report noises, as the ledger sees it: metric groups with their per-cell epsilon
+and sensitivity (:class:`MetricBudget`). No files, no engine, no Airflow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricBudget:
+    """One ledger metric group: its per-user-day epsilon and per-cell sensitivity.
+
+    ``cell_epsilon`` is the epsilon of each noisy cell of the group and ``sensitivity`` the
+    most one user-day can change one cell (in the cell's integer unit). ``contributions``
+    is how many cells of the group one user-day can touch, so the group costs
+    ``cell_epsilon * contributions`` per user-day and level (basic composition).
+    """
+
+    name: str
+    cell_epsilon: float
+    sensitivity: int
+    contributions: int = 1
+
+    @property
+    def epsilon(self) -> float:
+        return self.cell_epsilon * self.contributions

@@ -1,0 +1,57 @@
+"""The mobility report's noise plan over the shared budget-checked noise step
+(:mod:`dp_ops.steps.noising`): which cells each ledger metric group noises."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pandas as pd
+
+from dp_ops.contract import PLACE_CATEGORIES
+from dp_ops.errors import NoiseNotStored
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Spend, SpendRequest
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.steps import noising
+from dp_ops.steps.bound import finish_bounding
+from dp_ops.steps.noising import NOISE_SCHEMA, VALUE_KINDS, noise_file, region_chain
+from dp_ops.steps.result import StepResult
+
+REPORT = "mobility"
+
+__all__ = ["GROUP_CELLS", "NOISE_SCHEMA", "REPORT", "VALUE_KINDS", "NoiseNotStored",
+           "load_noisy_cells", "noise_day", "noise_file", "noise_plan", "plan_requests",
+           "region_chain"]
+
+# The cells each ledger metric group noises, per region and level.
+GROUP_CELLS: dict[str, tuple[str, ...]] = {
+    "places": tuple(f"places_{c}" for c in PLACE_CATEGORIES),
+    "workplaces": ("workplaces",),
+    "residential_sum": ("residential_sum_units",),
+    "residential_count": ("residential_users",),
+    "contributors": ("contributors",),
+}
+
+
+def noise_plan(cfg: MobilityConfig) -> noising.NoisePlan:
+    return noising.NoisePlan(
+        report=REPORT, budgets=cfg.metric_budgets, group_cells=GROUP_CELLS,
+        ledger_epsilons={b.name: b.epsilon for b in cfg.metric_budgets},
+        levels=cfg.levels, cap=cfg.cap, method_version=cfg.method_version)
+
+
+def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,
+                  renoise_region: str | None = None) -> list[SpendRequest]:
+    return noising.plan_requests(noise_plan(cfg), regions, day, renoise_region)
+
+
+def noise_day(root: DataRoot, cfg: MobilityConfig, day: date, *, run_id: str,
+              ledger_url: str, region: str | None = None, renoise: bool = False,
+              reason: str = "") -> StepResult:
+    finish_bounding(root, REPORT, day)
+    return noising.noise_day(root, noise_plan(cfg), day, run_id=run_id, ledger_url=ledger_url,
+                             region=region, renoise=renoise, reason=reason)
+
+
+def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:
+    return noising.load_noisy_cells(root, REPORT, day, spends)

@@ -1,0 +1,242 @@
+"""Assemble, gate and publish a mobility release (SPEC sections 7 and 8).
+
+``stage_and_validate`` builds the candidate release from the per-day report files (the
+contiguous run of days from the first public date), validates it with Great Expectations
+and writes it, with a chart per region (:mod:`dp_ops.steps.charts`), to
+``staging/mobility/<run>/``. ``publish_staged`` checks the privacy accounting, adds the
+release page (:mod:`dp_ops.steps.page`), then moves the staged directory to
+``published/mobility/releases/<id>/`` with one rename and repoints the ``latest`` symlink
+with another, so readers see either the old release or the new one, never a mix. A
+failed gate leaves ``latest`` where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import dp_ops
+from dp_ops.engine.files import write_json_atomic
+from dp_ops.errors import PublishRefused
+from dp_ops.faults import fault_point
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.estimates import CATEGORIES
+from dp_ops.reports.mobility.noising import REPORT
+from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
+from dp_ops.steps import release
+from dp_ops.steps.charts import charted_regions, write_mobility_charts
+from dp_ops.steps.page import INDEX_FILE, write_release_index
+from dp_ops.steps.release import (
+    checksums,
+    content_release_id,
+    current_release,
+    epsilon_summary,
+    promote,
+    publish_lock,
+    sha256_file,
+    verify_checksums,
+    write_csv,
+)
+from dp_ops.steps.result import StepResult
+
+__all__ = ["PublishRefused", "assemble", "epsilon_accounting", "publish_staged",
+           "report_days", "stage_and_validate", "staging_dir", "write_release_files"]
+
+GLOBAL_CSV = "Global_Mobility_Report.csv"
+GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
+REGION_DIR = "Region_Mobility_Report_CSVs"
+SORT_KEYS = ["country_region_code", "sub_region_1", "sub_region_2", "metro_area", "date"]
+
+
+def staging_dir(root: DataRoot, run_id: str) -> Path:
+    return release.staging_dir(root, REPORT, run_id)
+
+
+def report_days(root: DataRoot, cfg: MobilityConfig) -> list[date]:
+    """The contiguous days from ``first_public_date`` that have report rows."""
+    days = []
+    day = cfg.first_public_date
+    while root.report_file(REPORT, day).is_file():
+        days.append(day)
+        day += timedelta(days=1)
+    return days
+
+
+def assemble(root: DataRoot, days: list[date]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(internal domain table, published table) for ``days``."""
+    internal = pd.concat([pq.read_table(root.report_file(REPORT, d)).to_pandas() for d in days],
+                         ignore_index=True)
+    published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
+    published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
+    for col in CHANGE_COLUMNS:
+        published[col] = published[col].astype("Int64")
+    return internal, published
+
+
+def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict[str, Any]]:
+    """Global CSV and Parquet, and per-year, per-country CSVs; returns their checksums."""
+    target.mkdir(parents=True, exist_ok=True)
+    write_csv(published, target / GLOBAL_CSV)
+    fault_point("release.mid_write")
+    pq.write_table(pa.Table.from_pandas(published, preserve_index=False),
+                   target / GLOBAL_PARQUET)
+    years = published["date"].str.slice(0, 4)
+    for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
+        write_csv(part, target / REGION_DIR / f"{year}_{code}_Region_Mobility_Report.csv")
+    return checksums(target)
+
+
+def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
+    """Row reasons, and per level and category the share of eligible region-days whose
+    change is published (computed from noisy values only)."""
+    reasons = internal["row_reason"].value_counts().sort_index()
+    eligible = internal[~internal["row_reason"].isin(["area_under_minimum",
+                                                       "contributors_under_minimum"])]
+    shares: dict[str, dict[str, float]] = {}
+    for level, part in eligible.groupby("level"):
+        shares[str(int(level))] = {
+            cat: round(float(part[f"{cat}_percent_change_from_baseline"].notna().mean()), 4)
+            for cat in CATEGORIES}
+    return {"row_reasons": {str(k): int(v) for k, v in reasons.items()},
+            "published_share_of_eligible_by_level": shares}
+
+
+def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
+    stage = staging_dir(root, run_id)
+    if stage.exists():
+        shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
+    days = report_days(root, cfg)
+    if not days:
+        stage.mkdir(parents=True)
+        write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
+        return StepResult("nothing to release yet: no report days from "
+                          f"{cfg.first_public_date}", (str(stage),))
+    # imported only when there is something to validate: GX takes seconds to import
+    from dp_ops.regions import read_regions
+    from dp_ops.steps.gate import require_pass, validate_mobility_release
+
+    internal, published = assemble(root, days)
+    result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
+                                       run_name=f"mobility-{run_id}")
+    require_pass(result)  # raises GateFailed naming the failures and the Data Docs
+    release_files = stage / "release"
+    # charts first: they are part of the staged files and their checksums
+    charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)
+    charts = write_mobility_charts(published, charted, [d.isoformat() for d in days],
+                                   release_files)
+    files = write_release_files(published, release_files)
+    write_json_atomic(stage / "staged.json", {
+        "empty": False,
+        "run_id": run_id,
+        "first_date": days[0].isoformat(),
+        "last_date": days[-1].isoformat(),
+        "files": files,
+        "rows": {"published": len(published), "domain": len(internal)},
+        "suppression": suppression_summary(internal),
+        "gate": {"success": result.success, "evaluated": result.evaluated,
+                 "data_docs": result.data_docs_index},
+        "charts": [c.as_dict() for c in charts],
+        "uncharted_levels": uncharted,
+    })
+    return StepResult(f"release candidate {days[0]}..{days[-1]} passed the gate "
+                      f"({result.evaluated} expectations); staged in {stage}; Data Docs: "
+                      f"{result.data_docs_index}", (str(stage),))
+
+
+def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
+                       last: date) -> dict[str, Any]:
+    """Composed epsilon per user-day over every date whose noise feeds the release (the
+    baseline window and the released days)."""
+    totals = {d: eps for (_, d), eps in ledger.totals(REPORT).items()
+              if d <= last and (d >= first or cfg.baseline_start <= d <= cfg.baseline_end)}
+    return epsilon_summary(totals, normal_run=cfg.run_epsilon, cap=cfg.cap,
+                           composition="basic (sum over metrics and levels of each date)")
+
+
+def method_updates_in_effect(root: DataRoot, last: date) -> list[dict[str, Any]]:
+    """The method updates whose factors scale this release's later days (manifest)."""
+    from dp_ops.reports.mobility.method_update import read_method_updates
+
+    updates = read_method_updates(root)
+    if updates is None:
+        return []
+    out = []
+    for (version, effective), part in updates.groupby(["method_version", "effective_date"]):
+        if date.fromisoformat(str(effective)[:10]) <= last:
+            out.append({"method_version": str(version), "effective_date": str(effective)[:10],
+                        "categories": sorted(map(str, part["category"].unique())),
+                        "groups": int(len(part))})
+    return out
+
+
+def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+                   ledger_url: str) -> StepResult:
+    stage = staging_dir(root, run_id)
+    staged_file = stage / "staged.json"
+    if not staged_file.is_file():
+        raise PublishRefused(f"no staged release for run {run_id!r} at {stage}: the gate "
+                             "step must pass first")
+    staged = json.loads(staged_file.read_text())
+    if staged["empty"]:
+        return StepResult("nothing to publish yet (no report days)")
+    if not staged["gate"]["success"]:
+        raise PublishRefused(f"staged release {stage} did not pass the gate")
+    files_dir = stage / "release"
+    verify_checksums(files_dir, staged["files"])
+    first, last = date.fromisoformat(staged["first_date"]), date.fromisoformat(staged["last_date"])
+    ledger = Ledger(ledger_url)
+    try:
+        epsilon = epsilon_accounting(ledger, cfg, first, last)
+    finally:
+        ledger.dispose()
+    if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
+        raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
+                             f"user-day of {epsilon['per_user_day_max']}, over the cap "
+                             f"{cfg.cap:.4f}; not published")
+    updates = method_updates_in_effect(root, last)
+    # the same files under another method-update or accounting state are another release
+    release_id = content_release_id(last, staged["files"], updates, epsilon)
+    manifest = {
+        "report": REPORT,
+        "release_id": release_id,
+        "run_id": run_id,
+        "software_version": dp_ops.__version__,
+        "method_version": cfg.method_version,
+        "first_date": staged["first_date"],
+        "last_date": staged["last_date"],
+        "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
+                   "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
+                   "baseline_window": [cfg.baseline_start.isoformat(),
+                                       cfg.baseline_end.isoformat()]},
+        "method_updates": updates,
+        "rows": staged["rows"],
+        "suppression": staged["suppression"],
+        "epsilon": epsilon,
+        "files": staged["files"],
+        "gate": staged["gate"],
+    }
+    # the page shows the manifest's figures; it is listed in the manifest itself
+    manifest["files"] = write_release_index(
+        files_dir, manifest, staged.get("charts", []), data_docs=staged["gate"]["data_docs"],
+        release_dir=root.published_dir(REPORT) / "releases" / release_id, data_root=root.root,
+        uncharted_levels=staged.get("uncharted_levels", []))
+    with publish_lock(root, REPORT):
+        current = current_release(root, REPORT)
+        if current and current["last_date"] > staged["last_date"]:
+            return StepResult(f"kept release {current['release_id']}: it already covers "
+                              f"{current['last_date']}, later than this run's {last}")
+        target = promote(root, REPORT, files_dir, release_id, manifest, stage)
+    shutil.rmtree(stage, ignore_errors=True)
+    return StepResult(f"published mobility release {release_id} ({first}..{last}, "
+                      f"{staged['rows']['published']} rows, epsilon per user-day max "
+                      f"{epsilon['per_user_day_max']}) at {root.latest_release(REPORT)}; "
+                      f"report page {target / INDEX_FILE}", (str(target),))

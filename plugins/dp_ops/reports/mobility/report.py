@@ -1,0 +1,112 @@
+"""One day of the report: percent changes against the frozen baseline, and suppression.
+
+Uses only stored noisy values, the frozen baseline and the public region table
+(post-processing). Row rules (SPEC section 4): a region under ``min_area_km2`` is never
+published; a region-day with fewer than ``min_contributors`` DP-contributing users is not
+published. Value rule: a change is published only if reliable (see
+:mod:`dp_ops.reports.mobility.estimates`). A region-day with no publishable change has no row.
+
+The output keeps the whole domain (every region of the table, every day), with a
+``publish_row`` flag and the reason, so that the release gate can check completeness and
+the manifest can report suppression rates.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility.baseline import read_baseline
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.estimates import CATEGORIES, metric_estimates, percent_change
+from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
+from dp_ops.reports.mobility.noising import REPORT, load_noisy_cells
+from dp_ops.steps.result import StepResult
+
+KEY_COLUMNS: tuple[str, ...] = (
+    "country_region_code", "country_region", "sub_region_1", "sub_region_2", "metro_area",
+    "iso_3166_2_code", "census_fips_code", "place_id",
+)
+CHANGE_COLUMNS: tuple[str, ...] = tuple(f"{c}_percent_change_from_baseline" for c in CATEGORIES)
+PUBLISHED_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("date",) + CHANGE_COLUMNS
+
+
+def day_changes(estimates: pd.DataFrame, baseline: pd.DataFrame, day: date, *,
+                max_error_points: float) -> pd.DataFrame:
+    """Per (level, region_id): the integer change of each category (NaN = suppressed)."""
+    base = baseline[baseline["weekday"] == day.weekday()]
+    out = estimates[["level", "region_id", "contributors", "residential"]].copy()
+    for cat in CATEGORIES:
+        b = base[base["category"] == cat][["level", "region_id", "baseline", "baseline_lo",
+                                           "baseline_hi"]]
+        merged = estimates[["level", "region_id", cat, f"{cat}_lo", f"{cat}_hi"]].merge(
+            b, on=["level", "region_id"], how="left")
+        change, publish = percent_change(
+            merged[cat], merged[f"{cat}_lo"], merged[f"{cat}_hi"], merged["baseline"],
+            merged["baseline_lo"], merged["baseline_hi"], max_error_points=max_error_points)
+        out[f"{cat}_percent_change_from_baseline"] = np.where(publish, change, np.nan)
+    return out
+
+
+def apply_row_rules(changes: pd.DataFrame, regions: pd.DataFrame, day: date,
+                    cfg: MobilityConfig) -> pd.DataFrame:
+    """Join region metadata, apply the area and contributor rules, flag published rows."""
+    meta = regions[["region_id", "level", "area_km2", *KEY_COLUMNS]].copy()
+    meta = meta[meta["level"].isin(cfg.levels)]
+    meta["level"] = meta["level"].astype(np.int8)
+    rows = meta.merge(changes, on=["level", "region_id"], how="left")
+    rows["date"] = day.isoformat()
+    rows["date_value"] = pd.Timestamp(day)
+    rows["noisy_contributors"] = rows["contributors"].fillna(0).astype("int64")
+    rows["residential_hours"] = pd.array(rows["residential"], dtype="Float64")
+    small = rows["area_km2"] < cfg.min_area_km2
+    few = rows["noisy_contributors"] < cfg.min_contributors
+    for col in CHANGE_COLUMNS:
+        values = rows[col].where(~(small | few))
+        rows[col] = pd.array(values.round(), dtype="Float64").astype("Int64")
+    nothing = rows[list(CHANGE_COLUMNS)].isna().all(axis=1)
+    rows["row_reason"] = np.select(
+        [small.to_numpy(), few.to_numpy(), nothing.to_numpy()],
+        ["area_under_minimum", "contributors_under_minimum", "all_values_unreliable"],
+        default="published")
+    rows["publish_row"] = rows["row_reason"] == "published"
+    rows = rows.drop(columns=["contributors", "residential"])
+    return rows.sort_values(["level", "region_id"]).reset_index(drop=True)
+
+
+def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: str) -> StepResult:
+    from dp_ops.regions import read_regions
+
+    target = root.report_file(REPORT, day)
+    if day < cfg.first_public_date:
+        return StepResult(f"no report rows for {day}: the public series starts "
+                          f"{cfg.first_public_date}")
+    # stored method-update factors scale the baseline from their effective date (the
+    # baseline file itself is never rewritten)
+    baseline, scaled = apply_method_updates(read_baseline(root), read_method_updates(root), day)
+    ledger = Ledger(ledger_url)
+    try:
+        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+    finally:
+        ledger.dispose()
+    alpha = 1 - cfg.interval_confidence
+    estimates = metric_estimates(cells, alpha=alpha, grid_per_hour=cfg.residential_grid_per_hour)
+    if scaled:
+        # a scaled baseline's interval also spends alpha / 2 on the factor, so the metric
+        # gets the other alpha / 2 (dp_ops.reports.mobility.method_update, "Intervals")
+        narrow = metric_estimates(cells, alpha=alpha / 2,
+                                  grid_per_hour=cfg.residential_grid_per_hour)
+        for cat in scaled:
+            estimates[[f"{cat}_lo", f"{cat}_hi"]] = narrow[[f"{cat}_lo", f"{cat}_hi"]]
+    changes = day_changes(estimates, baseline, day, max_error_points=cfg.max_error_points)
+    rows = apply_row_rules(changes, read_regions(root.regions_csv), day, cfg)
+    write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), target)
+    published = int(rows["publish_row"].sum())
+    return StepResult(f"report for {day}: {published} of {len(rows)} region rows publishable; "
+                      f"rows in {target}", (str(target),))

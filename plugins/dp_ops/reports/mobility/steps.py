@@ -1,0 +1,167 @@
+"""The mobility report's task functions: the DAGs and ``python -m dp_ops run mobility`` call
+exactly these, in this order for each day:
+
+    ingest -> bound -> noise (budget-checked) -> build_baseline -> report -> gate -> publish
+
+Every function takes the data root and the config, writes its outputs to files under the
+data root, and returns a :class:`StepResult` whose ``summary`` is safe to log: it never
+holds raw rows, user ids or un-noised aggregates (it names paths and counts of cells).
+Every step is idempotent: rerunning it after a crash gives the same files, and the noise
+step spends budget at most once per slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+
+from dp_ops.layout import DataRoot
+from dp_ops.reports.mobility.config import MobilityConfig, load_mobility_config
+from dp_ops.steps.result import StepResult
+
+REPORT = "mobility"
+DAILY_DAG_ID = "mobility_report"
+
+__all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
+           "first_noised_date", "gate", "ingest", "load_config", "method_update",
+           "needs_baseline", "noise", "publish", "report", "run_days"]
+
+
+def load_config() -> MobilityConfig:
+    """Defaults, overridden by the JSON file named in ``DP_MOBILITY_CONFIG``."""
+    return load_mobility_config()
+
+
+def first_noised_date(cfg: MobilityConfig) -> date:
+    """The first date this report noises: the baseline window comes before the public series, so from the first metric date."""
+    return cfg.first_metric_date
+
+
+def needs_baseline(cfg: MobilityConfig, day: date) -> bool:
+    """Whether reporting ``day`` needs the frozen baseline: the public series (from ``first_public_date``) is a change against it."""
+    return day >= cfg.first_public_date
+
+
+def ingest(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
+    """Validate ``raw/location_history/date=day``; clean rows to ``work/clean``, bad rows to
+    ``quarantine`` with their reason. A missing partition or unreadable file raises."""
+    from dp_ops.steps.ingest import ingest_location_history
+
+    return ingest_location_history(root, day)
+
+
+def bound_contributions(root: DataRoot, cfg: MobilityConfig, day: date, *,
+          shard: int | None = None) -> StepResult:
+    """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
+    from dp_ops.reports.mobility.bounding import bound_day
+
+    return bound_day(root, cfg, day, shard=shard)
+
+
+def noise(
+    root: DataRoot,
+    cfg: MobilityConfig,
+    day: date,
+    *,
+    run_id: str,
+    ledger_url: str,
+    region: str | None = None,
+    renoise: bool = False,
+    reason: str = "",
+) -> StepResult:
+    """Reserve budget in the ledger (refusing past the cap before any draw), then draw and
+    store noisy values for every cell of the public domain, or reuse stored ones."""
+    from dp_ops.reports.mobility.noising import noise_day
+
+    return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
+                     renoise=renoise, reason=reason)
+
+
+def build_baseline(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str) -> StepResult:
+    """Freeze the baseline once the whole window is noised; afterwards a no-op."""
+    from dp_ops.reports.mobility.baseline import build_baseline_once
+
+    return build_baseline_once(root, cfg, ledger_url=ledger_url)
+
+
+def report(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: str) -> StepResult:
+    """Percent changes and suppression for ``day`` from noisy values and the baseline."""
+    from dp_ops.reports.mobility.report import report_day
+
+    return report_day(root, cfg, day, ledger_url=ledger_url)
+
+
+def method_update(
+    root: DataRoot,
+    cfg: MobilityConfig,
+    *,
+    method_version: str,
+    effective_date: date,
+    categories: list[str],
+    factor: float,
+    reason: str,
+    run_id: str,
+    ledger_url: str,
+) -> StepResult:
+    """Scaling factors for a method update from ``effective_date`` (ledger kind
+    ``method_update``, refused past the cap before any draw; a rerun reuses the stored
+    factors and spends nothing), then re-report the days from the effective date that
+    already have report rows. The new method here is the demo's stand-in: the counts of the
+    ``categories``' source cells are ``factor`` times the old ones."""
+    from dp_ops.reports.mobility.method_update import MethodUpdate, ScaledCounts, run_method_update
+
+    update = MethodUpdate(method_version=method_version, effective_date=effective_date,
+                          categories=tuple(categories),
+                          method=ScaledCounts.for_categories(categories, factor),
+                          reason=reason)
+    return run_method_update(root, cfg, update, run_id=run_id, ledger_url=ledger_url)
+
+
+def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+         region: str | None = None) -> StepResult:
+    """Assemble the candidate release in a staging directory and validate it with Great
+    Expectations; raises :class:`dp_ops.errors.GateFailed` (naming the Data Docs) if not.
+    Mobility regions are computed independently, so an on-call rerun's ``region`` changes
+    nothing here: the whole release is staged from the report days present."""
+    from dp_ops.reports.mobility.release import stage_and_validate
+
+    return stage_and_validate(root, cfg, run_id=run_id)
+
+
+def publish(root: DataRoot, cfg: MobilityConfig, *, run_id: str, ledger_url: str) -> StepResult:
+    """Atomically promote the validated staged release to ``published/mobility/latest``."""
+    from dp_ops.reports.mobility.release import publish_staged
+
+    return publish_staged(root, cfg, run_id=run_id, ledger_url=ledger_url)
+
+
+def run_days(
+    root: DataRoot,
+    cfg: MobilityConfig,
+    days: list[date],
+    *,
+    run_id: str,
+    ledger_url: str,
+    region: str | None = None,
+    renoise: bool = False,
+    reason: str = "",
+    on_day: Callable[[date, list[StepResult]], None] | None = None,
+) -> list[StepResult]:
+    """Run the whole chain in-process, in date order (the CLI's ``run mobility``);
+    ``on_day`` is called with each finished day's results (for progress)."""
+    results: list[StepResult] = []
+    for day in sorted(days):
+        day_results = [
+            ingest(root, cfg, day),
+            bound_contributions(root, cfg, day),
+            noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
+                  renoise=renoise, reason=reason),
+            build_baseline(root, cfg, ledger_url=ledger_url),
+            report(root, cfg, day, ledger_url=ledger_url),
+        ]
+        results.extend(day_results)
+        if on_day is not None:
+            on_day(day, day_results)
+    results.append(gate(root, cfg, run_id=run_id))
+    results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
+    return results

@@ -1,0 +1,114 @@
+"""Find a report by name and bind it to its config, data root and ledger.
+
+The one place that maps a report name to its ``steps`` module. The assignments below are
+where mypy checks each module against :class:`~dp_ops.reports.protocol.ReportSteps`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from typing import Generic, Literal, TypeVar, overload
+
+from dp_ops import settings
+from dp_ops.layout import DataRoot
+from dp_ops.reports.mobility import steps as mobility_steps
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.protocol import ReportConfig, ReportName, ReportSteps, Step
+from dp_ops.reports.symptoms import steps as symptoms_steps
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.steps.result import StepResult
+
+MOBILITY: ReportSteps[MobilityConfig] = mobility_steps
+SYMPTOMS: ReportSteps[SymptomsConfig] = symptoms_steps
+
+C = TypeVar("C", bound=ReportConfig)
+
+
+@dataclass(frozen=True)
+class BoundReport(Generic[C]):
+    """A report's steps with the inputs every step takes: its config, the data root and
+    the ledger URL. What the Airflow operators and the CLI call."""
+
+    steps: ReportSteps[C]
+    cfg: C
+    root: DataRoot
+    ledger_url: str
+
+    @property
+    def name(self) -> str:
+        return self.steps.REPORT
+
+    def run_step(self, step: Step, day: date | None, *, run_id: str,
+                 shard: int | None = None) -> StepResult:
+        """Run one of the generic per-day steps (``publish`` takes no day)."""
+        steps, root, cfg = self.steps, self.root, self.cfg
+        calls: dict[Step, Callable[[date], StepResult]] = {
+            Step.INGEST: lambda d: steps.ingest(root, cfg, d),
+            Step.BOUND_CONTRIBUTIONS: lambda d: steps.bound_contributions(root, cfg, d,
+                                                                          shard=shard),
+            Step.REPORT: lambda d: steps.report(root, cfg, d, ledger_url=self.ledger_url),
+        }
+        if step is Step.PUBLISH:
+            return steps.publish(root, cfg, run_id=run_id, ledger_url=self.ledger_url)
+        if day is None:
+            raise ValueError(f"step={step.value!r} processes one day: a day is required")
+        return calls[step](day)
+
+    def noise(self, day: date, *, run_id: str, region: str | None = None,
+              renoise: bool = False, reason: str = "") -> StepResult:
+        return self.steps.noise(self.root, self.cfg, day, run_id=run_id,
+                                ledger_url=self.ledger_url, region=region, renoise=renoise,
+                                reason=reason)
+
+    def gate(self, *, run_id: str, region: str | None = None) -> StepResult:
+        return self.steps.gate(self.root, self.cfg, run_id=run_id, region=region)
+
+    def run_days(self, days: list[date], *, run_id: str, region: str | None = None,
+                 renoise: bool = False, reason: str = "",
+                 on_day: Callable[[date, list[StepResult]], None] | None = None,
+                 ) -> list[StepResult]:
+        return self.steps.run_days(self.root, self.cfg, days, run_id=run_id,
+                                   ledger_url=self.ledger_url, region=region,
+                                   renoise=renoise, reason=reason, on_day=on_day)
+
+    def first_noised_date(self) -> date:
+        return self.steps.first_noised_date(self.cfg)
+
+    def needs_baseline(self, day: date) -> bool:
+        return self.steps.needs_baseline(self.cfg, day)
+
+    @property
+    def daily_dag_id(self) -> str:
+        return self.steps.DAILY_DAG_ID
+
+    @property
+    def cap(self) -> float:
+        return self.cfg.cap
+
+
+AnyReport = BoundReport[MobilityConfig] | BoundReport[SymptomsConfig]
+
+
+@overload
+def load_report(name: Literal[ReportName.MOBILITY]) -> BoundReport[MobilityConfig]: ...
+@overload
+def load_report(name: Literal[ReportName.SYMPTOMS]) -> BoundReport[SymptomsConfig]: ...
+@overload
+def load_report(name: str) -> AnyReport: ...
+
+
+def load_report(name: str) -> AnyReport:
+    """The report ``name`` bound to its config (from the environment), the data root and
+    the ledger URL. An unknown name is a ``ValueError`` naming the known ones."""
+    try:
+        report = ReportName(name)
+    except ValueError:
+        raise ValueError(f"report={name!r}: unknown report, expected one of "
+                         f"{sorted(r.value for r in ReportName)}") from None
+    root = settings.data_root()
+    url = settings.ledger(root)
+    if report is ReportName.MOBILITY:
+        return BoundReport(MOBILITY, MOBILITY.load_config(), root, url)
+    return BoundReport(SYMPTOMS, SYMPTOMS.load_config(), root, url)

@@ -1,0 +1,206 @@
+"""Build a candidate symptoms release from the per-day rows (post-processing only).
+
+Steps, each from noisy values and public parameters only (SPEC section 5):
+
+1. Keep the regions of the configured levels with ``area_km2 >= min_area_km2``; the others
+   are never published.
+2. Decide each (region, symptom) series daily or weekly: daily-unreliable when more than
+   half of its daily values fail the reliability rule, then a rolling majority over the
+   regions ordered by mean noisy volume B (:mod:`dp_ops.reports.symptoms.granularity`). For an
+   on-call rerun of one region, every other region keeps the decision of the current
+   release, so the rerun leaves the rest of the release untouched.
+3. Weekly A and B: Monday..Sunday sums of the daily noisy A and B over complete weeks,
+   labelled by the Monday, with the reliability rule applied to the sums.
+4. Published values: a daily value of a daily series, or a weekly value, that passes the
+   rule. Value = c x max(A / B, 0), two decimals, where c is the region's scaling factor
+   for that resolution: stored at its first release and reused (so later values may
+   exceed 100); a (region, resolution) published for the first time gets
+   c = scale_to / (largest published ratio of the region in this release).
+5. Wide tables in Google's schema: a region appears in the daily (weekly) file when it has
+   at least one published daily (weekly) value, with a row for every date (week) of the
+   release; unpublished values are empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+import pandas as pd
+
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.reports.symptoms.daily import NOISE_PARAMS, with_reliability
+from dp_ops.reports.symptoms.granularity import decide_resolution
+from dp_ops.reports.symptoms.matrix import (
+    DailyMatrix,
+    complete_weeks,
+    from_rows,
+    long_frame,
+    weekly,
+)
+
+__all__ = ["KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
+           "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
+           "symptom_columns"]
+
+KEY_COLUMNS: tuple[str, ...] = (
+    "open_covid_region_code", "country_region_code", "country_region", "sub_region_1",
+    "sub_region_1_code", "sub_region_2", "sub_region_2_code", "date",
+)
+RESOLUTIONS = ("daily", "weekly")
+SCALING_COLUMNS = ("region_id", "resolution", "c", "first_release_last_date")
+
+
+def symptom_columns(symptoms: list[str]) -> list[str]:
+    return [f"symptom:{s}" for s in symptoms]
+
+
+def header(symptoms: list[str]) -> list[str]:
+    """Google's header: 8 key columns, then one column per symptom in list order."""
+    return [*KEY_COLUMNS, *symptom_columns(symptoms)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate release: the two wide tables; ``values``, every weekly value of the
+    domain and every daily value of the series decided daily, each with its decision
+    (for the gate and the manifest); ``counts``, values and published values per
+    resolution over the whole domain; the series decisions; the scaling factors it used
+    (``new`` marks factors fixed by this release)."""
+
+    first_date: date
+    last_date: date
+    daily: pd.DataFrame
+    weekly: pd.DataFrame
+    values: pd.DataFrame
+    counts: dict[str, dict[str, int]]
+    resolutions: pd.DataFrame
+    scaling: pd.DataFrame
+
+
+def eligible_regions(regions: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
+    keep = regions["level"].isin(cfg.levels) & (regions["area_km2"] >= cfg.min_area_km2)
+    return regions.loc[keep].reset_index(drop=True)
+
+
+def decide(m: DailyMatrix, cfg: SymptomsConfig, frozen: pd.DataFrame | None = None,
+           recompute: set[str] | None = None) -> pd.DataFrame:
+    """(region_id, symptom, resolution, failed_share) for every series (column) of ``m``.
+
+    With ``frozen`` (the current release's decisions) and ``recompute`` (region ids), only
+    the regions in ``recompute`` (and any region the frozen table lacks) are decided
+    afresh; the others keep their frozen decision.
+    """
+    series = m.cells[["region_id", "symptom"]].copy()
+    series["failed_share"] = 1.0 - m.reliable.mean(axis=0)
+    series["daily_unreliable"] = series["failed_share"] > cfg.daily_unreliable_share
+    volume = pd.Series(m.b.mean(axis=0), index=m.cells["region_id"].to_numpy())
+    volume = volume.groupby(level=0).first()  # B is the same for every symptom of a region
+    decided = decide_resolution(series[["region_id", "symptom", "daily_unreliable"]], volume,
+                                cfg.granularity_neighbours)
+    decided["failed_share"] = series["failed_share"].to_numpy()
+    if frozen is None or recompute is None:
+        return decided
+    merged = decided.merge(frozen[["region_id", "symptom", "resolution"]].rename(
+        columns={"resolution": "frozen"}), on=["region_id", "symptom"], how="left")
+    keep = merged["frozen"].notna() & ~merged["region_id"].isin(recompute)
+    merged.loc[keep, "resolution"] = merged.loc[keep, "frozen"]
+    return merged.drop(columns="frozen")
+
+
+def scaling_factors(values: pd.DataFrame, stored: pd.DataFrame, cfg: SymptomsConfig,
+                    last_date: date) -> pd.DataFrame:
+    """Stored factors, plus new ones for (region, resolution) pairs published here for
+    the first time: ``scale_to`` over the largest published ratio of the pair."""
+    published = values[values["published"]]
+    peaks = published.groupby(["region_id", "resolution"])["ratio"].max().reset_index()
+    peaks = peaks[peaks["ratio"] > 0]
+    known = set(zip(stored["region_id"], stored["resolution"], strict=True))
+    unseen = np.array([(r, s) not in known for r, s in zip(
+        peaks["region_id"], peaks["resolution"], strict=True)], dtype=bool)
+    new = peaks.loc[unseen]
+    fresh = pd.DataFrame({
+        "region_id": new["region_id"].astype(str),
+        "resolution": new["resolution"].astype(str),
+        "c": cfg.scale_to / new["ratio"].to_numpy(np.float64),
+        "first_release_last_date": last_date.isoformat(),
+    })
+    out = pd.concat([stored.assign(new=False), fresh.assign(new=True)], ignore_index=True)
+    return out[[*SCALING_COLUMNS, "new"]]
+
+
+def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
+          dates: list[str]) -> pd.DataFrame:
+    """One row per (region with a published value, date), one column per symptom."""
+    shown = values.loc[values["published"], "region_id"].unique()
+    part = values[values["region_id"].isin(shown)]
+    columns = symptom_columns(symptoms)
+    if len(shown) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="str") for c in KEY_COLUMNS}
+                            | {c: pd.Series(dtype="float64") for c in columns})
+    grid = pd.MultiIndex.from_product([sorted(shown), dates], names=["region_id", "date"])
+    wide = (part.assign(column="symptom:" + part["symptom"])
+            .pivot(index=["region_id", "date"], columns="column", values="value")
+            .reindex(index=grid, columns=columns))
+    wide.columns.name = None
+    wide = wide.reset_index()
+    meta = regions[["region_id", *[c for c in KEY_COLUMNS if c != "date"]]]
+    wide = meta.merge(wide, on="region_id", how="inner", validate="one_to_many")
+    wide = wide.sort_values(["open_covid_region_code", "date"], kind="stable")
+    return wide[[*KEY_COLUMNS, *columns]].reset_index(drop=True)
+
+
+def _values(frame: pd.DataFrame, resolution: str) -> pd.DataFrame:
+    out = frame[["level", "region_id", "symptom", "date", "a_noisy", "b_noisy", "n_days",
+                 *NOISE_PARAMS, "ratio", "lower", "upper", "reliable"]].copy()
+    out["resolution"] = resolution
+    out["published"] = out["reliable"].to_numpy(bool)
+    return out
+
+
+def build_candidate(daily: pd.DataFrame | DailyMatrix, regions: pd.DataFrame,
+                    symptoms: list[str], cfg: SymptomsConfig, stored_scaling: pd.DataFrame,
+                    frozen: pd.DataFrame | None = None,
+                    recompute: set[str] | None = None) -> Candidate:
+    """The candidate release from the per-day rows of an unbroken run of days (a long
+    table, or the period already stacked by :func:`dp_ops.reports.symptoms.matrix.read_days`)."""
+    m = from_rows(daily) if isinstance(daily, pd.DataFrame) else daily
+    first, last = m.days[0], m.days[-1]
+    if len(m.days) != (last - first).days + 1:
+        raise ValueError(f"the daily rows from {first} to {last} have gaps: every day of a "
+                         "release must be reported")
+    eligible = eligible_regions(regions, cfg)
+    m = m.select(m.cells["region_id"].isin(set(eligible["region_id"])).to_numpy())
+
+    resolutions = decide(m, cfg, frozen, recompute)
+    is_daily = (resolutions["resolution"] == "daily").to_numpy()
+    d = m.select(is_daily)
+    daily_rows = with_reliability(long_frame(d.cells, m.days, d.a, d.b, d.params, 1), cfg)
+    daily_values = _values(daily_rows, "daily")
+
+    mondays, a_w, b_w, params_w = weekly(m)
+    weekly_rows = with_reliability(long_frame(m.cells, mondays, a_w, b_w, params_w, 7), cfg)
+    weekly_values = _values(weekly_rows, "weekly")
+
+    values = pd.concat([daily_values, weekly_values], ignore_index=True)
+    scaling = scaling_factors(values, stored_scaling, cfg, last)
+    values = values.merge(scaling[["region_id", "resolution", "c"]],
+                          on=["region_id", "resolution"], how="left")
+    values["value"] = np.where(values["published"],
+                               np.round(values["c"] * np.maximum(values["ratio"], 0), 2),
+                               np.nan)
+    labels = {day: day.isoformat() for day in [*m.days, *mondays]}
+    values["date"] = values["date"].map(labels)
+    counts = {
+        "daily": {"values": int(m.a.size), "published": int(daily_values["published"].sum())},
+        "weekly": {"values": int(a_w.size),
+                   "published": int(weekly_values["published"].sum())},
+    }
+    return Candidate(
+        first_date=first, last_date=last,
+        daily=_wide(values[values["resolution"] == "daily"], eligible, symptoms,
+                    [day.isoformat() for day in m.days]),
+        weekly=_wide(values[values["resolution"] == "weekly"], eligible, symptoms,
+                     [day.isoformat() for day in mondays]),
+        values=values, counts=counts, resolutions=resolutions, scaling=scaling)

@@ -1,0 +1,49 @@
+"""Contribution bounding for the Search Trends Symptoms dataset, run by DuckDB.
+
+The SQL lives in ``include/sql/symptoms_bound_contributions.sql`` (per-user bounded
+contributions; its header states the bounds) and ``include/sql/aggregate_cells.sql``
+(sum per cell). Per user-day and level: one region, once in B, at most once per symptom
+and in at most ``max_symptoms_per_day`` symptoms. ``tests/unit/test_symptoms_bounding.py``
+checks those bounds with property tests.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from dp_ops.contract import SEARCH_SOURCE
+from dp_ops.engine.base import aggregate_sql
+from dp_ops.engine.sql import render_sql
+from dp_ops.layout import DataRoot
+from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
+from dp_ops.steps.bound import bound_clean_day
+from dp_ops.steps.result import StepResult
+
+REPORT = "symptoms"
+
+
+def bounding_params(cfg: SymptomsConfig, day: date) -> dict[str, object]:
+    return {
+        "day": day.isoformat(),
+        "salt": cfg.bounding_salt,
+        "max_symptoms": cfg.max_symptoms_per_day,
+        "levels": list(cfg.levels),
+        "symptom_prefix": SYMPTOM_CELL_PREFIX,
+        "volume_cell": VOLUME_CELL,
+    }
+
+
+def bounded_contributions_sql(searches: str) -> str:
+    """The per-user bounding query over the relation ``searches``."""
+    return render_sql("symptoms_bound_contributions", searches=searches)
+
+
+def cell_aggregates_sql(searches: str) -> str:
+    return aggregate_sql(bounded_contributions_sql(searches))
+
+
+def bound_day(root: DataRoot, cfg: SymptomsConfig, day: date, *,
+              shard: int | None = None) -> StepResult:
+    """Bound one day's clean searches and write the true cell sums (private)."""
+    return bound_clean_day(root, REPORT, SEARCH_SOURCE, day, bounded_contributions_sql,
+                           bounding_params(cfg, day), shard=shard)

@@ -1,0 +1,154 @@
+"""The symptoms dataset's configuration: one typed, frozen object, validated when built.
+
+Errors name the field and the bad value. Epsilons are per user-day.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from dp_ops.contract import LEVELS
+from dp_ops.errors import ConfigError
+from dp_ops.privacy.plan import MetricBudget
+from dp_ops.reports._config import check, mapping_kwargs
+from dp_ops.settings import json_object
+
+SYMPTOM_METRIC = "symptom_searches"   # A: users searching a symptom (ledger metric group)
+VOLUME_METRIC = "search_users"        # B: users with any search (ledger metric group)
+VOLUME_CELL = "users_with_any_search"  # the noised cell name of B
+SYMPTOM_CELL_PREFIX = "symptom:"      # A cells are named "symptom:<Name>", as the columns
+
+
+@dataclass(frozen=True)
+class SymptomsConfig:
+    """Parameters of the Search Trends Symptoms dataset (SPEC section 5).
+
+    Budget: ``total_epsilon`` per user-day is split evenly over the levels and, within a
+    level, ``volume_share`` of it goes to B (users with any search, sensitivity 1) and the
+    rest to A (users per symptom). A user-day counts in at most
+    ``max_symptoms_per_day`` symptom cells of a level, once each, so A's cells get
+    ``epsilon_A / max_symptoms_per_day`` each (L1 sensitivity of the A vector is k).
+    B needs less budget than A: it is a count of every searcher, far larger than any
+    symptom count, so its relative noise is already small.
+    """
+
+    total_epsilon: float = 1.68
+    volume_share: float = 0.2
+    max_symptoms_per_day: int = 3
+    min_area_km2: float = 3.0
+    first_public_date: date = date(2020, 1, 1)
+    # Reliability rule: the true ratio lies within +/- tolerance of A/B with at least
+    # this probability (SPEC section 5).
+    reliability_tolerance: float = 0.25
+    reliability_probability: float = 0.5
+    # A series is daily-unreliable when more than this share of its daily values fail.
+    daily_unreliable_share: float = 0.5
+    # Regions voting on each region's resolution: the region and its nearest neighbours
+    # by noisy volume B (the rolling majority of SPEC section 5).
+    granularity_neighbours: int = 20
+    scale_to: float = 100.0
+    method_version: str = "v1"
+    method_update_fraction: float = 0.10
+    cap_renoises: int = 1
+    cap_method_updates: int = 1
+    cap_override: float | None = None
+    bounding_salt: str = "symptoms-v1"
+    levels: tuple[int, ...] = field(default=LEVELS)
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.total_epsilon, (int, float)) and math.isfinite(self.total_epsilon)
+               and self.total_epsilon > 0, "total_epsilon", self.total_epsilon,
+               "must be a finite number > 0")
+        check(0 < self.volume_share < 1, "volume_share", self.volume_share,
+               "must be in (0, 1): both A and B need budget")
+        check(isinstance(self.max_symptoms_per_day, int) and self.max_symptoms_per_day >= 1,
+               "max_symptoms_per_day", self.max_symptoms_per_day, "must be an integer >= 1")
+        check(self.min_area_km2 >= 0, "min_area_km2", self.min_area_km2, "must be >= 0")
+        check(0 < self.reliability_tolerance < 1, "reliability_tolerance",
+               self.reliability_tolerance, "must be in (0, 1)")
+        check(0 < self.reliability_probability < 1, "reliability_probability",
+               self.reliability_probability, "must be in (0, 1)")
+        check(0 < self.daily_unreliable_share < 1, "daily_unreliable_share",
+               self.daily_unreliable_share, "must be in (0, 1)")
+        check(isinstance(self.granularity_neighbours, int) and self.granularity_neighbours >= 0,
+               "granularity_neighbours", self.granularity_neighbours,
+               "must be an integer >= 0")
+        check(self.scale_to > 0, "scale_to", self.scale_to, "must be > 0")
+        check(0 < self.method_update_fraction <= 1, "method_update_fraction",
+               self.method_update_fraction, "must be in (0, 1]")
+        check(self.cap_renoises >= 0 and self.cap_method_updates >= 0, "cap_renoises",
+               (self.cap_renoises, self.cap_method_updates), "headroom counts must be >= 0")
+        check(tuple(sorted(set(self.levels))) == tuple(self.levels) and len(self.levels) > 0
+               and set(self.levels) <= set(LEVELS), "levels", self.levels,
+               "must be a non-empty sorted subset of (0, 1, 2)")
+        if self.cap_override is not None:
+            check(self.cap_override > 0, "cap_override", self.cap_override, "must be > 0")
+
+    # -- derived -------------------------------------------------------------------
+    @property
+    def level_epsilon(self) -> float:
+        return self.total_epsilon / len(self.levels)
+
+    @property
+    def volume_epsilon(self) -> float:
+        """B's epsilon per level (one cell per user-day and level, sensitivity 1)."""
+        return self.level_epsilon * self.volume_share
+
+    @property
+    def symptom_epsilon(self) -> float:
+        """A's epsilon per level, over all symptom cells a user-day can touch; taken as
+        the remainder so that A + B is exactly the level's share."""
+        return self.level_epsilon - self.volume_epsilon
+
+    @property
+    def metric_budgets(self) -> tuple[MetricBudget, ...]:
+        k = self.max_symptoms_per_day
+        return (
+            MetricBudget(SYMPTOM_METRIC, self.symptom_epsilon / k, 1, k),
+            MetricBudget(VOLUME_METRIC, self.volume_epsilon, 1),
+        )
+
+    def budget(self, name: str) -> MetricBudget:
+        for b in self.metric_budgets:
+            if b.name == name:
+                return b
+        raise ConfigError(f"unknown metric group {name!r}")
+
+    @property
+    def ledger_epsilons(self) -> dict[str, float]:
+        """What each ledger slot of one level costs per user-day: A's whole vector and B.
+        (Not ``MetricBudget.epsilon``, whose ``cell * k`` may differ in the last bit.)"""
+        return {SYMPTOM_METRIC: self.symptom_epsilon, VOLUME_METRIC: self.volume_epsilon}
+
+    @property
+    def run_epsilon(self) -> float:
+        """Composed epsilon of one normal daily run per user-day: the configured total."""
+        return math.fsum(self.ledger_epsilons.values()) * len(self.levels)
+
+    @property
+    def cap(self) -> float:
+        if self.cap_override is not None:
+            return self.cap_override
+        return self.run_epsilon * (
+            1 + self.cap_renoises + self.cap_method_updates * self.method_update_fraction
+        )
+
+    @property
+    def component_confidence(self) -> float:
+        """Each of A's and B's intervals holds with this probability; the noises are
+        independent, so both hold with ``reliability_probability``."""
+        return math.sqrt(self.reliability_probability)
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> SymptomsConfig:
+        """Build from a plain mapping (e.g. a JSON file); unknown keys are errors."""
+        return cls(**mapping_kwargs(cls, values))
+
+
+def load_symptoms_config() -> SymptomsConfig:
+    """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG`` if set."""
+    values = json_object("DP_SYMPTOMS_CONFIG")
+    return SymptomsConfig() if values is None else SymptomsConfig.from_mapping(values)

@@ -1,0 +1,52 @@
+"""The symptoms dataset's noise plan over the shared budget-checked noise step
+(:mod:`dp_ops.steps.noising`).
+
+Per date and level two ledger slots: ``symptom_searches`` (A: one cell per region and
+symptom of the public list, each noised with epsilon_A / k, sensitivity 1; a user-day
+touches at most k of them) and ``search_users`` (B: one cell per region). Every cell of the
+public domain (region table x symptom list) is noised, zeros included.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pandas as pd
+
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Spend
+from dp_ops.reports.symptoms.config import (
+    SYMPTOM_CELL_PREFIX,
+    SYMPTOM_METRIC,
+    VOLUME_CELL,
+    VOLUME_METRIC,
+    SymptomsConfig,
+)
+from dp_ops.steps import noising
+from dp_ops.steps.bound import finish_bounding
+from dp_ops.steps.ingest import read_symptoms
+from dp_ops.steps.result import StepResult
+
+REPORT = "symptoms"
+
+
+def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:
+    return noising.NoisePlan(
+        report=REPORT, budgets=cfg.metric_budgets,
+        group_cells={SYMPTOM_METRIC: tuple(SYMPTOM_CELL_PREFIX + s for s in symptoms),
+                     VOLUME_METRIC: (VOLUME_CELL,)},
+        ledger_epsilons=cfg.ledger_epsilons, levels=cfg.levels, cap=cfg.cap,
+        method_version=cfg.method_version)
+
+
+def noise_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str,
+              ledger_url: str, region: str | None = None, renoise: bool = False,
+              reason: str = "") -> StepResult:
+    plan = noise_plan(cfg, read_symptoms(root.symptoms_txt))
+    finish_bounding(root, REPORT, day)
+    return noising.noise_day(root, plan, day, run_id=run_id, ledger_url=ledger_url,
+                             region=region, renoise=renoise, reason=reason)
+
+
+def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:
+    return noising.load_noisy_cells(root, REPORT, day, spends)

@@ -1,0 +1,294 @@
+"""Assemble, gate and publish a symptoms release (SPEC sections 5, 7 and 8).
+
+``stage_and_validate`` builds the candidate from the per-day rows (the unbroken run of
+days from ``first_public_date``), validates it with Great Expectations and writes the
+files and a chart per region (:mod:`dp_ops.steps.charts`) to ``staging/symptoms/<run>/``.
+``publish_staged`` checks the accounting, adds the release page
+(:mod:`dp_ops.steps.page`), stores the scaling factors this release fixes for the
+first time, and promotes the staged directory to ``published/symptoms/releases/<id>``
+with ``latest`` repointed atomically.
+
+Scaling factors are fixed at a (region, resolution)'s first release and reused. Two
+runs staged at the same time could each propose a factor for the same new region; the
+first to publish stores its own, and the other, finding the store changed under the
+publish lock, assembles and validates again with the stored factor before it publishes,
+so a published value is always c x ratio with the c that is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import dp_ops
+from dp_ops.engine.files import write_json_atomic, write_parquet_atomic
+from dp_ops.errors import PublishRefused
+from dp_ops.faults import fault_point
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.symptoms.assemble import (
+    SCALING_COLUMNS,
+    Candidate,
+    build_candidate,
+    complete_weeks,
+)
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.reports.symptoms.matrix import read_days
+from dp_ops.reports.symptoms.noising import REPORT
+from dp_ops.steps.charts import charted_regions, write_symptom_charts
+from dp_ops.steps.ingest import read_symptoms
+from dp_ops.steps.page import INDEX_FILE, write_release_index
+from dp_ops.steps.release import (
+    checksums,
+    content_release_id,
+    current_release,
+    epsilon_summary,
+    promote,
+    publish_lock,
+    sha256_file,
+    staging_dir,
+    verify_checksums,
+    write_csv,
+)
+from dp_ops.steps.result import StepResult
+
+RESOLUTIONS_FILE = "series_resolution.parquet"
+
+
+def report_days(root: DataRoot, cfg: SymptomsConfig) -> list[date]:
+    """The unbroken run of days from ``first_public_date`` that have per-day rows."""
+    days = []
+    day = cfg.first_public_date
+    while root.report_file(REPORT, day).is_file():
+        days.append(day)
+        day += timedelta(days=1)
+    return days
+
+
+def read_scaling(root: DataRoot) -> pd.DataFrame:
+    path = root.scaling_file(REPORT)
+    if not path.is_file():
+        return pd.DataFrame({"region_id": pd.Series(dtype="str"),
+                             "resolution": pd.Series(dtype="str"),
+                             "c": pd.Series(dtype="float64"),
+                             "first_release_last_date": pd.Series(dtype="str")})
+    return pq.read_table(path).to_pandas()[list(SCALING_COLUMNS)]
+
+
+def _frozen_resolutions(root: DataRoot) -> pd.DataFrame | None:
+    path = root.latest_release(REPORT) / RESOLUTIONS_FILE
+    return pq.read_table(path).to_pandas() if path.is_file() else None
+
+
+
+
+def file_names(candidate: Candidate, code: str) -> dict[str, pd.DataFrame]:
+    """``<year>_<CC>_daily_symptoms_dataset.csv`` and the weekly one, per year."""
+    out: dict[str, pd.DataFrame] = {}
+    for kind, wide in (("daily", candidate.daily), ("weekly", candidate.weekly)):
+        years = sorted({d[:4] for d in wide["date"]}) or [str(candidate.last_date.year)]
+        for year in years:
+            out[f"{year}_{code}_{kind}_symptoms_dataset"] = wide[wide["date"].str[:4] == year]
+    return out
+
+
+def write_release_files(candidate: Candidate, code: str, target: Path) -> dict[str, Any]:
+    target.mkdir(parents=True, exist_ok=True)
+    for name, frame in file_names(candidate, code).items():
+        write_csv(frame, target / f"{name}.csv")
+        fault_point("release.mid_write")
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
+                       target / f"{name}.parquet")
+    pq.write_table(pa.Table.from_pandas(candidate.resolutions[["region_id", "symptom",
+                                                                "resolution"]],
+                                        preserve_index=False), target / RESOLUTIONS_FILE)
+    scaling = candidate.scaling[list(SCALING_COLUMNS)]
+    pq.write_table(pa.Table.from_pandas(scaling, preserve_index=False),
+                   target / "scaling_factors.parquet")
+    return checksums(target)
+
+
+def release_summary(candidate: Candidate) -> dict[str, Any]:
+    """Series decisions and published shares (noisy values and decisions only)."""
+    values = candidate.values
+    by_res = {res: {**c, "published_share": round(c["published"] / c["values"], 4)
+                    if c["values"] else 0.0} for res, c in candidate.counts.items()}
+    counts = candidate.resolutions["resolution"].value_counts()
+    daily_series = values[(values["resolution"] == "daily") & values["published"]]
+    return {
+        "series": {"daily": int(counts.get("daily", 0)), "weekly": int(counts.get("weekly", 0))},
+        "series_with_published_daily_values": int(
+            daily_series[["region_id", "symptom"]].drop_duplicates().shape[0]),
+        "values": by_res,
+        "regions_in_daily_file": int(candidate.daily["open_covid_region_code"].nunique()),
+        "regions_in_weekly_file": int(candidate.weekly["open_covid_region_code"].nunique()),
+        "new_scaling_factors": int(candidate.scaling["new"].sum()),
+    }
+
+
+def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
+                       region: str | None = None) -> StepResult:
+    """Build, validate and stage the candidate release. With ``region`` (an on-call
+    rerun), only that region and its ancestors are decided afresh."""
+    from dp_ops.regions import read_regions
+
+    stage = staging_dir(root, REPORT, run_id)
+    if stage.exists():
+        shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
+    days = report_days(root, cfg)
+    if not days:
+        stage.mkdir(parents=True)
+        write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
+        return StepResult(f"nothing to release yet: no symptoms days from "
+                          f"{cfg.first_public_date}", (str(stage),))
+    from dp_ops.reports.symptoms.suites import validate_symptoms_release
+
+    regions = read_regions(root.regions_csv)
+    symptoms = read_symptoms(root.symptoms_txt)
+    recompute = None
+    if region is not None:
+        from dp_ops.steps.noising import region_chain
+
+        recompute = {rid for _, rid in region_chain(regions, region)}
+    candidate = build_candidate(read_days(root, REPORT, days), regions, symptoms, cfg,
+                                read_scaling(root), _frozen_resolutions(root), recompute)
+    day_labels = [d.isoformat() for d in days]
+    mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
+    result = validate_symptoms_release(candidate, regions, symptoms, days=day_labels,
+                                       mondays=mondays, gx_dir=root.gx_dir, cfg=cfg,
+                                       run_name=f"symptoms-{run_id}")
+    from dp_ops.steps.gate import require_pass
+
+    require_pass(result)  # raises GateFailed naming the failures and the Data Docs
+    codes = regions.loc[regions["level"] == 0, "country_region_code"].astype(str).tolist()
+    # charts first: they are part of the staged files and their checksums
+    charted, uncharted = charted_regions(regions, cfg.levels)
+    charts = write_symptom_charts(candidate.daily, candidate.weekly, charted, day_labels,
+                                  stage / "release")
+    files = write_release_files(candidate, codes[0] if codes else "XX", stage / "release")
+    new = candidate.scaling[candidate.scaling["new"]]
+    write_json_atomic(stage / "staged.json", {
+        "empty": False,
+        "run_id": run_id,
+        "region": region,
+        "first_date": days[0].isoformat(),
+        "last_date": days[-1].isoformat(),
+        "files": files,
+        "rows": {"daily": len(candidate.daily), "weekly": len(candidate.weekly)},
+        "summary": release_summary(candidate),
+        "new_scaling": new[list(SCALING_COLUMNS)].to_dict(orient="records"),
+        "gate": {"success": result.success, "evaluated": result.evaluated,
+                 "data_docs": result.data_docs_index},
+        "charts": [c.as_dict() for c in charts],
+        "uncharted_levels": uncharted,
+    })
+    return StepResult(f"symptoms release candidate {days[0]}..{days[-1]} passed the gate "
+                      f"({result.evaluated} expectations); staged in {stage}; Data Docs: "
+                      f"{result.data_docs_index}", (str(stage),))
+
+
+def epsilon_accounting(ledger: Ledger, cfg: SymptomsConfig, first: date,
+                       last: date) -> dict[str, Any]:
+    totals = {d: eps for (_, d), eps in ledger.totals(REPORT).items() if first <= d <= last}
+    summary = epsilon_summary(totals, normal_run=cfg.run_epsilon, cap=cfg.cap,
+                              composition="basic (sum over A, B and levels of each date)")
+    summary["split_per_level"] = {k: round(v, 6) for k, v in cfg.ledger_epsilons.items()}
+    return summary
+
+
+def _scaling_conflicts(stored: pd.DataFrame, proposed: list[dict[str, Any]]) -> bool:
+    """True if a factor this stage proposed as new is stored by now (by another run)."""
+    known = set(zip(stored["region_id"], stored["resolution"], strict=True))
+    return any((p["region_id"], p["resolution"]) in known for p in proposed)
+
+
+def _store_scaling(root: DataRoot, stored: pd.DataFrame, proposed: list[dict[str, Any]]) -> None:
+    """Append new factors; existing ones are never changed (call under the lock)."""
+    if not proposed:
+        return
+    table = pd.concat([stored, pd.DataFrame(proposed)[list(SCALING_COLUMNS)]],
+                      ignore_index=True)
+    if table.duplicated(["region_id", "resolution"]).any():
+        raise PublishRefused("a scaling factor would be stored twice; not published")
+    write_parquet_atomic(pa.Table.from_pandas(table, preserve_index=False),
+                         root.scaling_file(REPORT))
+
+
+def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
+                   ledger_url: str) -> StepResult:
+    stage = staging_dir(root, REPORT, run_id)
+    staged_file = stage / "staged.json"
+    if not staged_file.is_file():
+        raise PublishRefused(f"no staged symptoms release for run {run_id!r} at {stage}: "
+                             "the gate step must pass first")
+    staged = json.loads(staged_file.read_text())
+    if staged["empty"]:
+        return StepResult("nothing to publish yet (no symptoms days)")
+    with publish_lock(root, REPORT):
+        if _scaling_conflicts(read_scaling(root), staged["new_scaling"]):
+            # another release fixed a factor first: rebuild with the stored one
+            stage_and_validate(root, cfg, run_id=run_id, region=staged.get("region"))
+            staged = json.loads(staged_file.read_text())
+        if not staged["gate"]["success"]:
+            raise PublishRefused(f"staged release {stage} did not pass the gate")
+        files_dir = stage / "release"
+        verify_checksums(files_dir, staged["files"])
+        first = date.fromisoformat(staged["first_date"])
+        last = date.fromisoformat(staged["last_date"])
+        ledger = Ledger(ledger_url)
+        try:
+            epsilon = epsilon_accounting(ledger, cfg, first, last)
+        finally:
+            ledger.dispose()
+        if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
+            raise PublishRefused(f"symptoms release {first}..{last} rests on a composed "
+                                 f"epsilon per user-day of {epsilon['per_user_day_max']}, "
+                                 f"over the cap {cfg.cap:.4f}; not published")
+        current = current_release(root, REPORT)
+        if current and current["last_date"] > staged["last_date"]:
+            return StepResult(f"kept release {current['release_id']}: it already covers "
+                              f"{current['last_date']}, later than this run's {last}")
+        release_id = content_release_id(last, staged["files"], epsilon)
+        manifest = {
+            "report": REPORT,
+            "release_id": release_id,
+            "run_id": run_id,
+            "software_version": dp_ops.__version__,
+            "method_version": cfg.method_version,
+            "first_date": staged["first_date"],
+            "last_date": staged["last_date"],
+            "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
+                       "symptom_list_sha256": sha256_file(root.symptoms_txt)},
+            "parameters": {"max_symptoms_per_day": cfg.max_symptoms_per_day,
+                           "reliability_tolerance": cfg.reliability_tolerance,
+                           "reliability_probability": cfg.reliability_probability,
+                           "granularity_neighbours": cfg.granularity_neighbours,
+                           "min_area_km2": cfg.min_area_km2, "scale_to": cfg.scale_to},
+            "rows": staged["rows"],
+            "suppression": staged["summary"],
+            "epsilon": epsilon,
+            "files": staged["files"],
+            "gate": staged["gate"],
+        }
+        # the page shows the manifest's figures; it is listed in the manifest itself
+        manifest["files"] = write_release_index(
+            files_dir, manifest, staged.get("charts", []),
+            data_docs=staged["gate"]["data_docs"],
+            release_dir=root.published_dir(REPORT) / "releases" / release_id,
+            data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
+        _store_scaling(root, read_scaling(root), staged["new_scaling"])
+        fault_point("publish.after_scaling")
+        target = promote(root, REPORT, files_dir, release_id, manifest, stage)
+    shutil.rmtree(stage, ignore_errors=True)
+    return StepResult(f"published symptoms release {release_id} ({first}..{last}; "
+                      f"{staged['rows']['daily']} daily and {staged['rows']['weekly']} weekly "
+                      f"rows; epsilon per user-day max {epsilon['per_user_day_max']}) at "
+                      f"{root.latest_release(REPORT)}; report page {target / INDEX_FILE}",
+                      (str(target),))

@@ -1,0 +1,121 @@
+"""The symptoms dataset's task functions: the DAGs and ``python -m dp_ops run symptoms``
+call exactly these, in this order for each day:
+
+    ingest -> bound -> noise (budget-checked) -> report (A/B, reliability) -> gate -> publish
+
+Every function takes the data root and the config, writes files under the data root and
+returns a :class:`StepResult` safe to log (paths and counts of cells, never raw rows,
+user ids or un-noised aggregates). Every step is idempotent; the noise step spends budget
+at most once per slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+
+from dp_ops.layout import DataRoot
+from dp_ops.reports.symptoms.config import SymptomsConfig, load_symptoms_config
+from dp_ops.steps.result import StepResult
+
+REPORT = "symptoms"
+DAILY_DAG_ID = "symptoms_dataset"
+
+__all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "first_noised_date", "gate",
+           "ingest", "load_config", "needs_baseline", "noise", "publish", "report",
+           "run_days"]
+
+
+def load_config() -> SymptomsConfig:
+    """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG``."""
+    return load_symptoms_config()
+
+
+def first_noised_date(cfg: SymptomsConfig) -> date:
+    """The first date this report noises: from the first public date."""
+    return cfg.first_public_date
+
+
+def needs_baseline(cfg: SymptomsConfig, day: date) -> bool:
+    """Whether reporting ``day`` needs the frozen baseline: the symptoms dataset has no baseline."""
+    return False
+
+
+def ingest(root: DataRoot, cfg: SymptomsConfig, day: date) -> StepResult:
+    """Validate ``raw/search_activity/date=day``: clean rows to ``work/clean``, bad rows
+    (unknown symptom or region, null ids, wrong date) to ``quarantine``."""
+    from dp_ops.steps.ingest import ingest_search_activity
+
+    return ingest_search_activity(root, day)
+
+
+def bound_contributions(root: DataRoot, cfg: SymptomsConfig, day: date, *,
+          shard: int | None = None) -> StepResult:
+    """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
+    from dp_ops.reports.symptoms.bounding import bound_day
+
+    return bound_day(root, cfg, day, shard=shard)
+
+
+def noise(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str, ledger_url: str,
+          region: str | None = None, renoise: bool = False, reason: str = "") -> StepResult:
+    """Reserve budget (refused past the cap before any draw), then draw and store noisy A
+    and B for every cell of the public domain, or reuse the stored ones."""
+    from dp_ops.reports.symptoms.noising import noise_day
+
+    return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
+                     renoise=renoise, reason=reason)
+
+
+def report(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: str) -> StepResult:
+    """Pair noisy A and B for ``day`` and apply the reliability rule."""
+    from dp_ops.reports.symptoms.daily import report_day
+
+    return report_day(root, cfg, day, ledger_url=ledger_url)
+
+
+def gate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
+         region: str | None = None) -> StepResult:
+    """Assemble the candidate (resolution, weekly sums, scaling, values), validate it
+    with Great Expectations and stage it; raises ``GateFailed`` naming the Data Docs."""
+    from dp_ops.reports.symptoms.release import stage_and_validate
+
+    return stage_and_validate(root, cfg, run_id=run_id, region=region)
+
+
+def publish(root: DataRoot, cfg: SymptomsConfig, *, run_id: str, ledger_url: str) -> StepResult:
+    """Store new scaling factors and atomically promote the staged release to
+    ``published/symptoms/latest``."""
+    from dp_ops.reports.symptoms.release import publish_staged
+
+    return publish_staged(root, cfg, run_id=run_id, ledger_url=ledger_url)
+
+
+def run_days(
+    root: DataRoot,
+    cfg: SymptomsConfig,
+    days: list[date],
+    *,
+    run_id: str,
+    ledger_url: str,
+    region: str | None = None,
+    renoise: bool = False,
+    reason: str = "",
+    on_day: Callable[[date, list[StepResult]], None] | None = None,
+) -> list[StepResult]:
+    """Run the whole chain in-process, in date order (the CLI's ``run symptoms``)."""
+    results: list[StepResult] = []
+    for day in sorted(days):
+        day_results = [
+            ingest(root, cfg, day),
+            bound_contributions(root, cfg, day),
+            noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
+                  renoise=renoise, reason=reason),
+            report(root, cfg, day, ledger_url=ledger_url),
+        ]
+        results.extend(day_results)
+        if on_day is not None:
+            on_day(day, day_results)
+    results.append(gate(root, cfg, run_id=run_id, region=region))
+    results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
+    return results

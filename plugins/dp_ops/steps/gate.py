@@ -1,0 +1,544 @@
+"""Release gate of the Community Mobility Report: Great Expectations validation (SPEC 7).
+
+Nothing is published unless both tables of a candidate release pass their expectation
+suites:
+
+- ``published``: exactly the rows and columns that go to ``Global_Mobility_Report.csv``
+  (Google's 15-column header, string keys, nullable ``Int64`` percent changes);
+- ``internal``: the whole release domain, one row per (region, date) for every region of
+  the release and every date of it, published or not, with the noisy values and public
+  region attributes the publication decisions were taken on.
+
+The gate reads only noisy values and public region attributes (post-processing), so it
+costs no privacy budget. Failure messages name the expectation, the column and counts
+or aggregate observations only, never row values; the full report is in the GX Data Docs
+site under ``gx_dir``, which the on-call engineer opens from the message.
+
+The Data Docs pages themselves list a sample of the failing values (GX's SUMMARY
+result format). Those are noisy estimates and public region attributes, the same kind
+of values the release publishes, never raw rows or user ids.
+
+The GX project is a file Data Context at ``gx_dir``, created on first use and reused
+after. Its suites, validation definitions and checkpoints are rewritten only when the
+rules change (e.g. a new ``MobilityConfig``). Each call holds an exclusive file lock on
+the project, so concurrent calls in one process or across processes are safe; stored
+validation results and their Data Docs pages are pruned to ``KEEP_VALIDATIONS`` a suite.
+
+This module has no Airflow imports; ``dp_ops.airflow.operators`` wraps it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote, urlparse
+
+# GX reads this when it is imported and when a context is built; opt out before either.
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+import great_expectations as gx  # noqa: E402
+import great_expectations.expectations as gxe  # noqa: E402
+import pandas as pd  # noqa: E402
+from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
+from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
+from great_expectations.data_context.types.resource_identifiers import (  # noqa: E402
+    ValidationResultIdentifier,
+)
+from great_expectations.datasource.fluent import PandasDatasource  # noqa: E402
+from great_expectations.exceptions import DataContextError  # noqa: E402
+from great_expectations.expectations.row_conditions import (  # noqa: E402
+    Column,
+    deserialize_row_condition,
+)
+
+from dp_ops.errors import GateFailed
+from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
+
+if TYPE_CHECKING:
+    from great_expectations.core import (
+        ExpectationSuiteValidationResult,
+        ExpectationValidationResult,
+    )
+    from great_expectations.data_context import FileDataContext
+
+PUBLISHED_HEADER: tuple[str, ...] = (
+    "country_region_code",
+    "country_region",
+    "sub_region_1",
+    "sub_region_2",
+    "metro_area",
+    "iso_3166_2_code",
+    "census_fips_code",
+    "place_id",
+    "date",
+    "retail_and_recreation_percent_change_from_baseline",
+    "grocery_and_pharmacy_percent_change_from_baseline",
+    "parks_percent_change_from_baseline",
+    "transit_stations_percent_change_from_baseline",
+    "workplaces_percent_change_from_baseline",
+    "residential_percent_change_from_baseline",
+)
+CHANGE_COLUMNS: tuple[str, ...] = PUBLISHED_HEADER[9:]
+KEY_COLUMNS: tuple[str, ...] = PUBLISHED_HEADER[:9]
+INTERNAL_EXTRA_COLUMNS: tuple[str, ...] = (
+    "region_id",
+    "level",
+    "area_km2",
+    "noisy_contributors",
+    "residential_hours",
+    "publish_row",
+    "date_value",
+)
+
+# A percent change is 100 * (value / baseline - 1) >= -100; the top guards against a
+# near-zero baseline slipping past suppression.
+MIN_CHANGE_PERCENT = -100
+MAX_CHANGE_PERCENT = 1000
+# Type names as GX's pandas type check resolves them: "Int64Dtype" is pandas' nullable
+# integer (NA = suppressed), "int64"/"int32" a column with nothing suppressed.
+CHANGE_COLUMN_TYPES: tuple[str, ...] = ("Int64Dtype", "Int32Dtype", "int64", "int32")
+
+SUITE_PUBLISHED = "mobility_release_published"
+SUITE_INTERNAL = "mobility_release_internal"
+DATA_SOURCE = "mobility_release"
+SITE_NAME = "local_site"
+# Stored validation results (and their Data Docs pages) kept per suite.
+KEEP_VALIDATIONS = 50
+
+# Rows that appear in the published CSV. ``Column(...) == True`` builds a GX condition
+# object, it is not a Python comparison.
+_PUBLISHED_ROWS = Column("publish_row") == True  # noqa: E712
+
+_thread_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """Outcome of one gate run.
+
+    ``failed`` describes each failed expectation (type, column, counts or aggregate
+    observations; never row values). ``data_docs_index`` is the local path of the Data
+    Docs site's ``index.html``; ``validation_pages`` the local paths of this run's
+    validation pages in that site.
+    """
+
+    success: bool
+    failed: tuple[str, ...]
+    data_docs_index: str | None
+    evaluated: int
+    validation_pages: tuple[str, ...] = ()
+
+
+def require_pass(result: GateResult) -> None:
+    """Raise :class:`GateFailed` unless the gate passed."""
+    if result.success:
+        return
+    lines = [
+        f"release gate failed: {len(result.failed)} of {result.evaluated} expectations failed"
+    ]
+    lines += [f"  - {f}" for f in result.failed]
+    lines.append(f"Data Docs: {result.data_docs_index}")
+    lines += [f"validation report: {p}" for p in result.validation_pages]
+    raise GateFailed("\n".join(lines))
+
+
+# -- the expectation suites ---------------------------------------------------------------
+def published_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
+    """Expectations on the table written to ``Global_Mobility_Report.csv``.
+
+    Run-time parameter ``published_rows``: the number of ``publish_row`` rows of the
+    internal table, so that the CSV holds as many region-days as the gate checked.
+    """
+    expectations: list[gxe.Expectation] = []
+    add = expectations.append
+    add(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(PUBLISHED_HEADER)))
+    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "published_rows"}))
+    for column in KEY_COLUMNS:
+        # "Not applicable" is the empty string, never a null.
+        add(gxe.ExpectColumnValuesToNotBeNull(column=column))
+    # The regex checks double as type checks: GX 1.24's type-list check cannot name
+    # pandas 3's default "str" dtype, and a non-string column fails a regex expectation.
+    add(gxe.ExpectColumnValuesToMatchRegex(column="country_region_code", regex=r"^[A-Z]{2}$"))
+    add(gxe.ExpectColumnValuesToMatchStrftimeFormat(column="date", strftime_format="%Y-%m-%d"))
+    add(gxe.ExpectColumnValuesToMatchRegex(column="date", regex=r"^\d{4}-\d{2}-\d{2}$"))
+    # Checked on the CSV itself too, not only through the internal publish_row flags:
+    # no day before the public start (so none of the baseline window) is published.
+    add(gxe.ExpectColumnValuesToNotBeInSet(column="date", value_set=_days_before_public(cfg)))
+    add(
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["iso_3166_2_code", "sub_region_1", "sub_region_2", "place_id", "date"]
+        )
+    )
+    for column in CHANGE_COLUMNS:
+        add(
+            gxe.ExpectColumnValuesToBeInTypeList(
+                column=column, type_list=list(CHANGE_COLUMN_TYPES)
+            )
+        )
+        add(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column, min_value=MIN_CHANGE_PERCENT, max_value=MAX_CHANGE_PERCENT
+            )
+        )
+    return _suite(SUITE_PUBLISHED, expectations)
+
+
+def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
+    """Expectations on the whole release domain (published and unpublished region-days).
+
+    Run-time parameters: ``domain_rows`` = distinct regions x distinct dates of the
+    table (with compound uniqueness of (region_id, date) this makes every date present
+    for every region), and ``release_days`` = days from the first to the last date (an
+    unbroken daily series).
+    """
+    expectations: list[gxe.Expectation] = []
+    add = expectations.append
+    add(
+        gxe.ExpectTableColumnsToMatchSet(
+            column_set=list(PUBLISHED_HEADER + INTERNAL_EXTRA_COLUMNS), exact_match=False
+        )
+    )
+    for column in ("region_id", "date", "date_value", "publish_row"):
+        add(gxe.ExpectColumnValuesToNotBeNull(column=column))
+    add(gxe.ExpectCompoundColumnsToBeUnique(column_list=["region_id", "date"]))
+    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "domain_rows"}))
+    add(
+        gxe.ExpectColumnUniqueValueCountToBeBetween(
+            column="date_value",
+            min_value={"$PARAMETER": "release_days"},
+            max_value={"$PARAMETER": "release_days"},
+        )
+    )
+
+    # Publication rules, on the rows that reach the CSV. Range checks skip nulls, so a
+    # missing area or contributor count is checked separately.
+    where_published = _PUBLISHED_ROWS
+    add(gxe.ExpectColumnValuesToNotBeNull(column="area_km2", row_condition=where_published))
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="area_km2", min_value=cfg.min_area_km2, row_condition=where_published
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="noisy_contributors", row_condition=where_published
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="noisy_contributors",
+            min_value=cfg.min_contributors,
+            row_condition=where_published,
+        )
+    )
+    # Null = residential not estimable that day (its change is then suppressed).
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="residential_hours", min_value=0, max_value=24, row_condition=where_published
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="date_value",
+            min_value=_day_start(cfg.baseline_end),
+            strict_min=True,
+            row_condition=where_published,
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="date_value",
+            min_value=_day_start(cfg.first_public_date),
+            row_condition=where_published,
+        )
+    )
+    return _suite(SUITE_INTERNAL, expectations)
+
+
+def _suite(name: str, expectations: list[gxe.Expectation]) -> gx.ExpectationSuite:
+    # Passed to the constructor, not added one by one: GX 1.24 writes each
+    # ``add_expectation`` through to the store when a suite of that name is already saved.
+    return gx.ExpectationSuite(name=name, expectations=expectations)
+
+
+def _day_start(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day)
+
+
+def _days_before_public(cfg: MobilityConfig) -> list[str]:
+    """Every metric day before the public series starts, baseline window included."""
+    n = (cfg.first_public_date - cfg.first_metric_date).days
+    return [(cfg.first_metric_date + timedelta(days=i)).isoformat() for i in range(n)]
+
+
+def _internal_parameters(internal: pd.DataFrame) -> dict[str, int]:
+    """Counts the suites compare against, taken from the table's own distinct values."""
+    regions = internal["region_id"].nunique() if "region_id" in internal else 0
+    dates = internal["date"].nunique() if "date" in internal else 0
+    days = 0
+    if "date_value" in internal and internal["date_value"].notna().any():
+        values = pd.to_datetime(internal["date_value"])
+        days = int((values.max() - values.min()).days) + 1
+    published = 0
+    if "publish_row" in internal:
+        published = int(internal["publish_row"].fillna(False).astype(bool).sum())
+    return {
+        "domain_rows": int(regions * dates),
+        "release_days": days,
+        "published_rows": published,
+    }
+
+
+# -- the GX project -----------------------------------------------------------------------
+@contextmanager
+def _project_lock(gx_dir: Path) -> Iterator[None]:
+    """Serialise gate runs on one GX project, across threads and processes.
+
+    The file stores rewrite JSON/YAML files in place and the site index is rebuilt from
+    the stores, so two concurrent runs could interleave writes.
+    """
+    gx_dir.mkdir(parents=True, exist_ok=True)
+    with _thread_lock, open(gx_dir / ".gate.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_context(gx_dir: Path) -> FileDataContext:
+    context = gx.get_context(mode="file", project_root_dir=gx_dir)
+    bars = context.variables.progress_bars
+    # A fresh project holds a config object, a reloaded one a plain dict.
+    globally = bars.get("globally") if isinstance(bars, dict) else getattr(bars, "globally", None)
+    if globally is not False:
+        # Task logs are for humans; tqdm bars per metric batch only add noise there.
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        context.variables.save()
+    return context  # type: ignore[return-value]
+
+
+def _checkpoint(
+    context: FileDataContext, suite: gx.ExpectationSuite, asset_name: str
+) -> gx.Checkpoint:
+    """The checkpoint validating ``suite`` on a whole dataframe, saved in the project.
+
+    Reused as stored when its suite is unchanged: rewriting the suite, validation
+    definition and checkpoint costs about as much as validating 25,000 rows.
+    """
+    try:
+        stored = context.checkpoints.get(suite.name)
+        if ([_rules(d.suite) for d in stored.validation_definitions] == [_rules(suite)]
+                and not stored.actions):
+            return stored
+    except (DataContextError, LookupError, ValueError):
+        pass  # not saved yet, or saved by an older gate: write it afresh below
+    source: PandasDatasource
+    try:
+        source = cast(PandasDatasource, context.data_sources.get(DATA_SOURCE))
+    except KeyError:
+        source = context.data_sources.add_pandas(DATA_SOURCE)
+    try:
+        asset = source.get_asset(asset_name)
+    except LookupError:
+        asset = source.add_dataframe_asset(asset_name)
+    try:
+        batch = asset.get_batch_definition("whole_table")
+    except KeyError:
+        batch = asset.add_batch_definition_whole_dataframe("whole_table")
+    suite = context.suites.add_or_update(suite)
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
+    )
+    # No actions: run_suites renders the Data Docs once for all of a gate's suites (one
+    # site-index rebuild instead of one per suite).
+    return context.checkpoints.add_or_update(
+        gx.Checkpoint(name=suite.name, validation_definitions=[definition], actions=[])
+    )
+
+
+# Keyword arguments that locate or tune an expectation rather than state its rule.
+_NOT_RULE_KWARGS = frozenset(
+    {"column", "column_list", "row_condition", "condition_parser", "result_format",
+     "catch_exceptions", "meta", "notes", "mostly", "windows", "severity", "batch_id"}
+)
+
+
+def _rules(suite: gx.ExpectationSuite) -> list[tuple[str, dict[str, Any]]]:
+    # What a suite checks, without the ids and rendering the store adds (GX's own suite
+    # equality compares expectation ids, so a rebuilt suite never equals its stored self).
+    skip = {"id", "rendered_content", "notes", "meta"}
+    return [(e.expectation_type, e.dict(exclude=skip)) for e in suite.expectations]
+
+
+def _exception_message(info: dict[str, Any] | None) -> str | None:
+    """The first error message of a result's ``exception_info``.
+
+    GX puts it at the top level when the expectation raised, or under the id of each
+    metric that failed to resolve (e.g. a missing column).
+    """
+    if not info:
+        return None
+    candidates = [info, *(v for v in info.values() if isinstance(v, dict))]
+    for candidate in candidates:
+        if candidate.get("raised_exception"):
+            message = str(candidate.get("exception_message") or "unknown error")
+            return (message.splitlines() or [""])[0][:200]
+    return None
+
+
+def _describe(result: ExpectationValidationResult) -> str:
+    """One failed expectation: type, column, rule, and counts or aggregate observations.
+
+    Never row values: map expectations report how many rows failed, table expectations
+    their observed aggregate (a row count, a distinct count, column names, a dtype).
+    """
+    config = result.expectation_config
+    kwargs = dict(config.kwargs) if config is not None else {}
+    kind = config.type if config is not None else "unknown expectation"
+    target = kwargs.get("column") or kwargs.get("column_list") or "table"
+    if isinstance(target, list):
+        target = "(" + ", ".join(map(str, target)) + ")"
+    condition = kwargs.get("row_condition")
+    if isinstance(condition, dict):
+        condition = deserialize_row_condition(condition)
+    where = f" where {condition!r}" if condition else ""
+    res = result.result or {}
+
+    if "column_set" in kwargs or kind == "expect_table_columns_to_match_ordered_list":
+        expected = list(kwargs.get("column_set") or kwargs.get("column_list") or [])
+        observed = list(res.get("observed_value") or [])
+        missing = [c for c in expected if c not in observed]
+        extra = [c for c in observed if c not in expected]
+        if missing or extra:
+            summary = f"missing columns {missing}, unexpected columns {extra}"
+        else:
+            summary = f"columns out of order, observed {observed}"
+        return f"{kind} [table]: {summary}"
+
+    rule = ", ".join(f"{k}={_short(v)}" for k, v in kwargs.items() if k not in _NOT_RULE_KWARGS)
+    label = f"{kind} [{target}{where}]" + (f" ({rule})" if rule else "")
+    error = _exception_message(result.exception_info)
+    if error is not None:
+        return f"{label}: could not be evaluated: {error}"
+    if "unexpected_count" in res:
+        return (
+            f"{label}: {res.get('unexpected_count')} of {res.get('element_count')} rows"
+            f" unexpected ({float(res.get('unexpected_percent') or 0.0):.2f}%)"
+        )
+    return f"{label}: observed {_short(res.get('observed_value'))}"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.date().isoformat() if value == _day_start(value) else value.isoformat()
+    if isinstance(value, dict) and "$PARAMETER" in value:
+        return f"${value['$PARAMETER']}"
+    if isinstance(value, list) and len(value) > 6:
+        return f"[{', '.join(map(_short, value[:2]))}, ..., {_short(value[-1])}] ({len(value)})"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _site_path(context: FileDataContext, resource_identifier: Any = None) -> str | None:
+    for site in context.get_docs_sites_urls(
+        resource_identifier=resource_identifier, site_name=SITE_NAME, only_if_exists=True
+    ):
+        url = site.get("site_url")
+        if url:
+            return unquote(urlparse(url).path)
+    return None
+
+
+def _prune_validations(context: FileDataContext, keep: int) -> None:
+    """Drop stored validation results beyond the newest ``keep`` per suite.
+
+    Their Data Docs pages go with them: the next index build of the site removes pages
+    whose validation result is no longer in the store.
+    """
+    store = context.validation_results_store
+    by_suite: dict[str, list[ValidationResultIdentifier]] = {}
+    for key in store.list_keys():
+        if isinstance(key, ValidationResultIdentifier):
+            by_suite.setdefault(key.expectation_suite_identifier.name, []).append(key)
+    for suite_keys in by_suite.values():
+        suite_keys.sort(key=lambda k: k.run_id.run_time, reverse=True)
+        for key in suite_keys[keep:]:
+            store.remove_key(key)
+
+
+def validate_mobility_release(
+    internal: pd.DataFrame,
+    published: pd.DataFrame,
+    *,
+    gx_dir: Path,
+    cfg: MobilityConfig,
+    run_name: str,
+) -> GateResult:
+    """Validate a candidate mobility release with Great Expectations.
+
+    Builds (or reuses) a file Data Context at ``gx_dir``, runs the ``internal`` and
+    ``published`` suites through checkpoints, renders the
+    results into the local Data Docs site, and returns what failed. ``run_name`` labels
+    the run in Data Docs (e.g. the Airflow run id). Raises nothing on failed
+    expectations: call :func:`require_pass` to stop the release.
+    """
+    return run_suites(
+        [(internal_suite(cfg), "internal", internal),
+         (published_suite(cfg), "published", published)],
+        gx_dir=gx_dir, parameters=_internal_parameters(internal), run_name=run_name)
+
+
+def run_suites(
+    runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]],
+    *,
+    gx_dir: Path,
+    parameters: dict[str, Any],
+    run_name: str,
+) -> GateResult:
+    """Validate each (suite, asset name, dataframe) in the GX project at ``gx_dir``, with
+    Data Docs, under the project lock; return what failed (raise nothing)."""
+    gx_dir = Path(gx_dir)
+    run_id = RunIdentifier(run_name=run_name, run_time=datetime.now(UTC))
+    with _project_lock(gx_dir):
+        context = _open_context(gx_dir)
+        # Make room for this run's result of each suite before the docs index is rebuilt.
+        _prune_validations(context, KEEP_VALIDATIONS - 1)
+        results: list[tuple[Any, ExpectationSuiteValidationResult]] = []
+        for suite, asset_name, frame in runs:
+            checkpoint = _checkpoint(context, suite, asset_name)
+            outcome = checkpoint.run(
+                batch_parameters={"dataframe": frame},
+                expectation_parameters=parameters,
+                run_id=run_id,
+            )
+            results += list(outcome.run_results.items())
+        context.build_data_docs(site_names=[SITE_NAME],
+                                resource_identifiers=[identifier for identifier, _ in results])
+        failed: list[str] = []
+        evaluated = 0
+        pages: list[str] = []
+        for identifier, suite_result in results:
+            evaluated += int(suite_result.statistics.get("evaluated_expectations") or 0)
+            failed += [
+                f"{suite_result.suite_name}: {_describe(r)}"
+                for r in suite_result.results
+                if not r.success
+            ]
+            page = _site_path(context, identifier)
+            if page:
+                pages.append(page)
+        index = _site_path(context)
+    return GateResult(
+        success=not failed and all(r.success for _, r in results),
+        failed=tuple(failed),
+        data_docs_index=index,
+        evaluated=evaluated,
+        validation_pages=tuple(pages),
+    )

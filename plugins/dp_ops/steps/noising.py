@@ -1,0 +1,232 @@
+"""The budget-checked noise step, shared by both reports.
+
+A :class:`NoisePlan` says what a report noises: its ledger metric groups (each with its
+cells per region, per-cell epsilon and sensitivity, and ledger epsilon per user-day and
+level), its levels, cap and method version.
+
+Order of operations, which is what makes reruns and crashes safe:
+
+1. Plan the slots to noise (every level and metric group for the day, or for an explicit
+   re-noise one region and its ancestors) and **reserve** them in the ledger. The ledger
+   refuses a spend past the cap here, before anything is drawn; a slot already spent is
+   reused, not spent again.
+2. For each spend whose noisy values are not stored yet, draw noise for every cell of the
+   public domain in its scope (zeros included: delta = 0) and store the noisy values with
+   a first-writer-wins link, so that two racing processes end up using the same file.
+   A draw that crashed before it was stored was never seen by anyone, so drawing again
+   for the same (already paid) spend costs nothing more.
+3. Every later step reads noisy values only from the stored files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dp_ops.engine.files import store_first_wins
+from dp_ops.errors import NoiseNotStored
+from dp_ops.faults import fault_point
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
+from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
+from dp_ops.privacy.plan import MetricBudget
+from dp_ops.steps.result import StepResult
+
+# Spend kinds whose noisy values are the cells' current values (method-update spends
+# produce recomputed sums for scaling factors, not replacement values).
+VALUE_KINDS = ("noise", "renoise")
+
+NOISE_SCHEMA = pa.schema([
+    ("level", pa.int8()),
+    ("region_id", pa.string()),
+    ("metric", pa.string()),
+    ("noisy_value", pa.int64()),
+    ("cell_epsilon", pa.float64()),
+    ("sensitivity", pa.int64()),
+    ("spend_id", pa.int64()),
+])
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """What one report noises per date and level.
+
+    ``budgets`` give each metric group's per-cell epsilon and sensitivity; ``group_cells``
+    the cells of a group in one region (the public domain: it does not depend on the
+    data); ``ledger_epsilons`` what one slot (a group at one level) costs each user-day.
+    """
+
+    report: str
+    budgets: tuple[MetricBudget, ...]
+    group_cells: Mapping[str, tuple[str, ...]]
+    ledger_epsilons: Mapping[str, float]
+    levels: tuple[int, ...]
+    cap: float
+    method_version: str
+
+    def budget(self, name: str) -> MetricBudget:
+        for b in self.budgets:
+            if b.name == name:
+                return b
+        raise KeyError(f"unknown metric group {name!r} for report {self.report!r}")
+
+
+def noise_file(root: DataRoot, spend: Spend) -> Path:
+    return root.noise_dir(spend.slot.report, spend.slot.day) / f"spend-{spend.id:09d}.parquet"
+
+
+def region_chain(regions: pd.DataFrame, region_id: str) -> list[tuple[int, str]]:
+    """``region_id`` and its ancestors as (level, region_id), finest first."""
+    by_id = regions.set_index("region_id")
+    if region_id not in by_id.index:
+        raise ValueError(f"region={region_id!r}: not in the region table")
+    chain: list[tuple[int, str]] = []
+    current: str = region_id
+    while current:
+        row = by_id.loc[current]
+        chain.append((int(row["level"]), current))
+        current = str(row["parent_id"] or "")
+    return chain
+
+
+def plan_requests(plan: NoisePlan, regions: pd.DataFrame, day: date,
+                  renoise_region: str | None = None) -> list[SpendRequest]:
+    """The ledger slots of one day: all regions per level, or one region's chain."""
+    if renoise_region is None:
+        scopes = [(level, ALL_REGIONS) for level in plan.levels]
+    else:
+        scopes = [(lvl, rid) for lvl, rid in region_chain(regions, renoise_region)
+                  if lvl in plan.levels]
+    return [SpendRequest(Slot(plan.report, day, level, b.name, scope),
+                         plan.ledger_epsilons[b.name])
+            for level, scope in scopes for b in plan.budgets]
+
+
+def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pd.DataFrame:
+    """Every (level, region_id, metric) cell the spend covers: the public domain, which
+    does not depend on the data."""
+    level = spend.slot.level
+    if spend.slot.region_scope == ALL_REGIONS:
+        ids = regions.loc[regions["level"] == level, "region_id"].astype(str).tolist()
+    else:
+        ids = [spend.slot.region_scope]
+    metrics = plan.group_cells[spend.slot.metric]
+    return pd.DataFrame({
+        "level": np.int8(level),
+        "region_id": np.repeat(np.array(ids, dtype=object), len(metrics)),
+        "metric": np.tile(np.array(metrics, dtype=object), len(ids)),
+    })
+
+
+def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
+                   spend: Spend, true_cells: pd.DataFrame,
+                   rng: np.random.Generator) -> bool:
+    """Noise every cell of ``spend``'s domain and store the noisy values (first wins)."""
+    budget = plan.budget(spend.slot.metric)
+    cells = domain_cells(plan, regions, spend)
+    merged = cells.merge(true_cells, on=["level", "region_id", "metric"], how="left")
+    true_values = merged["value"].fillna(0).to_numpy(dtype=np.int64)
+    noisy = add_discrete_laplace(true_values, epsilon=budget.cell_epsilon,
+                                 sensitivity=budget.sensitivity, rng=rng)
+    table = pa.table({
+        "level": pa.array(cells["level"].to_numpy(), pa.int8()),
+        "region_id": pa.array(cells["region_id"].tolist(), pa.string()),
+        "metric": pa.array(cells["metric"].tolist(), pa.string()),
+        "noisy_value": pa.array(noisy, pa.int64()),
+        "cell_epsilon": pa.array(np.full(len(cells), budget.cell_epsilon), pa.float64()),
+        "sensitivity": pa.array(np.full(len(cells), budget.sensitivity), pa.int64()),
+        "spend_id": pa.array(np.full(len(cells), spend.id), pa.int64()),
+    }, schema=NOISE_SCHEMA)
+    fault_point("noise.after_draw")
+    stored = store_first_wins(table, noise_file(root, spend))
+    fault_point("noise.after_store")
+    return stored
+
+
+def _read_true_cells(root: DataRoot, report: str, day: date) -> pd.DataFrame:
+    path = root.bounded_file(report, day)
+    if not path.is_file():
+        raise FileNotFoundError(f"no bounded aggregates for {day} at {path}: run the "
+                                "bound_contributions step first")
+    cells = pq.read_table(path).to_pandas()
+    cells["level"] = cells["level"].astype(np.int8)
+    return cells
+
+
+def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
+              ledger_url: str, region: str | None = None, renoise: bool = False,
+              reason: str = "") -> StepResult:
+    """Reserve, then draw and store (or reuse) the noisy values of one day.
+
+    Reads the day's bounded aggregates file, which must be whole: a report's noise task
+    calls :func:`dp_ops.steps.bound.finish_bounding` first."""
+    from dp_ops.regions import read_regions
+
+    if renoise and region is None:
+        raise ValueError("renoise=True needs a region: re-noising a whole day is a new "
+                         "release of it; rerun one region at a time")
+    if renoise and not reason.strip():
+        raise ValueError("renoise=True needs a reason; it is recorded in the ledger")
+    regions = read_regions(root.regions_csv)
+    if region is not None:
+        region_chain(regions, region)  # validates the region id
+    ledger = Ledger(ledger_url)
+    try:
+        reservation = ledger.reserve(
+            plan_requests(plan, regions, day, region if renoise else None),
+            run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
+            method_version=plan.method_version, reason=reason)
+        fault_point("noise.after_reserve")
+        pending = [s for s in reservation.spends if not noise_file(root, s).exists()]
+        if pending:
+            true_cells = _read_true_cells(root, plan.report, day)
+            rng = noise_generator()
+            for spend in pending:
+                draw_and_store(root, plan, regions, spend, true_cells, rng)
+            del true_cells
+        spent = ledger.spent(plan.report, day)
+    finally:
+        ledger.dispose()
+    reused = len(reservation.spends) - len(reservation.new_ids)
+    return StepResult(
+        f"noise for {day}: {len(reservation.new_ids)} slot(s) spent "
+        f"(epsilon {reservation.spent_now:.4f}), {reused} reused; composed epsilon per "
+        f"user-day for {day} is now {spent:.4f} (cap {plan.cap:.4f})",
+        tuple(str(noise_file(root, s)) for s in reservation.spends))
+
+
+def load_noisy_cells(root: DataRoot, report: str, day: date,
+                     spends: list[Spend]) -> pd.DataFrame:
+    """The current noisy value of every cell of ``day``: for each cell, the value of the
+    latest noise or re-noise spend covering it. Raises if a spend's values are missing,
+    except for a spend superseded by a later generation of its slot (a re-noise whose run
+    died before storing, then asked for again by a new run: paid for, never seen)."""
+    frames = []
+    latest: dict[object, int] = {}
+    for spend in spends:
+        if spend.kind in VALUE_KINDS:
+            latest[spend.slot] = max(latest.get(spend.slot, -1), spend.generation)
+    for spend in spends:
+        if spend.slot.report != report or spend.slot.day != day or spend.kind not in VALUE_KINDS:
+            continue
+        path = noise_file(root, spend)
+        if not path.is_file() and spend.generation < latest[spend.slot]:
+            continue
+        if not path.is_file():
+            raise NoiseNotStored(f"ledger spend {spend.id} ({spend.slot.describe()}) has no "
+                                 f"stored noisy values at {path}: rerun the noise step for "
+                                 f"{day} (it reuses the spend and costs nothing more)")
+        frames.append(pq.read_table(path).to_pandas())
+    if not frames:
+        raise NoiseNotStored(f"no noisy values for {day}: run the noise step first")
+    cells = pd.concat(frames, ignore_index=True)
+    cells = cells.sort_values("spend_id").drop_duplicates(["level", "region_id", "metric"],
+                                                          keep="last")
+    return cells.reset_index(drop=True)

@@ -1,0 +1,126 @@
+"""Shared release plumbing: staging areas, checksums, Google-style CSVs and the atomic
+promotion of a staged release to ``published/<report>/releases/<id>`` with ``latest``
+repointed by one rename (readers see the old release or the new one, never a mix)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dp_ops.engine.files import write_json_atomic
+from dp_ops.errors import PublishRefused
+from dp_ops.faults import fault_point
+from dp_ops.layout import DataRoot
+
+
+def staging_dir(root: DataRoot, report: str, run_id: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:120]
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+    return root.root / "staging" / report / f"{safe}-{digest}"
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """Google's CSV conventions: header, no index, empty cell for a missing value, LF."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False, na_rep="", lineterminator="\n", encoding="utf-8")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def checksums(directory: Path) -> dict[str, dict[str, Any]]:
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    return {str(p.relative_to(directory)): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in files}
+
+
+def verify_checksums(directory: Path, files: dict[str, dict[str, Any]]) -> None:
+    for name, meta in files.items():
+        if sha256_file(directory / name) != meta["sha256"]:
+            raise PublishRefused(f"staged file {directory / name} changed after the gate")
+
+
+@contextmanager
+def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
+    lock = root.root / "staging" / f".{report}.publish.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def current_release(root: DataRoot, report: str) -> dict[str, Any] | None:
+    manifest = root.latest_release(report) / "manifest.json"
+    if not manifest.is_file():
+        return None
+    return dict(json.loads(manifest.read_text()))
+
+
+def content_release_id(last: date, *parts: Any) -> str:
+    """``<last date>-<12 hex>`` named by what the release holds: its files' checksums and
+    whatever else its manifest states (epsilon accounting, method updates). A rerun that
+    reproduces them is the same release; a re-noise that changes only the accounting (say,
+    of a region whose cells are all suppressed) is a new one, with its own manifest."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
+    return f"{last.isoformat()}-{digest.hexdigest()[:12]}"
+
+
+def point_latest(root: DataRoot, report: str, release: Path, scratch: Path) -> None:
+    link_tmp = scratch / "latest.symlink"
+    if link_tmp.is_symlink() or link_tmp.exists():
+        link_tmp.unlink()
+    os.symlink(os.path.relpath(release, root.published_dir(report)), link_tmp)
+    os.replace(link_tmp, root.latest_release(report))
+
+
+def promote(root: DataRoot, report: str, files_dir: Path, release_id: str,
+            manifest: dict[str, Any], scratch: Path) -> Path:
+    """Move ``files_dir`` (with ``manifest.json`` added) to the release directory and
+    repoint ``latest``. Call with :func:`publish_lock` held."""
+    target = root.published_dir(report) / "releases" / release_id
+    if not target.exists():
+        write_json_atomic(files_dir / "manifest.json", manifest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fault_point("publish.before_rename")
+        os.rename(files_dir, target)
+        fault_point("publish.after_rename")
+    point_latest(root, report, target, scratch)
+    return target
+
+
+def epsilon_summary(totals: dict[date, float], *, normal_run: float, cap: float,
+                    composition: str) -> dict[str, Any]:
+    """What a manifest says of the privacy spent behind a release: ``totals`` maps each
+    date whose noise feeds the release to its composed epsilon per user-day."""
+    worst = max(totals.values(), default=0.0)
+    return {
+        "privacy_unit": "user-day",
+        "delta": 0,
+        "composition": composition,
+        "per_user_day_max": round(worst, 6),
+        "per_user_day_normal_run": round(normal_run, 6),
+        "cap": round(cap, 6),
+        "dates_accounted": len(totals),
+        "dates_over_normal_run": sorted(d.isoformat() for d, e in totals.items()
+                                        if e > normal_run + 1e-9),
+        "sum_over_dates": round(math.fsum(totals.values()), 6),
+    }

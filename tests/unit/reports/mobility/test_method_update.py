@@ -1,0 +1,308 @@
+"""Method updates (dp_ops.reports.mobility.method_update): grouping, s_g / s_n arithmetic, ledger
+spends, reuse on rerun, refusal past the cap, and how reports apply the factors."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.regions import demo_regions, write_regions
+from dp_ops.errors import BudgetExceeded
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility import noising
+from dp_ops.reports.mobility.method_update import (
+    GROUP_KEYS,
+    MethodUpdate,
+    ScaledCounts,
+    _to_categories,
+    apply_method_updates,
+    comparison_window,
+    group_sums,
+    plan_requests,
+    read_method_updates,
+    run_method_update,
+    scaling_factors,
+    update_file,
+)
+from dp_ops.errors import MethodUpdateError
+from dp_ops.layout import DataRoot
+from dp_ops.engine.files import write_parquet_atomic
+
+EFFECTIVE = date(2020, 2, 3)  # a Monday; window 2020-01-06 .. 2020-02-02
+FACTOR = 1.3
+
+
+def parks_update(version: str = "v2", factor: float = FACTOR,
+                 categories: tuple[str, ...] = ("parks",)) -> MethodUpdate:
+    return MethodUpdate(method_version=version, effective_date=EFFECTIVE,
+                        categories=categories,
+                        method=ScaledCounts.for_categories(categories, factor),
+                        reason="parks classifier v2")
+
+
+# -- pure parts ---------------------------------------------------------------------------
+
+def test_comparison_window_is_four_whole_weeks_before_the_effective_date() -> None:
+    window = comparison_window(EFFECTIVE)
+    assert len(window) == 28
+    assert window[-1] == EFFECTIVE - timedelta(days=1)
+    assert window == sorted(window) and len(set(window)) == 28
+    assert sorted(pd.Series([d.weekday() for d in window]).value_counts().tolist()) == [4] * 7
+
+
+def test_group_sums_and_factors_on_constructed_data() -> None:
+    # two regions, parks and the three retail-and-recreation cells; known values per day
+    frames = {}
+    for i, day in enumerate(comparison_window(EFFECTIVE)):
+        frames[day] = pd.DataFrame({
+            "level": [0, 0, 0, 0, 1],
+            "region_id": ["DM", "DM", "DM", "DM", "DM-01"],
+            "metric": ["places_parks", "places_retail", "places_recreation",
+                       "places_eateries", "places_parks"],
+            "noisy_value": [100 + i, 10, 20, 30, -5],
+        })
+    sums = group_sums(frames, "noisy_value")
+    # one row per (level, region, metric, weekday); each sums that weekday's 4 days
+    assert len(sums) == 5 * 7
+    monday = sums[(sums["region_id"] == "DM") & (sums["metric"] == "places_parks")
+                  & (sums["weekday"] == 0)]
+    mondays = [i for i, d in enumerate(comparison_window(EFFECTIVE)) if d.weekday() == 0]
+    assert int(monday["noisy_value"].iloc[0]) == sum(100 + i for i in mondays)
+    cats = _to_categories(sums.rename(columns={"noisy_value": "s_g"}),
+                          ["parks", "retail_and_recreation"], "s_g")
+    retail = cats[(cats["category"] == "retail_and_recreation") & (cats["level"] == 0)]
+    assert set(retail["s_g"]) == {4 * (10 + 20 + 30)}
+
+    s_g = cats.assign(m_g=0)
+    s_n = s_g.rename(columns={"s_g": "s_n", "m_g": "m_n"})
+    s_n["s_n"] = np.where(s_n["category"] == "parks", s_n["s_n"] * 13 // 10, s_n["s_n"])
+    out = scaling_factors(s_g, s_n)
+    country_parks = out[(out["category"] == "parks") & (out["level"] == 0)]
+    np.testing.assert_allclose(country_parks["factor"],
+                               country_parks["s_n"] / country_parks["s_g"])
+    assert (country_parks["factor"] == country_parks["factor_lo"]).all()  # zero margins
+    np.testing.assert_allclose(out.loc[out["category"] == "retail_and_recreation", "factor"], 1)
+    # a non-positive sum has no factor (the group is suppressed from the effective date)
+    assert out.loc[out["region_id"] == "DM-01", "factor"].isna().all()
+
+
+def test_factor_interval_from_the_margins() -> None:
+    key = {"level": [0, 0], "region_id": ["DM", "DM"], "category": ["parks", "parks"],
+           "weekday": [0, 1]}
+    s_g = pd.DataFrame(key | {"s_g": [1000, 100], "m_g": [10, 120]})
+    s_n = pd.DataFrame(key | {"s_n": [1300, 130], "m_n": [50, 50]})
+    out = scaling_factors(s_g, s_n)
+    assert out["factor"].tolist() == pytest.approx([1.3, 1.3])
+    assert out["factor_lo"].tolist() == pytest.approx([1250 / 1010, 80 / 220])
+    assert out["factor_hi"].iloc[0] == pytest.approx(1350 / 990)
+    assert out["factor_hi"].iloc[1] == np.inf  # s_g's interval reaches 0
+
+
+def test_scaled_counts_recompute_and_sensitivity() -> None:
+    method = ScaledCounts.for_categories(["parks"], 1.3)
+    bounded = pd.DataFrame({"level": [0, 0], "region_id": ["DM", "DM"],
+                            "metric": ["places_parks", "workplaces"], "value": [10, 10]})
+    assert method.recompute(bounded)["value"].tolist() == [13, 10]
+    assert method.sensitivity("places_parks", 1) == 2  # round(1.3 (x + 1)) - round(1.3 x)
+    assert method.sensitivity("workplaces", 1) == 1
+    assert ScaledCounts.for_categories(["parks"], 0.8).sensitivity("places_parks", 1) == 1
+
+
+def test_update_request_is_validated() -> None:
+    with pytest.raises(MethodUpdateError, match="residential"):
+        parks_update(categories=("residential",))
+    with pytest.raises(MethodUpdateError, match="method_version"):
+        parks_update(version="../v2")
+    with pytest.raises(MethodUpdateError, match="factor"):
+        parks_update(factor=0.0)
+
+
+def test_plan_spends_a_tenth_of_the_group_epsilon_on_every_window_date_and_level() -> None:
+    cfg = MobilityConfig()
+    requests = plan_requests(cfg, parks_update(categories=("parks", "workplaces")))
+    window = comparison_window(EFFECTIVE)
+    assert {r.slot.day for r in requests} == set(window)
+    assert len(requests) == len(window) * len(cfg.levels) * 2
+    by_group = {r.slot.metric: r.epsilon for r in requests}
+    # places: a user-day touches at most 4 place cells per level, each at 0.1 x 0.44
+    assert by_group["places"] == pytest.approx(0.1 * 4 * 0.44)
+    assert by_group["workplaces"] == pytest.approx(0.1 * 0.44)
+
+
+def _baseline() -> pd.DataFrame:
+    rows = [{"level": 0, "region_id": "DM", "category": cat, "weekday": wd,
+             "baseline": 100.0, "baseline_lo": 90.0, "baseline_hi": 110.0}
+            for cat in ("parks", "workplaces") for wd in range(7)]
+    return pd.DataFrame(rows).astype({"level": np.int8, "weekday": np.int8})
+
+
+def _updates(version: str, effective: date, factor_by_weekday: dict[int, float]) -> pd.DataFrame:
+    return pd.DataFrame([{"method_version": version, "effective_date": effective.isoformat(),
+                          "level": 0, "region_id": "DM", "category": "parks", "weekday": wd,
+                          "factor": f, "factor_lo": f - 0.1, "factor_hi": f + 0.1}
+                         for wd, f in factor_by_weekday.items()])
+
+
+def test_reports_scale_the_baseline_only_from_the_effective_date() -> None:
+    baseline = _baseline()
+    frozen = baseline.copy()
+    updates = _updates("v2", EFFECTIVE, {wd: 1.0 + wd / 10 for wd in range(7)})
+    before, scaled = apply_method_updates(baseline, updates, EFFECTIVE - timedelta(days=1))
+    assert scaled == frozenset()
+    pd.testing.assert_frame_equal(before, frozen)
+    for day in (EFFECTIVE, EFFECTIVE + timedelta(days=3)):
+        after, scaled = apply_method_updates(baseline, updates, day)
+        assert scaled == {"parks"}
+        parks = after[after["category"] == "parks"].set_index("weekday")
+        wd = day.weekday()
+        assert parks.loc[wd, "baseline"] == pytest.approx(100 * (1 + wd / 10))
+        assert parks.loc[wd, "baseline_lo"] == pytest.approx(90 * (1 + wd / 10 - 0.1))
+        assert parks.loc[wd, "baseline_hi"] == pytest.approx(110 * (1 + wd / 10 + 0.1))
+        pd.testing.assert_frame_equal(after[after["category"] == "workplaces"],
+                                      frozen[frozen["category"] == "workplaces"])
+    pd.testing.assert_frame_equal(baseline, frozen)  # the stored baseline is never changed
+
+
+def test_a_scaled_group_without_a_factor_is_suppressed() -> None:
+    after, _ = apply_method_updates(_baseline(), _updates("v2", EFFECTIVE, {0: 1.2}), EFFECTIVE)
+    parks = after[after["category"] == "parks"].set_index("weekday")
+    assert parks.loc[0, "baseline"] == pytest.approx(120)
+    assert parks.loc[1:, "baseline"].isna().all()
+
+
+# -- the step, on a small data root --------------------------------------------------------
+
+TRUE_PARKS = 50_000  # large counts: the noise is tiny against them (see the bound below)
+
+
+@pytest.fixture(scope="module")
+def noised_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root whose comparison window is bounded (known true cells) and noised, with
+    its ledger inside; built once, copied per test."""
+    base = tmp_path_factory.mktemp("method_update") / "data"
+    root = DataRoot(base)
+    regions = demo_regions()
+    write_regions(regions, root.regions_csv)
+    cfg = MobilityConfig()
+    url = f"sqlite:///{base / 'ledger.sqlite'}"
+    metrics = [m for cells in noising.GROUP_CELLS.values() for m in cells]
+    for day in comparison_window(EFFECTIVE):
+        cells = regions[["level", "region_id"]].merge(pd.DataFrame({"metric": metrics}),
+                                                      how="cross")
+        cells["value"] = np.where(cells["metric"] == "places_parks",
+                                  TRUE_PARKS + 1000 * day.weekday(), 5000).astype(np.int64)
+        cells["level"] = cells["level"].astype(np.int32)
+        write_parquet_atomic(pa.Table.from_pandas(cells, preserve_index=False),
+                             root.bounded_file("mobility", day))
+        noising.noise_day(root, cfg, day, run_id="daily", ledger_url=url)
+    return base
+
+
+@pytest.fixture
+def noised_window(noised_template: Path, tmp_path: Path) -> dict[str, object]:
+    base = tmp_path / "data"
+    shutil.copytree(noised_template, base)
+    return {"root": DataRoot(base), "cfg": MobilityConfig(),
+            "url": f"sqlite:///{base / 'ledger.sqlite'}"}
+
+
+def _unpack(env: dict[str, object]) -> tuple[DataRoot, MobilityConfig, str]:
+    root, cfg, url = env["root"], env["cfg"], env["url"]
+    assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    assert isinstance(url, str)
+    return root, cfg, url
+
+
+def test_update_spends_method_update_on_every_window_date_and_stores_factors(
+        noised_window: dict[str, object]) -> None:
+    root, cfg, url = _unpack(noised_window)
+    ledger = Ledger(url)
+    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    window = comparison_window(EFFECTIVE)
+    for day in window:
+        spends = [s for s in ledger.spends("mobility", day) if s.kind == "method_update"]
+        assert sorted(s.slot.level for s in spends) == list(cfg.levels)
+        assert {s.slot.metric for s in spends} == {"places"}
+        assert {s.method_version for s in spends} == {"v2"}
+        assert {s.reason for s in spends} == {"parks classifier v2"}
+        for s in spends:
+            assert s.epsilon == pytest.approx(cfg.method_update_fraction
+                                              * cfg.budget("places").epsilon)
+        assert ledger.spent("mobility", day) == pytest.approx(
+            cfg.run_epsilon + 0.1 * 4 * 0.44 * len(cfg.levels))
+        assert ledger.spent("mobility", day) <= cfg.cap
+    assert not [s for s in ledger.spends("mobility", EFFECTIVE)]  # nothing after the window
+
+    stored = read_method_updates(root)
+    assert stored is not None
+    n_regions = len(demo_regions())
+    assert len(stored) == n_regions * 7
+    assert not stored.duplicated(GROUP_KEYS).any()
+    assert set(stored["effective_date"]) == {EFFECTIVE.isoformat()}
+    # Every group sums 4 days of >= 50,000 true parks visits. s_g's noise (4 draws at
+    # epsilon 0.44, scale ~2.3) and s_n's (one draw at epsilon 0.044, sensitivity 2, scale
+    # ~45) exceed 1,000 in absolute value with probability < exp(-1000/45.5) < 3e-10 per
+    # group; over ~30 x 7 groups that is < 1e-7, and otherwise the factor is within
+    # (1000 + 1.3 x 1000) / 200,000 < 0.02 of 1.3 (rounding of 1.3 x counts adds < 1e-5).
+    np.testing.assert_allclose(stored["factor"], FACTOR, atol=0.02)
+    true_g = 4 * (TRUE_PARKS + 1000 * stored["weekday"].to_numpy(dtype=np.int64))
+    assert (np.abs(stored["s_g"] - true_g) < 1000).all()
+    assert (np.abs(stored["s_n"] - np.floor(true_g * FACTOR / 4 + 0.5) * 4) < 1000).all()
+    assert (stored["factor_lo"] <= stored["factor"]).all()
+    assert (stored["factor"] <= stored["factor_hi"]).all()
+
+
+def test_rerun_reuses_the_stored_factors_and_spends_nothing(
+        noised_window: dict[str, object]) -> None:
+    root, cfg, url = _unpack(noised_window)
+    ledger = Ledger(url)
+    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    before = ledger.spends()
+    stored = update_file(root, "v2").read_bytes()
+    result = run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
+    assert "reused" in result.summary
+    assert ledger.spends() == before
+    assert update_file(root, "v2").read_bytes() == stored
+    # the same version with another update is refused rather than silently reused
+    with pytest.raises(MethodUpdateError, match="already stored"):
+        run_method_update(root, cfg, parks_update(factor=1.5), run_id="x", ledger_url=url)
+
+
+def test_a_crash_before_the_store_reuses_the_reserved_spends(
+        noised_window: dict[str, object]) -> None:
+    root, cfg, url = _unpack(noised_window)
+    ledger = Ledger(url)
+    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    before = ledger.spends()
+    update_file(root, "v2").unlink()  # as if the process died after reserving
+    run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
+    assert ledger.spends() == before
+    assert update_file(root, "v2").is_file()
+
+
+def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, object]) -> None:
+    root, cfg, url = _unpack(noised_window)
+    ledger = Ledger(url)
+    tight = MobilityConfig(cap_override=cfg.run_epsilon + 0.1)  # less than the 0.528 needed
+    before = ledger.spends()
+    with pytest.raises(BudgetExceeded, match="cap"):
+        run_method_update(root, tight, parks_update(), run_id="mu", ledger_url=url)
+    assert ledger.spends() == before
+    assert not update_file(root, "v2").exists()
+    assert read_method_updates(root) is None
+
+
+def test_a_window_that_is_not_noised_is_refused_before_any_spend(tmp_path: Path) -> None:
+    root = DataRoot(tmp_path / "data")
+    write_regions(demo_regions(), root.regions_csv)
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    with pytest.raises(noising.NoiseNotStored):
+        run_method_update(root, MobilityConfig(), parks_update(), run_id="mu", ledger_url=url)
+    assert Ledger(url).spends() == []

@@ -1,0 +1,300 @@
+"""Unit tests of the mobility release gate (``dp_ops.steps.gate``), run with Great Expectations.
+
+Each validation runs two checkpoints and renders Data Docs (about 1-3 s on two cores), so
+the frames are small: 3 regions x 4 public days, plus unpublished baseline-window days
+where a test needs them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+from dataclasses import dataclass  # noqa: E402
+from datetime import date, timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from dp_ops.steps import gate  # noqa: E402
+from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
+from dp_ops.steps.gate import (
+    CHANGE_COLUMNS,
+    PUBLISHED_HEADER,
+    GateResult,
+    require_pass,
+    validate_mobility_release,
+)
+from dp_ops.errors import GateFailed
+
+CFG = MobilityConfig()
+PARKS = "parks_percent_change_from_baseline"
+
+
+@dataclass
+class Release:
+    internal: pd.DataFrame
+    published: pd.DataFrame
+
+
+def make_release(
+    n_regions: int = 3,
+    first: date = date(2020, 2, 16),
+    last: date = date(2020, 2, 19),
+    public_from: date = CFG.first_public_date,
+) -> Release:
+    """A valid release: every region on every day, published from ``public_from`` on."""
+    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    rows = []
+    for r in range(n_regions):
+        for i, day in enumerate(days):
+            rows.append(
+                {
+                    "country_region_code": "EE",
+                    "country_region": "Estonia",
+                    "sub_region_1": "" if r == 0 else f"County {r}",
+                    "sub_region_2": "",
+                    "metro_area": "",
+                    "iso_3166_2_code": "" if r == 0 else f"EE-{30 + r}",
+                    "census_fips_code": "",
+                    "place_id": f"ChIJplace{r}",
+                    "date": day.isoformat(),
+                    **{c: (r + i + k) % 9 - 4 for k, c in enumerate(CHANGE_COLUMNS)},
+                    "region_id": f"EE-{r}",
+                    "level": 0 if r == 0 else 1,
+                    "area_km2": 1000.0 * (r + 1),
+                    "noisy_contributors": 400 + 10 * r + i,
+                    "residential_hours": 12.0 + (r % 8) / 4,
+                    "publish_row": day >= public_from,
+                    "date_value": pd.Timestamp(day),
+                }
+            )
+    internal = pd.DataFrame(rows)
+    internal = internal.astype(
+        {c: "Int64" for c in CHANGE_COLUMNS}
+        | {"level": "int64", "noisy_contributors": "int64", "area_km2": "float64",
+           "residential_hours": "Float64"}
+    )
+    # A suppressed change and a residential estimate that could not be made are nulls.
+    internal.loc[1, PARKS] = pd.NA
+    internal.loc[2, "residential_hours"] = pd.NA
+    return Release(internal, published_of(internal))
+
+
+def published_of(internal: pd.DataFrame) -> pd.DataFrame:
+    return internal.loc[internal["publish_row"], list(PUBLISHED_HEADER)].reset_index(drop=True)
+
+
+def run_gate(release: Release, gx_dir: Path, cfg: MobilityConfig = CFG) -> GateResult:
+    return validate_mobility_release(
+        release.internal, release.published, gx_dir=gx_dir, cfg=cfg,
+        run_name="scheduled__2020-02-19T00:00:00+00:00",
+    )
+
+
+@pytest.fixture(scope="module")
+def shared_gx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One GX project for the failure tests, as in production where every run shares it."""
+    return tmp_path_factory.mktemp("shared") / "gx"
+
+
+def gate_error(release: Release, gx_dir: Path) -> str:
+    result = run_gate(release, gx_dir)
+    assert not result.success
+    with pytest.raises(GateFailed) as raised:
+        require_pass(result)
+    message = str(raised.value)
+    assert str(result.data_docs_index) in message
+    assert Path(str(result.data_docs_index)).is_file()
+    return message
+
+
+# -- a valid release --------------------------------------------------------------------
+def test_valid_release_passes_and_builds_data_docs(tmp_path: Path) -> None:
+    release = make_release()
+    result = run_gate(release, tmp_path / "gx")
+    assert result.success, result.failed
+    assert result.failed == ()
+    require_pass(result)
+    assert result.evaluated > 30
+    index = Path(str(result.data_docs_index))
+    assert index.name == "index.html" and index.is_file()
+    assert index.is_relative_to(tmp_path / "gx")
+    assert len(result.validation_pages) == 2
+    assert all(Path(p).is_file() for p in result.validation_pages)
+    assert "mobility_release_published" in index.read_text(encoding="utf-8")
+
+
+def test_unpublished_rows_are_not_held_to_publication_rules(tmp_path: Path) -> None:
+    # The domain holds the baseline window and a small, quiet region; none of it published.
+    release = make_release(first=date(2020, 1, 31))
+    small = release.internal["region_id"] == "EE-2"
+    release.internal.loc[small, "area_km2"] = 2.0
+    release.internal.loc[small, "noisy_contributors"] = 50
+    release.internal.loc[small, "residential_hours"] = 30.0
+    release.internal.loc[small, "publish_row"] = False
+    release.published = published_of(release.internal)
+    result = run_gate(release, tmp_path / "gx")
+    assert result.success, result.failed
+
+
+def test_repeated_calls_reuse_the_project_and_bound_stored_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate, "KEEP_VALIDATIONS", 1)
+    gx_dir = tmp_path / "gx"
+    release = make_release()
+    first = run_gate(release, gx_dir)
+    second = run_gate(release, gx_dir)
+    assert first.success and second.success
+    assert first.data_docs_index == second.data_docs_index
+    assert not any(Path(p).exists() for p in first.validation_pages)
+    assert all(Path(p).is_file() for p in second.validation_pages)
+    project = gx_dir / "gx"
+    assert (project / "great_expectations.yml").is_file()
+    for suite in (gate.SUITE_INTERNAL, gate.SUITE_PUBLISHED):
+        stored = list((project / "uncommitted" / "validations" / suite).rglob("*.json"))
+        pages = list(
+            (project / "uncommitted" / "data_docs" / "local_site" / "validations" / suite)
+            .rglob("*.html")
+        )
+        assert len(stored) == 1
+        assert len(pages) == 1
+
+
+# -- publication rules on published rows ------------------------------------------------
+def test_small_published_region_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.internal.loc[release.internal["region_id"] == "EE-1", "area_km2"] = 2.718281
+    message = gate_error(release, shared_gx)
+    assert "area_km2" in message
+    assert "expect_column_values_to_be_between" in message
+    assert "2.718281" not in message  # counts, never row values
+
+
+def test_published_region_day_under_100_contributors_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.internal.loc[5, "noisy_contributors"] = 50
+    message = gate_error(release, shared_gx)
+    assert "noisy_contributors" in message
+    assert "1 of 12 rows unexpected" in message
+
+
+def test_residential_hours_over_24_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.internal.loc[3, "residential_hours"] = 25.0
+    assert "residential_hours" in gate_error(release, shared_gx)
+
+
+def test_published_date_inside_baseline_window_fails(shared_gx: Path) -> None:
+    release = make_release(first=date(2020, 2, 3))
+    inside = (release.internal["region_id"] == "EE-1") & (
+        release.internal["date"] == CFG.baseline_end.isoformat()
+    )
+    release.internal.loc[inside, "publish_row"] = True
+    release.published = published_of(release.internal)
+    message = gate_error(release, shared_gx)
+    assert "date_value" in message
+    assert "strict_min=True" in message and CFG.baseline_end.isoformat() in message
+    # The CSV is checked on its own too, not only through the publish_row flags.
+    assert "mobility_release_published: expect_column_values_to_not_be_in_set [date]" in message
+
+
+# -- the published table ------------------------------------------------------------------
+def test_wrong_header_order_fails(shared_gx: Path) -> None:
+    release = make_release()
+    columns = list(PUBLISHED_HEADER)
+    columns[0], columns[1] = columns[1], columns[0]
+    release.published = release.published[columns]
+    message = gate_error(release, shared_gx)
+    assert "expect_table_columns_to_match_ordered_list" in message
+    assert "out of order" in message
+
+
+def test_extra_column_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.published["noisy_contributors"] = 1
+    message = gate_error(release, shared_gx)
+    assert "unexpected columns ['noisy_contributors']" in message
+
+
+def test_change_below_minus_100_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.published.loc[4, PARKS] = -150
+    message = gate_error(release, shared_gx)
+    assert PARKS in message and "1 of" in message
+    assert "-150" not in message
+
+
+def test_float_change_column_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.published[PARKS] = release.published[PARKS].astype("Float64")
+    message = gate_error(release, shared_gx)
+    assert "expect_column_values_to_be_in_type_list" in message and PARKS in message
+
+
+def test_published_rows_not_matching_publish_row_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.published = release.published.iloc[1:].reset_index(drop=True)
+    message = gate_error(release, shared_gx)
+    assert "mobility_release_published: expect_table_row_count_to_equal" in message
+
+
+# -- the release domain --------------------------------------------------------------------
+def test_duplicate_region_day_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.internal = pd.concat(
+        [release.internal, release.internal.iloc[[7]]], ignore_index=True
+    )
+    message = gate_error(release, shared_gx)
+    assert "expect_compound_columns_to_be_unique [(region_id, date)]" in message
+
+
+def test_missing_date_for_one_region_fails(shared_gx: Path) -> None:
+    release = make_release()
+    release.internal = release.internal.drop(index=6).reset_index(drop=True)
+    release.published = published_of(release.internal)
+    message = gate_error(release, shared_gx)
+    assert "mobility_release_internal: expect_table_row_count_to_equal" in message
+    assert "observed 11" in message
+
+
+def test_hole_in_the_date_range_fails(shared_gx: Path) -> None:
+    release = make_release(last=date(2020, 2, 20))
+    release.internal = release.internal[release.internal["date"] != "2020-02-18"]
+    release.published = published_of(release.internal)
+    message = gate_error(release, shared_gx)
+    assert "expect_column_unique_value_count_to_be_between [date_value]" in message
+
+
+def test_missing_columns_fail_without_crashing(shared_gx: Path) -> None:
+    release = make_release()
+    release.internal = release.internal.drop(columns=["area_km2"])
+    release.published = release.published.drop(columns=[PARKS])
+    message = gate_error(release, shared_gx)
+    assert "missing columns ['area_km2']" in message
+    assert f"missing columns ['{PARKS}']" in message
+
+
+# -- concurrency ---------------------------------------------------------------------------
+def _validate_in_child(gx_dir: str, run_name: str) -> bool:
+    release = make_release()
+    return validate_mobility_release(
+        release.internal, release.published, gx_dir=Path(gx_dir), cfg=CFG, run_name=run_name
+    ).success
+
+
+def test_concurrent_processes_share_one_new_project(tmp_path: Path) -> None:
+    # Forked children inherit the imported GX, so this costs two validations, not two GX
+    # imports; they race to create the project and to write the same suites and docs.
+    gx_dir = tmp_path / "gx"
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        outcomes = pool.starmap(_validate_in_child, [(str(gx_dir), f"race-{i}") for i in range(2)])
+    assert outcomes == [True, True]
+    project = gx_dir / "gx" / "uncommitted"
+    stored = list((project / "validations").rglob("*.json"))
+    pages = list((project / "data_docs" / "local_site" / "validations").rglob("*.html"))
+    assert len(stored) == len(pages) == 4  # 2 runs x 2 suites, none lost to a racing write

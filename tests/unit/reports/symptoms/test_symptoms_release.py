@@ -1,0 +1,326 @@
+"""Assembling, gating and publishing a symptoms release from constructed noisy rows:
+Google's header, scaling factors fixed at first release and reused, weekly rows dated
+by Mondays, the GX gate blocking a bad release, and the budget split."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.errors import GateFailed
+from dp_ops.steps.gate import require_pass
+from dp_demo.generator import default_symptoms
+from dp_ops.regions import demo_regions, write_regions
+from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
+from dp_ops.layout import DataRoot
+from dp_ops.errors import PublishRefused
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.reports.symptoms import release
+from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, build_candidate, complete_weeks, header
+from dp_ops.reports.symptoms.daily import with_reliability
+from dp_ops.reports.symptoms.suites import validate_symptoms_release
+
+CFG = SymptomsConfig()
+HEADER_FILE = Path(__file__).resolve().parents[3] / "data" / "google_weekly_symptoms_header.csv"
+SYMPTOMS = ["Fever", "Cough", "Anosmia", "Headache"]
+# per-user-day search rates of the constructed symptoms: two common, one rare, one medium
+RATES = {"Fever": 0.05, "Cough": 0.04, "Anosmia": 0.002, "Headache": 0.01}
+START = date(2020, 1, 1)  # a Wednesday
+
+
+def _days(n: int) -> list[date]:
+    return [START + timedelta(days=i) for i in range(n)]
+
+
+def constructed_rows(regions: pd.DataFrame, days: list[date], key: int = 5) -> pd.DataFrame:
+    """Per-day rows as the report step writes them: B proportional to the region's area
+    share of a 60,000-searcher country, A = rate x B, both with the config's noise."""
+    rng = noise_generator(key=key)
+    a_cell = CFG.budget("symptom_searches")
+    b_cell = CFG.budget("search_users")
+    regions = regions[regions["level"].isin(CFG.levels)]
+    rows = []
+    for day in days:
+        for region in regions.itertuples():
+            share = 1.0 if region.level == 0 else min(1.0, float(region.area_km2) / 28889.0)
+            b_true = int(60000 * share)
+            b = b_true + int(sample_discrete_laplace(1, epsilon=b_cell.cell_epsilon,
+                                                     sensitivity=1, rng=rng)[0])
+            for symptom in SYMPTOMS:
+                a = int(RATES[symptom] * b_true) + int(sample_discrete_laplace(
+                    1, epsilon=a_cell.cell_epsilon, sensitivity=1, rng=rng)[0])
+                rows.append((region.level, region.region_id, symptom, day, a,
+                             a_cell.cell_epsilon, 1, b, b_cell.cell_epsilon, 1))
+    frame = pd.DataFrame(rows, columns=["level", "region_id", "symptom", "date", "a_noisy",
+                                        "a_epsilon", "a_sensitivity", "b_noisy", "b_epsilon",
+                                        "b_sensitivity"])
+    return with_reliability(frame, CFG, n_days=1)
+
+
+@pytest.fixture(scope="module")
+def regions() -> pd.DataFrame:
+    return demo_regions()
+
+
+@pytest.fixture(scope="module")
+def three_weeks(regions: pd.DataFrame) -> pd.DataFrame:
+    return constructed_rows(regions, _days(26))  # Wed 1 Jan .. Sun 26 Jan
+
+
+def _empty_scaling() -> pd.DataFrame:
+    return release.read_scaling(DataRoot(Path("/nonexistent")))
+
+
+def test_header_is_googles(regions: pd.DataFrame, three_weeks: pd.DataFrame) -> None:
+    google = HEADER_FILE.read_text(encoding="utf-8").strip().split(",")
+    symptoms = default_symptoms()
+    assert len(symptoms) == 422
+    assert header(symptoms) == google
+    assert google[:8] == list(KEY_COLUMNS)
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    assert list(candidate.daily.columns) == header(SYMPTOMS)
+    assert list(candidate.weekly.columns) == header(SYMPTOMS)
+
+
+def test_weekly_rows_are_complete_weeks_dated_by_monday(regions: pd.DataFrame,
+                                                        three_weeks: pd.DataFrame) -> None:
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    mondays = sorted(candidate.weekly["date"].unique())
+    assert mondays == ["2020-01-06", "2020-01-13", "2020-01-20"]  # 1-5 Jan is partial
+    assert [d.isoformat() for d in complete_weeks(date(2020, 1, 1), date(2020, 1, 26))] == mondays
+    weekly = candidate.values[candidate.values["resolution"] == "weekly"]
+    # weekly A is the sum of the seven daily noisy A of the week
+    one = weekly[(weekly["region_id"] == "DM") & (weekly["symptom"] == "Fever")
+                 & (weekly["date"] == "2020-01-13")].iloc[0]
+    daily = three_weeks[(three_weeks["region_id"] == "DM") & (three_weeks["symptom"] == "Fever")]
+    week = daily[(daily["date"] >= date(2020, 1, 13)) & (daily["date"] <= date(2020, 1, 19))]
+    assert len(week) == 7 and one["a_noisy"] == week["a_noisy"].sum()
+    assert one["b_noisy"] == week["b_noisy"].sum() and one["n_days"] == 7
+
+
+def test_values_follow_the_rules(regions: pd.DataFrame, three_weeks: pd.DataFrame) -> None:
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    values = candidate.values
+    published = values[values["published"]]
+    assert len(published) > 0
+    assert published["reliable"].all()
+    assert (published["value"] >= 0).all()
+    np.testing.assert_allclose(published["value"],
+                               (published["c"] * published["ratio"]).round(2))
+    # a daily value is published only for a series decided daily
+    daily_pub = published[published["resolution"] == "daily"]
+    decided = candidate.resolutions.set_index(["region_id", "symptom"])["resolution"]
+    assert all(decided[(r, s)] == "daily" for r, s in zip(daily_pub["region_id"],
+                                                          daily_pub["symptom"], strict=True))
+    # the region under 3 km2 is never in either file
+    small = regions.loc[regions["area_km2"] < CFG.min_area_km2, "open_covid_region_code"]
+    assert len(small) > 0
+    for wide in (candidate.daily, candidate.weekly):
+        assert not wide["open_covid_region_code"].isin(small).any()
+    # the largest published value of each new (region, resolution) is scaled to 100
+    peaks = published.groupby(["region_id", "resolution"])["value"].max()
+    assert np.allclose(peaks, 100.0, atol=0.006)
+    # a common symptom is daily in the country; a rare one weekly in a small region
+    assert decided[("DM", "Fever")] == "daily"
+    smallest = regions[(regions["level"] == 2) & (regions["area_km2"] >= 3)].sort_values(
+        "area_km2").iloc[0]["region_id"]
+    assert decided[(smallest, "Anosmia")] == "weekly"
+
+
+def test_every_region_in_a_file_has_every_date(regions: pd.DataFrame,
+                                               three_weeks: pd.DataFrame) -> None:
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    counts = candidate.daily.groupby("open_covid_region_code")["date"].nunique()
+    assert (counts == 26).all()
+    assert not candidate.daily.duplicated(["open_covid_region_code", "date"]).any()
+
+
+def test_scaling_factor_is_reused_by_a_later_release(regions: pd.DataFrame) -> None:
+    first_rows = constructed_rows(regions, _days(14))
+    first = build_candidate(first_rows, regions, SYMPTOMS, CFG, _empty_scaling())
+    stored = first.scaling[first.scaling["new"]].drop(columns="new")
+    assert len(stored) > 0
+    # later days search twice as much Fever: values rise above 100 with the stored c
+    later_rows = constructed_rows(regions, _days(21), key=6)
+    boost = (later_rows["symptom"] == "Fever") & (later_rows["date"] >= date(2020, 1, 15))
+    later_rows.loc[boost, "a_noisy"] *= 2
+    later_rows = with_reliability(later_rows.drop(columns=["ratio", "lower", "upper",
+                                                           "reliable"]), CFG)
+    second = build_candidate(later_rows, regions, SYMPTOMS, CFG, stored)
+    merged = stored.merge(second.scaling, on=["region_id", "resolution"], suffixes=("", "_2"))
+    assert len(merged) == len(stored)
+    assert (merged["c"] == merged["c_2"]).all()  # the stored factor, not a new one
+    assert not merged["new"].any()
+    assert second.values.loc[second.values["published"], "value"].max() > 100
+
+
+def test_gx_gate_passes_a_good_release_and_blocks_a_bad_one(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame, tmp_path: Path) -> None:
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    days = [d.isoformat() for d in _days(26)]
+    mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
+    kwargs = {"days": days, "mondays": mondays, "gx_dir": tmp_path / "gx", "cfg": CFG}
+    good = validate_symptoms_release(candidate, regions, SYMPTOMS, run_name="good", **kwargs)
+    assert good.success, good.failed
+    require_pass(good)
+
+    # publish an unreliable value, and a row for a region under 3 km2
+    daily = candidate.daily.copy()
+    unreliable = candidate.values[(candidate.values["resolution"] == "daily")
+                                  & ~candidate.values["reliable"]
+                                  & candidate.values["region_id"].isin(
+                                      regions.loc[regions["open_covid_region_code"].isin(
+                                          daily["open_covid_region_code"]), "region_id"])]
+    target = unreliable.iloc[0]
+    code = regions.set_index("region_id").loc[target["region_id"], "open_covid_region_code"]
+    row = (daily["open_covid_region_code"] == code) & (daily["date"] == target["date"])
+    daily.loc[row, f"symptom:{target['symptom']}"] = 42.0
+    small = regions[regions["area_km2"] < CFG.min_area_km2].iloc[0]
+    extra = daily.iloc[[0]].copy()
+    extra["open_covid_region_code"] = small["open_covid_region_code"]
+    daily = pd.concat([daily, extra], ignore_index=True)
+    bad = type(candidate)(**{**candidate.__dict__, "daily": daily})
+    result = validate_symptoms_release(bad, regions, SYMPTOMS, run_name="bad", **kwargs)
+    assert not result.success
+    text = "\n".join(result.failed)
+    assert "reliable" in text and "area_km2" in text and "expect_table_row_count" in text
+    with pytest.raises(GateFailed, match="Data Docs"):
+        require_pass(result)
+    assert result.data_docs_index and Path(result.data_docs_index).is_file()
+
+
+def test_budget_split_sums_to_the_configured_total() -> None:
+    for total, share, k in ((1.68, 0.2, 3), (1.0, 0.5, 1), (2.5, 0.1, 5)):
+        cfg = SymptomsConfig(total_epsilon=total, volume_share=share, max_symptoms_per_day=k)
+        per_level = cfg.ledger_epsilons
+        assert math.isclose(math.fsum(per_level.values()) * len(cfg.levels), total,
+                            rel_tol=1e-12)
+        assert math.isclose(cfg.run_epsilon, total, rel_tol=1e-12)
+        a = cfg.budget("symptom_searches")
+        assert a.contributions == k and math.isclose(a.cell_epsilon * k,
+                                                     per_level["symptom_searches"])
+        assert math.isclose(per_level["search_users"], total / 3 * share)
+
+
+def _stage(root: DataRoot, rows: pd.DataFrame, regions: pd.DataFrame, run_id: str) -> None:
+    for day, part in rows.groupby("date"):
+        write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
+                                                  preserve_index=False),
+                             root.report_file("symptoms", day))
+    release.stage_and_validate(root, CFG, run_id=run_id)
+
+
+def test_publish_stores_factors_and_a_racing_stage_adopts_them(
+        regions: pd.DataFrame, tmp_path: Path) -> None:
+    """Two runs staged before either published: the second to publish rebuilds with the
+    factors the first stored, so the stored c is the one behind every published value."""
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    rows = constructed_rows(regions, _days(14))
+    _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
+    _stage(root, rows, regions, "run-b")  # days 1..14, proposes its own factors
+    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    stored_a = release.read_scaling(root)
+    assert len(stored_a) > 0
+    release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+    stored = release.read_scaling(root)
+    # run-a's factors are unchanged; run-b only added pairs run-a did not have
+    merged = stored_a.merge(stored, on=["region_id", "resolution"], suffixes=("", "_b"))
+    assert (merged["c"] == merged["c_b"]).all()
+    latest = root.latest_release("symptoms")
+    manifest = json.loads((latest / "manifest.json").read_text())
+    assert manifest["last_date"] == "2020-01-14"
+    published = pd.read_parquet(latest / "scaling_factors.parquet")
+    check = published.merge(stored, on=["region_id", "resolution"], suffixes=("", "_s"))
+    assert len(check) == len(published) and (check["c"] == check["c_s"]).all()
+    assert (latest / "2020_DM_daily_symptoms_dataset.csv").is_file()
+    assert (latest / "2020_DM_weekly_symptoms_dataset.csv").is_file()
+    # nothing to publish twice: the staging area is gone
+    with pytest.raises(PublishRefused):
+        release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+
+
+def test_a_release_with_nothing_published_yet_is_valid(regions: pd.DataFrame,
+                                                       tmp_path: Path) -> None:
+    """Day one of a small population: nothing passes the rule; the files are empty but
+    well-formed and no scaling factor is fixed."""
+    rows = constructed_rows(regions, _days(1))
+    rows["reliable"] = False
+    candidate = build_candidate(rows, regions, SYMPTOMS, CFG, _empty_scaling())
+    assert candidate.daily.empty and candidate.weekly.empty
+    assert list(candidate.daily.columns) == header(SYMPTOMS)
+    assert not candidate.scaling["new"].any()
+    result = validate_symptoms_release(candidate, regions, SYMPTOMS, days=["2020-01-01"],
+                                       mondays=[], gx_dir=tmp_path / "gx", cfg=CFG,
+                                       run_name="empty")
+    assert result.success, result.failed
+
+
+def test_matrix_weekly_sums_match_the_reference_implementation(
+        three_weeks: pd.DataFrame) -> None:
+    """The release step sums weeks on (days x cells) matrices; the long-table reference
+    (granularity.weekly_sums, with its own tests) must agree cell by cell."""
+    from dp_ops.reports.symptoms.granularity import weekly_sums
+    from dp_ops.reports.symptoms.matrix import from_rows, long_frame, weekly
+
+    m = from_rows(three_weeks)
+    mondays, a_w, b_w, params = weekly(m)
+    fast = long_frame(m.cells, mondays, a_w, b_w, params, 7)
+    reference = weekly_sums(three_weeks, m.days[0], m.days[-1]).rename(
+        columns={"week_start": "date"})
+    keys = ["region_id", "symptom", "date"]
+    merged = fast.merge(reference, on=keys, suffixes=("", "_ref"), validate="one_to_one")
+    assert len(merged) == len(fast) == len(reference)
+    for col in ("a_noisy", "b_noisy", "a_epsilon", "b_epsilon"):
+        assert (merged[col] == merged[f"{col}_ref"]).all(), col
+
+
+def test_a_period_must_share_one_domain(regions: pd.DataFrame, tmp_path: Path) -> None:
+    from dp_ops.reports.symptoms.matrix import read_days
+
+    root = DataRoot(tmp_path)
+    rows = constructed_rows(regions, _days(2))
+    for day, part in rows.groupby("date"):
+        if day == START + timedelta(days=1):
+            part = part[part["symptom"] != "Anosmia"]  # the list changed overnight
+        write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
+                                                  preserve_index=False),
+                             root.report_file("symptoms", day))
+    with pytest.raises(ValueError, match="date=2020-01-02.*differ from those of 2020-01-01"):
+        read_days(root, "symptoms", _days(2))
+
+
+def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path: Path) -> None:
+    """The ledger shows more spent on a released date than the cap allows (e.g. the cap was
+    lowered after an extra re-noise): the staged release is not published."""
+    from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    rows = constructed_rows(regions, _days(2))
+    _stage(root, rows, regions, "over-cap")
+    ledger = Ledger(url)
+    try:
+        ledger.reserve([SpendRequest(Slot("symptoms", day, level, metric), eps)
+                        for day in _days(2) for level in CFG.levels
+                        for metric, eps in CFG.ledger_epsilons.items()],
+                       run_id="r", kind="noise", cap=CFG.cap, method_version="v1")
+    finally:
+        ledger.dispose()
+    lowered = SymptomsConfig(cap_override=1.5)
+    with pytest.raises(PublishRefused, match="over the cap 1.5000"):
+        release.publish_staged(root, lowered, run_id="over-cap", ledger_url=url)
+    assert not root.latest_release("symptoms").exists()
+    assert not root.scaling_file("symptoms").exists()

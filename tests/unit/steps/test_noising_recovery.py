@@ -1,0 +1,56 @@
+"""Reading the current noisy values after a crashed re-noise (``load_noisy_cells``)."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
+from dp_ops.steps.noising import NOISE_SCHEMA, load_noisy_cells, noise_file
+from dp_ops.errors import NoiseNotStored
+from dp_ops.layout import DataRoot
+from dp_ops.engine.files import store_first_wins
+
+DAY = date(2020, 3, 2)
+
+
+def spend(spend_id: int, scope: str, generation: int, kind: str) -> Spend:
+    return Spend(spend_id, Slot("mobility", DAY, 2, "visits", scope), generation, 0.1, kind,
+                 "v1", f"run-{spend_id}", "", "2026-11-30T00:00:00+00:00")
+
+
+def store(root: DataRoot, s: Spend, regions: list[str], value: int) -> None:
+    n = len(regions)
+    store_first_wins(pa.table({
+        "level": pa.array([2] * n, pa.int8()), "region_id": regions,
+        "metric": ["visits"] * n, "noisy_value": pa.array([value] * n, pa.int64()),
+        "cell_epsilon": [0.1] * n, "sensitivity": pa.array([1] * n, pa.int64()),
+        "spend_id": pa.array([s.id] * n, pa.int64()),
+    }, schema=NOISE_SCHEMA), noise_file(root, s))
+
+
+def values(root: DataRoot, spends: list[Spend]) -> dict[str, int]:
+    cells = load_noisy_cells(root, "mobility", DAY, spends)
+    return dict(zip(cells["region_id"], cells["noisy_value"], strict=True))
+
+
+def test_a_superseded_unstored_renoise_is_skipped(tmp_path: Path) -> None:
+    root = DataRoot(tmp_path)
+    base = spend(1, ALL_REGIONS, 0, "noise")
+    crashed = spend(2, "R1", 0, "renoise")  # paid, its run died before storing
+    redone = spend(3, "R1", 1, "renoise")   # a new run asked again
+    store(root, base, ["R1", "R2"], 10)
+    store(root, redone, ["R1"], 30)
+    assert values(root, [base, crashed, redone]) == {"R1": 30, "R2": 10}
+
+
+def test_the_latest_spend_without_values_is_an_error_naming_it(tmp_path: Path) -> None:
+    root = DataRoot(tmp_path)
+    base = spend(1, ALL_REGIONS, 0, "noise")
+    crashed = spend(2, "R1", 0, "renoise")
+    store(root, base, ["R1", "R2"], 10)
+    with pytest.raises(NoiseNotStored, match="ledger spend 2 .* rerun the noise step"):
+        values(root, [base, crashed])  # never falls back silently to the older value

@@ -1,0 +1,45 @@
+"""The mobility publish step refuses a release whose composed epsilon per user-day on a
+released (or baseline-window) date exceeds the cap, and says so."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.reports.mobility.release import publish_staged, staging_dir
+from dp_ops.layout import DataRoot
+from dp_ops.errors import PublishRefused
+from dp_ops.engine.files import write_json_atomic
+
+CFG = MobilityConfig()
+
+
+def _spend_normal_run(url: str, day: date) -> None:
+    ledger = Ledger(url)
+    try:
+        ledger.reserve([SpendRequest(Slot("mobility", day, level, b.name), b.epsilon)
+                        for level in CFG.levels for b in CFG.metric_budgets],
+                       run_id="r", kind="noise", cap=CFG.cap, method_version="v1")
+    finally:
+        ledger.dispose()
+
+
+@pytest.mark.parametrize("day", [date(2020, 3, 2), date(2020, 1, 10)])  # released; baseline
+def test_publish_refuses_over_the_cap(tmp_path: Path, day: date) -> None:
+    root = DataRoot(tmp_path / "data")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    _spend_normal_run(url, day)  # 8.58 per user-day
+    stage = staging_dir(root, "run-x")
+    (stage / "release").mkdir(parents=True)
+    write_json_atomic(stage / "staged.json", {
+        "empty": False, "run_id": "run-x", "first_date": "2020-02-15",
+        "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},
+        "gate": {"success": True, "evaluated": 1, "data_docs": None}})
+    lowered = MobilityConfig(cap_override=5.0)
+    with pytest.raises(PublishRefused, match=r"8\.58.*over the cap 5\.0000"):
+        publish_staged(root, lowered, run_id="run-x", ledger_url=url)
+    assert not root.latest_release("mobility").exists()
