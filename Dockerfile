@@ -1,7 +1,9 @@
 # The Airflow image of docker-compose.yaml: Airflow's official image of the version pinned
 # in requirements.txt (tests/unit/test_compose.py fails if the two disagree), plus this
-# project's runtime dependencies. The code itself (dags/, plugins/, include/) is mounted
-# by docker-compose.yaml, not baked in, so editing a DAG needs no rebuild.
+# project's runtime dependencies and the project itself (the dp_ops and dp_demo packages
+# of plugins/, installed as `pip install .` would). dags/ and include/ are not baked in:
+# docker-compose.yaml mounts them, so editing a DAG or a SQL file needs no rebuild; a
+# change under plugins/ needs `docker compose build`.
 FROM apache/airflow:3.3.2-python3.11
 
 # The official image's documented way of adding packages (docker-stack docs, "Adding
@@ -14,3 +16,13 @@ COPY --chown=airflow:0 requirements.txt constraints.txt /opt/airflow/dp_requirem
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" \
         -r /opt/airflow/dp_requirements/requirements.txt \
         -c /opt/airflow/dp_requirements/constraints.txt
+
+# The project, after the pinned requirements (a code change rebuilds only these layers).
+# --no-deps: its dependencies are exactly the pinned ones installed above. Not editable:
+# the packages are copied into site-packages, which is what every Airflow process
+# imports; nothing puts plugins/ on PYTHONPATH. A non-editable dp_ops cannot find the
+# repository's include/sql by itself, so docker-compose.yaml sets DP_SQL_DIR to the
+# mounted include/sql.
+COPY --chown=airflow:0 pyproject.toml README.md /opt/airflow/dp_src/
+COPY --chown=airflow:0 plugins/ /opt/airflow/dp_src/plugins/
+RUN pip install --no-cache-dir --no-deps /opt/airflow/dp_src

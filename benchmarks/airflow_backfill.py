@@ -53,8 +53,8 @@ def fresh_root(base: Path, name: str, source: Path) -> Path:
 
 def _env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"DP_DATA_ROOT": str(root), "PYTHONPATH": str(REPO / "plugins"),
-                "GX_ANALYTICS_ENABLED": "false",
+    # dp_ops is imported from this interpreter's venv (make venv installs it)
+    env.update({"DP_DATA_ROOT": str(root), "GX_ANALYTICS_ENABLED": "false",
                 # the `airflow` CLI of this interpreter's environment
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"})
     env.pop("DP_LEDGER_URL", None)

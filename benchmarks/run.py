@@ -156,10 +156,13 @@ class Bench:
 
     # -- children ---------------------------------------------------------------------
     def env(self, interpreter: str) -> dict[str, str]:
+        # No PYTHONPATH for any child: the project's venv has dp_ops installed (make venv:
+        # pip install -e .), the peers' venv must see only its own packages, and every
+        # child is a script in benchmarks/, whose directory Python puts on sys.path itself
+        # (so the benchmark's modules import each other).
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)
         if interpreter == "project":
-            env["PYTHONPATH"] = str(REPO / "plugins")
             env["GX_ANALYTICS_ENABLED"] = "false"
         return env
 
@@ -534,7 +537,8 @@ def markdown(report: dict[str, Any]) -> str:
     prof = report.get("profile")
     if prof and prof.get("result"):
         p = prof["result"]
-        lines += ["", f"## Profile of (a): steps.bound_contributions at {human(prof['stays'])} stays "
+        lines += ["", "## Profile of (a): steps.bound_contributions at "
+                  f"{human(prof['stays'])} stays "
                   "(DuckDB JSON profiler on each query the step runs, pipeline settings)", ""]
         if p.get("error"):
             lines.append(f"The step failed after {p['query_s']:.1f} s: {p['error']}")

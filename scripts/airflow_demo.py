@@ -4,8 +4,9 @@
 What it does, in order:
 
 1. configures an isolated Airflow home (``$AIRFLOW_HOME``, default ``<repo>/airflow_home``):
-   SQLite metadata DB, LocalExecutor, this repository's ``dags/`` and ``plugins/``, no
-   example DAGs, no scheduled runs (only the backfill runs);
+   SQLite metadata DB, LocalExecutor, this repository's ``dags/`` (dp_ops is imported
+   from the venv, where ``make venv`` installs it), no example DAGs, no scheduled runs
+   (only the backfill runs);
 2. ``airflow db migrate``;
 3. starts ``airflow api-server`` (Airflow 3 tasks report their state to its Execution API,
    and it serves the UI) and ``airflow dag-processor`` in the background, logs in
@@ -85,11 +86,10 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         "AIRFLOW__CORE__DAGS_FOLDER": str(args.dags_folder),
         # Airflow's plugin manager exec()s every .py file under plugins_folder as a
         # top-level module (dp_ops/__main__.py would run the dp_ops CLI inside the
-        # scheduler). dp_ops holds no Airflow plugin, so it is put on the import path
-        # instead and plugins_folder is an (empty) folder of the Airflow home.
+        # scheduler). dp_ops holds no Airflow plugin: it is installed in the venv
+        # (`make venv`: pip install -e .), which every airflow process here runs on, and
+        # plugins_folder is an (empty) folder of the Airflow home.
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
-        "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "plugins")] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         # LocalExecutor is Airflow 3's default and works on SQLite (there is no
         # SequentialExecutor any more). Its worker processes are forked up front, so
@@ -208,7 +208,7 @@ def write_local_settings(home: Path, warm: bool) -> None:
 
 def write_env_file(home: Path, env: dict[str, str]) -> Path:
     """``$AIRFLOW_HOME/demo.env``: source it to point the ``airflow`` CLI at this demo."""
-    keys = sorted(k for k in env if k.startswith(("AIRFLOW", "DP_", "GX_")) or k == "PYTHONPATH")
+    keys = sorted(k for k in env if k.startswith(("AIRFLOW", "DP_", "GX_")))
     path = home / "demo.env"
     path.write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in keys))
     return path
@@ -570,7 +570,6 @@ def main(argv: list[str] | None = None) -> int:
     log(f"elapsed {time.monotonic() - t0:.0f} s")
     if not ok:
         return 1
-    sys.path.insert(0, str(REPO / "plugins"))
     from dp_ops.reports.mobility.config import load_mobility_config
 
     status = 0

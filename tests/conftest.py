@@ -27,9 +27,10 @@ _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="dp_ops_airflow_home_"))
 os.environ.update({
     "AIRFLOW_HOME": str(_AIRFLOW_HOME),
     "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-    # Not <repo>/plugins: Airflow's plugin manager exec()s every .py file there as a
-    # top-level module (dp_ops/__main__.py would run the CLI). pytest.ini's pythonpath
-    # puts plugins/ on sys.path instead.
+    # An empty folder, not <repo>/plugins: Airflow's plugin manager exec()s every .py
+    # file under its plugins folder as a top-level module (dp_ops/__main__.py would run
+    # the CLI). dp_ops is no Airflow plugin; it is installed in the venv (make venv:
+    # pip install -e .), so this process and its children import it from there.
     "AIRFLOW__CORE__PLUGINS_FOLDER": str(_AIRFLOW_HOME / "plugins"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
@@ -72,9 +73,7 @@ def airflow_db(airflow_home: Path) -> Path:
     """A migrated SQLite metadata DB in the isolated Airflow home (``dag.test()`` and
     ``airflow dags test`` need one). Migrated once per session, in a subprocess so that
     this process's Airflow settings stay untouched."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO / "plugins")] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    res = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
+    res = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"],
                          capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         pytest.fail(f"airflow db migrate failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")

@@ -78,10 +78,6 @@ class BudgetExceeded(LedgerError):
     """A spend would take a user-day past the report's cap; nothing was drawn."""
 
 
-class SlotAlreadySpent(LedgerError):
-    """The slot has already been noised; re-noising must be asked for explicitly."""
-
-
 class NoiseNotStored(DpOpsError, RuntimeError):
     """The ledger holds a spend whose noisy values are not stored (yet)."""
 

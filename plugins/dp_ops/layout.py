@@ -72,6 +72,13 @@ class DataRoot:
     def baseline_file(self, report: str) -> Path:
         return self.root / "baseline" / report / "baseline.parquet"
 
+    def method_updates_dir(self, report: str) -> Path:
+        """Where a report's method-update factors live, one file per method version."""
+        return self.baseline_file(report).parent / "method_updates"
+
+    def method_update_file(self, report: str, version: str) -> Path:
+        return self.method_updates_dir(report) / f"{version}.parquet"
+
     def scaling_file(self, report: str) -> Path:
         """Stored per-region scaling factors (symptoms), fixed at first release."""
         return self.root / "baseline" / report / "scaling_factors.parquet"

@@ -5,9 +5,9 @@ What and where: ``DP_DATA_ROOT`` (the data root, default ``./data``) and ``DP_LE
 configurations are read by their own ``config`` modules (``DP_MOBILITY_CONFIG``,
 ``DP_SYMPTOMS_CONFIG``) with :func:`json_object`.
 
-How (:class:`ExecutionSettings`): how the pipeline executes, as opposed to what it computes: the engine that runs the
-bounding SQL, how many user shards the bounding is split into, engine resources, and
-which levels of regions get a chart in each release.
+How (:class:`ExecutionSettings`): how the pipeline executes, as opposed to what it
+computes: the engine that runs the bounding SQL, how many user shards the bounding is
+split into, engine resources, and which levels of regions get a chart in each release.
 
 None of these settings changes a published value or the privacy guarantee: sharded and
 unsharded bounding, and DuckDB and Spark, give identical true aggregates for the same

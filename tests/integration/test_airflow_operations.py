@@ -171,6 +171,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     START..END by its scheduler. Every background process is stopped at the end, also when
     the setup fails half way."""
     from dp_demo.generator import generate
+
     from dp_ops.layout import DataRoot
 
     demo = load_airflow_demo()
@@ -348,8 +349,8 @@ def _regions(root: Path) -> list[dict[str, str]]:
 
 
 def _spends(root: Path) -> list[Any]:
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
 
     ledger = Ledger(ledger_url(DataRoot(root)))
     try:
@@ -551,8 +552,8 @@ def _small_cells(root: Path) -> dict[str, list[float | int]]:
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from dp_ops.reports.mobility.config import MobilityConfig
     from dp_ops.layout import DataRoot
+    from dp_ops.reports.mobility.config import MobilityConfig
 
     threshold = MobilityConfig().min_contributors
     cells: dict[str, list[float | int]] = {}

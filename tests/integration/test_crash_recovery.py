@@ -42,9 +42,9 @@ from pipeline_helpers import (
     verify_release,
 )
 
-from dp_ops.regions import read_regions
-from dp_ops.privacy.ledger import Ledger
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import read_regions
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -10,20 +10,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dp_demo.generator import generate
 
 import dp_ops.reports.mobility.bounding as mobility_bounding
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_demo.generator import generate
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.mobility import steps
-from dp_ops.reports.mobility.method_update import (
-    ScaledCounts,
-    comparison_window,
-    read_method_updates,
-)
-from dp_ops.layout import DataRoot
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.method_update import comparison_window, read_method_updates
+from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.steps.result import StepResult
-from dp_ops.engine.files import write_parquet_atomic
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -39,6 +39,7 @@ def dags(airflow_db: Path) -> dict:
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Synthetic input for START..END, in ``DP_DATA_ROOT`` for the whole module."""
     from dp_demo.generator import generate
+
     from dp_ops.layout import DataRoot
 
     root = tmp_path_factory.mktemp("mobility_e2e") / "data"
@@ -52,8 +53,8 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _ledger_total(root: Path) -> tuple[int, float]:
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
 
     ledger = Ledger(ledger_url(DataRoot(root)))
     try:
@@ -88,8 +89,8 @@ def test_release_published(backfilled: Path) -> None:
 
 
 def test_ledger_has_spends_for_every_day(backfilled: Path) -> None:
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
 
     ledger = Ledger(ledger_url(DataRoot(backfilled)))
     try:
@@ -162,8 +163,8 @@ def test_region_rerun_without_renoise_spends_nothing(dags: dict, backfilled: Pat
 
 def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
                                                             backfilled: Path) -> None:
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
 
     count, total = _ledger_total(backfilled)
     reason = "integration test: corrected raw data"
@@ -197,8 +198,8 @@ def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled
     """``mobility_method_update`` from the UI form: factors for parks from Monday 17 Feb
     (comparison window 20 Jan..16 Feb, all noised by the backfill), ledger spends of kind
     method_update, and a release whose manifest names the update."""
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
 
     dag_run = dags["mobility_method_update"].test(
         logical_date=None,
@@ -224,6 +225,7 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A spend past the cap is refused before any draw, and the task is not retried."""
     from dp_demo.generator import generate
+
     from dp_ops.layout import DataRoot
 
     root = tmp_path / "data"

@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from dp_demo.generator import generate
 from pipeline_helpers import verify_release
 
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_demo.generator import generate
-from dp_ops.regions import read_regions, write_regions
-from dp_ops.privacy.ledger import Ledger
-from dp_ops.reports.mobility import steps
-from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import read_regions, write_regions
+from dp_ops.reports.mobility import steps
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.noising import load_noisy_cells
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -159,8 +159,8 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
 
 def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
         pipeline: dict[str, object]) -> None:
-    from dp_ops.errors import GateFailed
     from dp_ops.engine.files import write_parquet_atomic
+    from dp_ops.errors import GateFailed
 
     root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)

@@ -32,9 +32,9 @@ from pipeline_helpers import (
     verify_release,
 )
 
-from dp_ops.regions import read_regions
-from dp_ops.privacy.ledger import Ledger
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import load_mobility_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

@@ -24,24 +24,23 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from dp_ops.steps.bound import combine_shards, shard_file
-from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.settings import ExecutionSettings
 from dp_demo.generator import generate
+
+from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, PLACE_CATEGORIES, SEARCH_SOURCE
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.engine.spark import spark_parameters
+from dp_ops.layout import DataRoot
 from dp_ops.regions import ancestors, read_regions
-from dp_ops.contract import LOCATION_SOURCE, SEARCH_SOURCE
-from dp_ops.steps.ingest import read_symptoms
 from dp_ops.reports.mobility import bounding as mobility_bounding
 from dp_ops.reports.mobility import steps as mobility_steps
-from dp_ops.layout import DataRoot
-from dp_ops.steps.result import StepResult
-from dp_ops.engine.spark import spark_parameters
-from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms import steps as symptoms_steps
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.settings import ExecutionSettings
+from dp_ops.steps.bound import combine_shards, shard_file
+from dp_ops.steps.ingest import read_symptoms
+from dp_ops.steps.result import StepResult
 
 DAY = date(2020, 3, 10)
 EMPTY_DAY = date(2020, 3, 11)

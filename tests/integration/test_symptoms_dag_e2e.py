@@ -35,6 +35,7 @@ def dags(airflow_db: Path) -> dict:
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     from dp_demo.generator import generate
+
     from dp_ops.layout import DataRoot
 
     root = tmp_path_factory.mktemp("symptoms_e2e") / "data"
@@ -48,8 +49,8 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _spends(root: Path) -> list:
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
 
     ledger = Ledger(ledger_url(DataRoot(root)))
     try:
@@ -114,6 +115,7 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
                                                  tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from dp_demo.generator import generate
+
     from dp_ops.layout import DataRoot
 
     root = tmp_path / "data"

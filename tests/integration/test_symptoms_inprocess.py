@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from dp_demo.generator import generate
 from pipeline_helpers import verify_release
 
-from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_demo.generator import generate
-from dp_ops.regions import read_regions
-from dp_ops.privacy.ledger import Ledger
-from dp_ops.steps.noising import region_chain
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import read_regions
 from dp_ops.reports.symptoms import steps
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.steps.noising import region_chain
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -171,14 +171,13 @@ def _prepare_data_root(root: Path) -> str:
     the rerun's ``validate_request`` needs that day noised and the baseline present.
     Returns the first level-2 region."""
     from dp_demo.generator import generate
+
     from dp_ops.layout import DataRoot
 
     generate(DataRoot(root), START, END, users=USERS, seed=SEED)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "DP_"))}
-    env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false",
-               PYTHONPATH=os.pathsep.join([str(REPO / "plugins"),
-                                           *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false")
     res = subprocess.run(
         [sys.executable, "-m", "dp_ops", "run", "mobility", "--start", START.isoformat(),
          "--end", NOISED_THROUGH.isoformat()],

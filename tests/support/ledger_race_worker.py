@@ -27,11 +27,6 @@ def _call(ledger: Any, op: dict[str, Any]) -> dict[str, Any]:
         return {"spend_ids": tuple(s.id for s in res.spends),
                 "generations": tuple(s.generation for s in res.spends),
                 "new_ids": tuple(sorted(res.new_ids))}
-    if op["method"] == "spend":
-        spend = ledger.spend(op["request"], run_id=op["run_id"], cap=op["cap"],
-                             method_version=op["method_version"])
-        return {"spend_ids": (spend.id,), "generations": (spend.generation,),
-                "new_ids": (spend.id,)}
     raise ValueError(f"unknown op {op['method']!r}")
 
 
@@ -50,8 +45,8 @@ def _widen_race_window(ledger: Any, pause: float) -> None:
 
 def _serve(conn: Connection, barrier: Barrier) -> None:
     """Worker loop: one ``(url, op)`` per race, ``None`` to stop."""
-    from dp_ops.privacy.ledger import Ledger
     from dp_ops.errors import LedgerError
+    from dp_ops.privacy.ledger import Ledger
 
     conn.send("ready")
     while (msg := conn.recv()) is not None:

@@ -16,10 +16,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from dp_demo.generator import generate
-from dp_ops.privacy.ledger import Ledger
+
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
 from dp_ops.steps.release import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,8 +37,7 @@ def child_env(root: Path) -> dict[str, str]:
     """The environment of a CLI child on ``root``: none of the caller's ``DP_*`` settings
     (ledger, configs, faults) except the data root itself."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
-    env.update(PYTHONPATH=str(REPO / "plugins"), DP_DATA_ROOT=str(root),
-               GX_ANALYTICS_ENABLED="false")
+    env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false")
     return env
 
 

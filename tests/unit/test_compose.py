@@ -44,9 +44,12 @@ EXTRA_ENV = {
                      "_AIRFLOW_WWW_USER_USERNAME", "_AIRFLOW_WWW_USER_PASSWORD"},
     "airflow-cli": {"CONNECTION_CHECK_MAX_COUNT"},
 }
-# Where the repository and the data root are mounted inside every Airflow container.
-DAGS, PLUGINS, INCLUDE = "/opt/airflow/dags", "/opt/airflow/dp_plugins", "/opt/airflow/include"
+# Where the repository and the data root are mounted inside every Airflow container
+# (plugins/ is not mounted: the image installs dp_ops and dp_demo).
+DAGS, INCLUDE = "/opt/airflow/dags", "/opt/airflow/include"
 CONFIG, DATA = "/opt/airflow/dp_config", "/opt/airflow/data"
+# Airflow's plugins folder, which stays empty.
+AIRFLOW_PLUGINS = "/opt/airflow/plugins"
 # .env variables that are secrets, and the container variable airflow-init checks for each.
 SECRETS = {
     "AIRFLOW_JWT_SECRET": "AIRFLOW__API_AUTH__JWT_SECRET",
@@ -226,28 +229,39 @@ def test_repository_and_data_root_are_mounted(compose: dict[str, Any],
                                               services: dict[str, Any]) -> None:
     for name in airflow_image_services(compose):
         mounts = volume_map(services[name])
-        for target in (DAGS, PLUGINS, INCLUDE, CONFIG, DATA):
+        for target in (DAGS, INCLUDE, CONFIG, DATA):
             assert target in mounts, f"{name}: nothing mounted at {target}"
-        for target, repo_dir in ((DAGS, "dags"), (PLUGINS, "plugins"), (INCLUDE, "include")):
+        for target, repo_dir in ((DAGS, "dags"), (INCLUDE, "include")):
             source, mode = mounts[target]
             assert (REPO / source).resolve() == REPO / repo_dir, f"{name}: {target}"
             assert mode == "ro", f"{name}: {target} should be read-only"
+        # dp_ops is imported from the image (test_dockerfile_installs_the_project): a
+        # mounted copy of plugins/ would look like the code in use without being it.
+        for target, (source, _) in mounts.items():
+            if source.startswith("."):
+                assert (REPO / source).resolve() != REPO / "plugins", f"{name}: {target}"
+        assert AIRFLOW_PLUGINS not in mounts, f"{name}: Airflow's plugins folder is mounted"
         assert (REPO / mounts[CONFIG][0]).is_dir(), f"{name}: config dir missing"
         assert mounts[DATA][1] == "rw", f"{name}: the data root must be writable"
     assert list((REPO / "dags").glob("*.py")) and list((REPO / "include/sql").glob("*.sql"))
-    assert (REPO / "plugins/dp_ops/__init__.py").is_file()
 
 
-def test_dp_ops_settings_point_at_the_mounts(compose: dict[str, Any]) -> None:
+def test_dp_ops_settings_point_at_the_mounts(compose: dict[str, Any],
+                                           services: dict[str, Any]) -> None:
     env = compose["x-airflow-common"]["environment"]
     assert env["DP_DATA_ROOT"] == DATA
-    assert PLUGINS in env["PYTHONPATH"].split(":"), "dp_ops must be importable"
+    # dp_ops comes from the image's site-packages, nothing is put on the import path.
+    for name in airflow_image_services(compose):
+        assert "PYTHONPATH" not in services[name]["environment"], name
     # Airflow exec()s every .py under its plugins folder (dp_ops/__main__ would run the
-    # CLI): plugins/ must be on PYTHONPATH, not be the plugins folder.
-    assert PurePosixPath(env["AIRFLOW__CORE__PLUGINS_FOLDER"]) != PurePosixPath(PLUGINS)
+    # CLI): the plugins folder is an empty directory of the container, never plugins/.
+    assert PurePosixPath(env["AIRFLOW__CORE__PLUGINS_FOLDER"]) == PurePosixPath(AIRFLOW_PLUGINS)
+    # The installed (non-editable) dp_ops cannot find include/sql beside itself: DP_SQL_DIR
+    # must name the mounted one, and dp_ops.engine.sql must read it.
     assert env["DP_SQL_DIR"] == f"{INCLUDE}/sql"
-    # Without DP_SQL_DIR, dp_ops.engine.sql looks in <dp_ops>/../../include/sql: same place.
-    assert PurePosixPath(PLUGINS).parent == PurePosixPath(INCLUDE).parent
+    source, _ = volume_map(compose["x-airflow-common"])[INCLUDE]
+    assert list((REPO / source / "sql").glob("*.sql"))
+    assert 'os.environ.get("DP_SQL_DIR"' in (REPO / "plugins/dp_ops/engine/sql.py").read_text()
     for variable in ("DP_MOBILITY_CONFIG", "DP_SYMPTOMS_CONFIG", "DP_EXECUTION_CONFIG"):
         assert variable in env
 
@@ -362,24 +376,57 @@ def test_dockerfile_builds_on_the_pinned_airflow(compose: dict[str, Any]) -> Non
     assert compose["x-airflow-common"]["image"].endswith(f":{airflow}")
 
 
+def _dockerfile_copies() -> dict[str, str]:
+    """Source copied (trailing / dropped) -> its destination directory."""
+    sources = {}
+    for op, arg in _dockerfile_instructions():
+        if op == "COPY":
+            words = [w for w in arg.split() if not w.startswith("--")]
+            sources.update(dict.fromkeys((w.rstrip("/") for w in words[:-1]), words[-1]))
+    return sources
+
+
+def _pip_installs() -> list[list[str]]:
+    return [arg.split() for op, arg in _dockerfile_instructions()
+            if op == "RUN" and "pip install" in arg]
+
+
 def test_dockerfile_installs_requirements_with_constraints() -> None:
     instructions = _dockerfile_instructions()
     users = [arg for op, arg in instructions if op == "USER"]
     assert users and users[-1] == "airflow", "pip runs as the airflow user"
-    sources = {}  # file copied -> destination directory
-    for op, arg in instructions:
-        if op == "COPY":
-            words = [w for w in arg.split() if not w.startswith("--")]
-            sources.update(dict.fromkeys(words[:-1], words[-1]))
+    sources = _dockerfile_copies()
     assert {"requirements.txt", "constraints.txt"} <= set(sources)
-    runs = [arg for op, arg in instructions if op == "RUN" and "pip install" in arg]
+    runs = [pip for pip in _pip_installs() if "-r" in pip]
     assert len(runs) == 1
-    pip = runs[0].split()
+    pip = runs[0]
     req = PurePosixPath(sources["requirements.txt"]) / "requirements.txt"
     con = PurePosixPath(sources["constraints.txt"]) / "constraints.txt"
     assert pip[pip.index("-r") + 1] == str(req) and pip[pip.index("-c") + 1] == str(con)
     assert "--no-cache-dir" in pip
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in pip  # pip may not change Airflow
+
+
+def test_dockerfile_installs_the_project() -> None:
+    """dp_ops and dp_demo are installed into the image (what every container imports),
+    after the pinned requirements and without touching them."""
+    sources = _dockerfile_copies()
+    project = {"pyproject.toml", "README.md", "plugins"}  # README.md: pyproject's readme
+    assert project <= set(sources), "the Dockerfile must copy the project"
+    src = PurePosixPath(sources["pyproject.toml"])
+    assert PurePosixPath(sources["README.md"]) == src
+    assert PurePosixPath(sources["plugins"]) == src / "plugins"
+    installs = _pip_installs()
+    assert len(installs) == 2 and "-r" in installs[0], "the project after the requirements"
+    pip = installs[1]
+    assert pip[-1].rstrip("/") == str(src), pip
+    assert "--no-deps" in pip, "the pinned requirements are the project's dependencies"
+    assert "-e" not in pip and "--editable" not in pip, "a copy in site-packages"
+    assert "--no-cache-dir" in pip
+    # what it installs: both packages, from plugins/ (pyproject.toml's package-dir)
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert 'package-dir = {"" = "plugins"}' in pyproject
+    assert 'include = ["dp_ops*", "dp_demo*"]' in pyproject
 
 
 def _docker_ignored(path: str, patterns: list[str]) -> bool:
@@ -403,7 +450,12 @@ def test_dockerignore_keeps_private_data_and_secrets_out() -> None:
                  "benchmarks/results/run.json", ".git/config", ".pytest_cache/v",
                  "plugins/dp_ops/__pycache__/x.pyc"):
         assert _docker_ignored(path, patterns), f"{path} would be sent to the build"
-    for path in ("requirements.txt", "constraints.txt"):
+    # what a local install or test run leaves in plugins/ stays out too
+    for path in ("plugins/dp_report_factory.egg-info/PKG-INFO", "plugins/dp_ops/x.pyc"):
+        assert _docker_ignored(path, patterns), f"{path} would be sent to the build"
+    for path in ("requirements.txt", "constraints.txt", "pyproject.toml", "README.md",
+                 "plugins/dp_ops/__init__.py", "plugins/dp_ops/engine/sql.py",
+                 "plugins/dp_demo/__init__.py", "plugins/dp_demo/data/x.txt"):
         assert not _docker_ignored(path, patterns), f"the Dockerfile copies {path}"
 
 

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from dp_ops.faults import POINTS, fault_point, parse_faults
 from dp_ops.errors import FaultConfigError
-
-PLUGINS = str(Path(__file__).resolve().parents[2] / "plugins")
+from dp_ops.faults import POINTS, fault_point, parse_faults
 
 
 def run_child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHONPATH": PLUGINS, **env}
+    full = {**os.environ, **env}
     for var in ("DP_FAULT", "DP_FAULT_ONCE"):
         if var not in env:
             full.pop(var, None)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dp_ops.errors import RegionTableError
 from dp_ops.regions import (
     CAPITAL_REGION_ID,
     REGION_COLUMNS,
@@ -21,7 +22,6 @@ from dp_ops.regions import (
     read_regions,
     write_regions,
 )
-from dp_ops.errors import RegionTableError
 
 
 @pytest.fixture(scope="module")

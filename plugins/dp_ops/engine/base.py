@@ -3,7 +3,8 @@
 An engine runs one report's bounding query (``include/sql/<report>_bound_contributions.sql``
 summed per cell by ``include/sql/aggregate_cells.sql``) over one day's clean Parquet rows
 and writes the true cell sums, atomically, as one Parquet file. The steps never name an
-engine: :func:`engine_for` picks it from the execution settings (``DP_ENGINE``).
+engine: :func:`dp_ops.engine.registry.engine_for` picks it from the execution settings
+(``DP_ENGINE``).
 
 Both engines run the same SQL text and give identical cell sums for the same input and
 bounding salt (``tests/integration/test_spark_engine.py``). The rows read and the sums
@@ -52,14 +53,3 @@ def shard_relation(relation: str, params: dict[str, object], settings: Execution
         return relation, params
     rows = "(" + render_sql("shard_stays", rows=relation, dialect=dialect) + ")"
     return rows, params | {"shards": settings.bounding_shards, "shard": shard}
-
-
-def engine_for(settings: ExecutionSettings) -> Engine:
-    """The engine ``settings.engine`` names (``duckdb`` or ``spark``)."""
-    if settings.engine == "spark":
-        from dp_ops.engine.spark import SparkEngine
-
-        return SparkEngine(settings)
-    from dp_ops.engine.duckdb import DuckDBEngine
-
-    return DuckDBEngine(settings)

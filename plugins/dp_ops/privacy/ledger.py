@@ -36,7 +36,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dp_ops.errors import BudgetExceeded, SlotAlreadySpent
+from dp_ops.errors import BudgetExceeded
 
 KINDS = ("noise", "renoise", "method_update")
 ALL_REGIONS = "*"
@@ -289,21 +289,6 @@ class Ledger:
                     epsilon=row["epsilon"], kind=kind, method_version=method_version,
                     run_id=run_id, reason=reason, created_at=now))
         return Reservation(tuple(sorted(chosen, key=lambda s: s.id)), frozenset(new_ids))
-
-    def spend(self, request: SpendRequest, *, run_id: str, cap: float, method_version: str,
-              reason: str = "") -> Spend:
-        """Spend generation 0 of a slot; refuse (:class:`SlotAlreadySpent`) if it exists."""
-        with self.engine.begin() as conn:
-            self._lock_day(conn, request.slot.report, request.slot.day)
-            if self._slot_spends(conn, request.slot):
-                raise SlotAlreadySpent(
-                    f"slot {request.slot.describe()} was already noised; reuse its stored "
-                    "values, or ask for a re-noise explicitly")
-        res = self.reserve([request], run_id=run_id, kind="noise", cap=cap,
-                           method_version=method_version, reason=reason)
-        if not res.new_ids:  # lost a race between the two transactions
-            raise SlotAlreadySpent(f"slot {request.slot.describe()} was already noised")
-        return res.spends[0]
 
     # -- internals ----------------------------------------------------------------
     def _lock_day(self, conn: Connection, report: str, day: date) -> None:

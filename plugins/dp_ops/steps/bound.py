@@ -13,8 +13,9 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-from dp_ops.engine.base import ContributionsSql, engine_for
+from dp_ops.engine.base import ContributionsSql
 from dp_ops.engine.duckdb import sum_partials
+from dp_ops.engine.registry import engine_for
 from dp_ops.errors import BoundingError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import ExecutionSettings, load_execution_settings

@@ -1,30 +1,22 @@
-"""Release gate of the Community Mobility Report: Great Expectations validation (SPEC 7).
+"""The release gate's runner: Great Expectations validation of candidate release tables.
 
-Nothing is published unless both tables of a candidate release pass their expectation
-suites:
-
-- ``published``: exactly the rows and columns that go to ``Global_Mobility_Report.csv``
-  (Google's 15-column header, string keys, nullable ``Int64`` percent changes);
-- ``internal``: the whole release domain, one row per (region, date) for every region of
-  the release and every date of it, published or not, with the noisy values and public
-  region attributes the publication decisions were taken on.
-
-The gate reads only noisy values and public region attributes (post-processing), so it
-costs no privacy budget. Failure messages name the expectation, the column and counts
-or aggregate observations only, never row values; the full report is in the GX Data Docs
-site under ``gx_dir``, which the on-call engineer opens from the message.
-
-The Data Docs pages themselves list a sample of the failing values (GX's SUMMARY
-result format). Those are noisy estimates and public region attributes, the same kind
-of values the release publishes, never raw rows or user ids.
+Each report brings its own expectation suites (``dp_ops.reports.<report>.suites``);
+:func:`run_suites` validates each (suite, table) pair in one GX project and returns what
+failed, and :func:`require_pass` stops the release unless everything passed. Failure
+messages name the expectation, the column and counts or aggregate observations only,
+never row values; the full report is in the GX Data Docs site under ``gx_dir``, which the
+on-call engineer opens from the message. The Data Docs pages themselves list a sample of
+the failing values (GX's SUMMARY result format): noisy estimates and public region
+attributes, the same kind of values a release publishes, never raw rows or user ids.
 
 The GX project is a file Data Context at ``gx_dir``, created on first use and reused
 after. Its suites, validation definitions and checkpoints are rewritten only when the
-rules change (e.g. a new ``MobilityConfig``). Each call holds an exclusive file lock on
-the project, so concurrent calls in one process or across processes are safe; stored
-validation results and their Data Docs pages are pruned to ``KEEP_VALIDATIONS`` a suite.
+rules change (e.g. a new config). Each call holds an exclusive file lock on the project,
+so concurrent calls in one process or across processes are safe; stored validation
+results and their Data Docs pages are pruned to ``KEEP_VALIDATIONS`` a suite.
 
-This module has no Airflow imports; ``dp_ops.airflow.operators`` wraps it.
+The gate reads only noisy values and public region attributes (post-processing), so it
+costs no privacy budget. No Airflow imports; ``dp_ops.airflow.operators`` wraps it.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
@@ -54,12 +46,10 @@ from great_expectations.data_context.types.resource_identifiers import (  # noqa
 from great_expectations.datasource.fluent import PandasDatasource  # noqa: E402
 from great_expectations.exceptions import DataContextError  # noqa: E402
 from great_expectations.expectations.row_conditions import (  # noqa: E402
-    Column,
     deserialize_row_condition,
 )
 
 from dp_ops.errors import GateFailed
-from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
 
 if TYPE_CHECKING:
     from great_expectations.core import (
@@ -68,53 +58,12 @@ if TYPE_CHECKING:
     )
     from great_expectations.data_context import FileDataContext
 
-PUBLISHED_HEADER: tuple[str, ...] = (
-    "country_region_code",
-    "country_region",
-    "sub_region_1",
-    "sub_region_2",
-    "metro_area",
-    "iso_3166_2_code",
-    "census_fips_code",
-    "place_id",
-    "date",
-    "retail_and_recreation_percent_change_from_baseline",
-    "grocery_and_pharmacy_percent_change_from_baseline",
-    "parks_percent_change_from_baseline",
-    "transit_stations_percent_change_from_baseline",
-    "workplaces_percent_change_from_baseline",
-    "residential_percent_change_from_baseline",
-)
-CHANGE_COLUMNS: tuple[str, ...] = PUBLISHED_HEADER[9:]
-KEY_COLUMNS: tuple[str, ...] = PUBLISHED_HEADER[:9]
-INTERNAL_EXTRA_COLUMNS: tuple[str, ...] = (
-    "region_id",
-    "level",
-    "area_km2",
-    "noisy_contributors",
-    "residential_hours",
-    "publish_row",
-    "date_value",
-)
-
-# A percent change is 100 * (value / baseline - 1) >= -100; the top guards against a
-# near-zero baseline slipping past suppression.
-MIN_CHANGE_PERCENT = -100
-MAX_CHANGE_PERCENT = 1000
-# Type names as GX's pandas type check resolves them: "Int64Dtype" is pandas' nullable
-# integer (NA = suppressed), "int64"/"int32" a column with nothing suppressed.
-CHANGE_COLUMN_TYPES: tuple[str, ...] = ("Int64Dtype", "Int32Dtype", "int64", "int32")
-
-SUITE_PUBLISHED = "mobility_release_published"
-SUITE_INTERNAL = "mobility_release_internal"
+# The GX data source every suite's pandas asset hangs off (named for the first report to
+# use it; renaming it would orphan the assets of existing GX projects).
 DATA_SOURCE = "mobility_release"
 SITE_NAME = "local_site"
 # Stored validation results (and their Data Docs pages) kept per suite.
 KEEP_VALIDATIONS = 50
-
-# Rows that appear in the published CSV. ``Column(...) == True`` builds a GX condition
-# object, it is not a Python comparison.
-_PUBLISHED_ROWS = Column("publish_row") == True  # noqa: E712
 
 _thread_lock = threading.Lock()
 
@@ -150,150 +99,16 @@ def require_pass(result: GateResult) -> None:
 
 
 # -- the expectation suites ---------------------------------------------------------------
-def published_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
-    """Expectations on the table written to ``Global_Mobility_Report.csv``.
-
-    Run-time parameter ``published_rows``: the number of ``publish_row`` rows of the
-    internal table, so that the CSV holds as many region-days as the gate checked.
-    """
-    expectations: list[gxe.Expectation] = []
-    add = expectations.append
-    add(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(PUBLISHED_HEADER)))
-    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "published_rows"}))
-    for column in KEY_COLUMNS:
-        # "Not applicable" is the empty string, never a null.
-        add(gxe.ExpectColumnValuesToNotBeNull(column=column))
-    # The regex checks double as type checks: GX 1.24's type-list check cannot name
-    # pandas 3's default "str" dtype, and a non-string column fails a regex expectation.
-    add(gxe.ExpectColumnValuesToMatchRegex(column="country_region_code", regex=r"^[A-Z]{2}$"))
-    add(gxe.ExpectColumnValuesToMatchStrftimeFormat(column="date", strftime_format="%Y-%m-%d"))
-    add(gxe.ExpectColumnValuesToMatchRegex(column="date", regex=r"^\d{4}-\d{2}-\d{2}$"))
-    # Checked on the CSV itself too, not only through the internal publish_row flags:
-    # no day before the public start (so none of the baseline window) is published.
-    add(gxe.ExpectColumnValuesToNotBeInSet(column="date", value_set=_days_before_public(cfg)))
-    add(
-        gxe.ExpectCompoundColumnsToBeUnique(
-            column_list=["iso_3166_2_code", "sub_region_1", "sub_region_2", "place_id", "date"]
-        )
-    )
-    for column in CHANGE_COLUMNS:
-        add(
-            gxe.ExpectColumnValuesToBeInTypeList(
-                column=column, type_list=list(CHANGE_COLUMN_TYPES)
-            )
-        )
-        add(
-            gxe.ExpectColumnValuesToBeBetween(
-                column=column, min_value=MIN_CHANGE_PERCENT, max_value=MAX_CHANGE_PERCENT
-            )
-        )
-    return _suite(SUITE_PUBLISHED, expectations)
-
-
-def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
-    """Expectations on the whole release domain (published and unpublished region-days).
-
-    Run-time parameters: ``domain_rows`` = distinct regions x distinct dates of the
-    table (with compound uniqueness of (region_id, date) this makes every date present
-    for every region), and ``release_days`` = days from the first to the last date (an
-    unbroken daily series).
-    """
-    expectations: list[gxe.Expectation] = []
-    add = expectations.append
-    add(
-        gxe.ExpectTableColumnsToMatchSet(
-            column_set=list(PUBLISHED_HEADER + INTERNAL_EXTRA_COLUMNS), exact_match=False
-        )
-    )
-    for column in ("region_id", "date", "date_value", "publish_row"):
-        add(gxe.ExpectColumnValuesToNotBeNull(column=column))
-    add(gxe.ExpectCompoundColumnsToBeUnique(column_list=["region_id", "date"]))
-    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "domain_rows"}))
-    add(
-        gxe.ExpectColumnUniqueValueCountToBeBetween(
-            column="date_value",
-            min_value={"$PARAMETER": "release_days"},
-            max_value={"$PARAMETER": "release_days"},
-        )
-    )
-
-    # Publication rules, on the rows that reach the CSV. Range checks skip nulls, so a
-    # missing area or contributor count is checked separately.
-    where_published = _PUBLISHED_ROWS
-    add(gxe.ExpectColumnValuesToNotBeNull(column="area_km2", row_condition=where_published))
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="area_km2", min_value=cfg.min_area_km2, row_condition=where_published
-        )
-    )
-    add(
-        gxe.ExpectColumnValuesToNotBeNull(
-            column="noisy_contributors", row_condition=where_published
-        )
-    )
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="noisy_contributors",
-            min_value=cfg.min_contributors,
-            row_condition=where_published,
-        )
-    )
-    # Null = residential not estimable that day (its change is then suppressed).
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="residential_hours", min_value=0, max_value=24, row_condition=where_published
-        )
-    )
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="date_value",
-            min_value=_day_start(cfg.baseline_end),
-            strict_min=True,
-            row_condition=where_published,
-        )
-    )
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="date_value",
-            min_value=_day_start(cfg.first_public_date),
-            row_condition=where_published,
-        )
-    )
-    return _suite(SUITE_INTERNAL, expectations)
-
-
-def _suite(name: str, expectations: list[gxe.Expectation]) -> gx.ExpectationSuite:
+def suite(name: str, expectations: list[gxe.Expectation]) -> gx.ExpectationSuite:
+    """An expectation suite named ``name`` holding ``expectations``."""
     # Passed to the constructor, not added one by one: GX 1.24 writes each
     # ``add_expectation`` through to the store when a suite of that name is already saved.
     return gx.ExpectationSuite(name=name, expectations=expectations)
 
 
-def _day_start(day: date) -> datetime:
+def day_start(day: date) -> datetime:
+    """Midnight of ``day``, as GX compares datetime columns."""
     return datetime(day.year, day.month, day.day)
-
-
-def _days_before_public(cfg: MobilityConfig) -> list[str]:
-    """Every metric day before the public series starts, baseline window included."""
-    n = (cfg.first_public_date - cfg.first_metric_date).days
-    return [(cfg.first_metric_date + timedelta(days=i)).isoformat() for i in range(n)]
-
-
-def _internal_parameters(internal: pd.DataFrame) -> dict[str, int]:
-    """Counts the suites compare against, taken from the table's own distinct values."""
-    regions = internal["region_id"].nunique() if "region_id" in internal else 0
-    dates = internal["date"].nunique() if "date" in internal else 0
-    days = 0
-    if "date_value" in internal and internal["date_value"].notna().any():
-        values = pd.to_datetime(internal["date_value"])
-        days = int((values.max() - values.min()).days) + 1
-    published = 0
-    if "publish_row" in internal:
-        published = int(internal["publish_row"].fillna(False).astype(bool).sum())
-    return {
-        "domain_rows": int(regions * dates),
-        "release_days": days,
-        "published_rows": published,
-    }
 
 
 # -- the GX project -----------------------------------------------------------------------
@@ -438,7 +253,7 @@ def _describe(result: ExpectationValidationResult) -> str:
 
 def _short(value: Any) -> str:
     if isinstance(value, datetime):
-        return value.date().isoformat() if value == _day_start(value) else value.isoformat()
+        return value.date().isoformat() if value == day_start(value) else value.isoformat()
     if isinstance(value, dict) and "$PARAMETER" in value:
         return f"${value['$PARAMETER']}"
     if isinstance(value, list) and len(value) > 6:
@@ -471,28 +286,6 @@ def _prune_validations(context: FileDataContext, keep: int) -> None:
         suite_keys.sort(key=lambda k: k.run_id.run_time, reverse=True)
         for key in suite_keys[keep:]:
             store.remove_key(key)
-
-
-def validate_mobility_release(
-    internal: pd.DataFrame,
-    published: pd.DataFrame,
-    *,
-    gx_dir: Path,
-    cfg: MobilityConfig,
-    run_name: str,
-) -> GateResult:
-    """Validate a candidate mobility release with Great Expectations.
-
-    Builds (or reuses) a file Data Context at ``gx_dir``, runs the ``internal`` and
-    ``published`` suites through checkpoints, renders the
-    results into the local Data Docs site, and returns what failed. ``run_name`` labels
-    the run in Data Docs (e.g. the Airflow run id). Raises nothing on failed
-    expectations: call :func:`require_pass` to stop the release.
-    """
-    return run_suites(
-        [(internal_suite(cfg), "internal", internal),
-         (published_suite(cfg), "published", published)],
-        gx_dir=gx_dir, parameters=_internal_parameters(internal), run_name=run_name)
 
 
 def run_suites(

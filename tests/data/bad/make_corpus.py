@@ -32,11 +32,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.regions import REGION_COLUMNS, fake_place_id, write_regions
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "plugins"))
-
-from dp_ops.regions import REGION_COLUMNS, fake_place_id, write_regions  # noqa: E402
-
 DAY = date(2020, 3, 2)
 PARTITION = f"date={DAY.isoformat()}"
 LOCATION = "location_history"

@@ -9,9 +9,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
-from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
 from dp_demo.generator import (
     LOCATION_SCHEMA,
     TRUTH_FILE,
@@ -20,8 +17,11 @@ from dp_demo.generator import (
     generate,
     trajectory,
 )
-from dp_ops.regions import SPARSE_REGION_IDS, demo_population_weights, demo_regions, read_regions
+
+from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
+from dp_ops.regions import SPARSE_REGION_IDS, demo_population_weights, demo_regions, read_regions
+from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
 
 START, END = date(2020, 1, 1), date(2020, 1, 10)
 DAYS = [START + timedelta(days=i) for i in range((END - START).days + 1)]

@@ -9,7 +9,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from dp_demo.generator import (
     SEARCH_SCHEMA,
     SEARCH_SOURCE,
@@ -19,8 +18,9 @@ from dp_demo.generator import (
     generate,
     symptom_trajectory,
 )
-from dp_ops.regions import demo_regions
+
 from dp_ops.layout import DataRoot
+from dp_ops.regions import demo_regions
 
 USERS = 1500
 SEED = 7

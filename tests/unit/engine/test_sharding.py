@@ -10,19 +10,19 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-
-from dp_ops.steps.bound import combine_shards, shard_file
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.settings import ExecutionSettings, load_execution_settings
 from dp_demo.generator import generate
-from dp_ops.errors import IngestError
+
+from dp_ops.engine.sql import render_sql
+from dp_ops.errors import BoundingError
+from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.bounding import bound_day as bound_mobility
-from dp_ops.layout import DataRoot
-from dp_ops.engine.sql import render_sql
+from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.bounding import bound_day as bound_symptoms
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.settings import ExecutionSettings, load_execution_settings
+from dp_ops.steps.bound import combine_shards, shard_file
 
 DAY = date(2020, 3, 10)
 SHARDS = 3
@@ -97,7 +97,7 @@ def test_a_missing_shard_is_refused_not_undercounted(root: DataRoot,
     for k in range(SHARDS):
         bound_mobility(root, MobilityConfig(), DAY, shard=k)
     shard_file(root, "mobility", DAY, 1, SHARDS).unlink()
-    with pytest.raises(IngestError, match=r"1 of 3 shard file\(s\) missing.*shard-00001"):
+    with pytest.raises(BoundingError, match=r"1 of 3 shard file\(s\) missing.*shard-00001"):
         combine_shards(root, "mobility", DAY, SHARDS)
 
 

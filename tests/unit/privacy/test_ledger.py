@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
@@ -28,6 +27,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+# The race workers are spawned interpreters that import their target by module name and
+# inherit sys.path; pytest.ini puts tests/support on it.
+from ledger_race_worker import RacePool
+
+from dp_ops.errors import BudgetExceeded
 from dp_ops.privacy.ledger import (
     ALL_REGIONS,
     Ledger,
@@ -40,11 +44,6 @@ from dp_ops.privacy.ledger import (
     format_ledger,
     format_ledger_summary,
 )
-from dp_ops.errors import BudgetExceeded, SlotAlreadySpent
-
-# The race workers are spawned interpreters that import their target by module name and
-# inherit sys.path; pytest.ini puts tests/support on it.
-from ledger_race_worker import RacePool
 
 PG_ENV = "DP_TEST_POSTGRES_URL"
 REPORT = "mobility"
@@ -114,8 +113,9 @@ def floats_in(text: str) -> list[float]:
 
 def test_spend_is_recorded_with_all_fields(ledger: Ledger, ledger_url: str) -> None:
     before = datetime.now(UTC).replace(microsecond=0)
-    s = ledger.spend(SpendRequest(slot("parks", level=2), 0.25), run_id="manual__2020-03-02",
-                     cap=CAP, method_version="v3", reason="first run")
+    (s,) = ledger.reserve([SpendRequest(slot("parks", level=2), 0.25)],
+                          run_id="manual__2020-03-02", kind="noise", cap=CAP,
+                          method_version="v3", reason="first run").spends
     after = datetime.now(UTC)
     assert s.slot == Slot(REPORT, DAY, 2, "parks", ALL_REGIONS)
     assert (s.generation, s.epsilon, s.kind) == (0, 0.25, "noise")
@@ -132,33 +132,11 @@ def test_spend_is_recorded_with_all_fields(ledger: Ledger, ledger_url: str) -> N
     assert ledger.spent(REPORT, DAY) == 0.25
 
 
-def test_second_spend_on_a_slot_is_refused(ledger: Ledger, ledger_url: str) -> None:
-    req = SpendRequest(slot(), 0.3)
-    first = ledger.spend(req, run_id="run-1", cap=CAP, method_version=VERSION)
-    rows = raw_rows(ledger_url)
-    for run_id in ("run-1", "run-2"):
-        with pytest.raises(SlotAlreadySpent, match=re.escape(req.slot.describe())):
-            ledger.spend(req, run_id=run_id, cap=CAP, method_version=VERSION)
-    assert raw_rows(ledger_url) == rows
-    assert ledger.spends() == [first]
-    assert ledger.spent(REPORT, DAY) == 0.3
-
-
-def test_spend_is_refused_on_a_slot_covered_by_reserve(ledger: Ledger) -> None:
-    reserve_noise(ledger, [SpendRequest(slot(), 0.3)])
-    with pytest.raises(SlotAlreadySpent):
-        ledger.spend(SpendRequest(slot(), 0.3), run_id="run-2", cap=CAP,
-                     method_version=VERSION)
-    assert ledger.spent(REPORT, DAY) == 0.3
-
-
-def test_spend_respects_the_cap(ledger: Ledger, ledger_url: str) -> None:
-    ledger.spend(SpendRequest(slot("retail"), 0.75), run_id="r", cap=CAP,
-                 method_version=VERSION)
+def test_reserve_respects_the_cap(ledger: Ledger, ledger_url: str) -> None:
+    reserve_noise(ledger, [SpendRequest(slot("retail"), 0.75)], run_id="r")
     rows = raw_rows(ledger_url)
     with pytest.raises(BudgetExceeded):
-        ledger.spend(SpendRequest(slot("parks"), 0.5), run_id="r", cap=CAP,
-                     method_version=VERSION)
+        reserve_noise(ledger, [SpendRequest(slot("parks"), 0.5)], run_id="r")
     assert raw_rows(ledger_url) == rows
 
 
@@ -360,15 +338,15 @@ def test_rows_are_only_ever_appended(ledger: Ledger, ledger_url: str) -> None:
     def attempt(fn: Any, *args: Any, **kwargs: Any) -> None:
         try:
             fn(*args, **kwargs)
-        except (BudgetExceeded, SlotAlreadySpent):
+        except BudgetExceeded:
             pass
         check()
 
     a, b, c = (SpendRequest(slot(m), 0.2) for m in ("retail", "parks", "transit"))
     attempt(reserve_noise, ledger, [a, b])
     attempt(reserve_noise, ledger, [a, b], run_id="retry")
-    attempt(ledger.spend, a, run_id="r", cap=CAP, method_version=VERSION)
-    attempt(ledger.spend, c, run_id="r", cap=CAP, method_version=VERSION)
+    attempt(reserve_noise, ledger, [a], run_id="r")  # already noised: reused, no row
+    attempt(reserve_noise, ledger, [c], run_id="r")
     attempt(ledger.reserve, [a], run_id="oncall", kind="renoise", cap=CAP,
             method_version=VERSION, reason="fix")
     attempt(ledger.reserve, [b], run_id="update", kind="method_update", cap=CAP,
@@ -475,27 +453,6 @@ def test_race_for_one_slot_noises_it_once(race_pool: RacePool, ledger: Ledger,
         assert [s.id for s in rows if s.slot == req.slot] == list(results[0]["spend_ids"]), \
             report
         assert ledger.spent(REPORT, day) == pytest.approx(0.3 + 0.1 * (rnd % 2))
-
-
-@pytest.mark.slow
-def test_race_to_spend_one_slot_has_one_winner(race_pool: RacePool, ledger: Ledger,
-                                               ledger_url: str) -> None:
-    for rnd in range(ROUNDS):
-        day = date(2020, 5, 1 + rnd)
-        req = SpendRequest(slot("parks", day=day), 0.3)
-        # the last round stalls every worker 0.2 s before it reserves, so all of them have
-        # passed any separate "already spent?" check before the first spend is written
-        pause = 0.2 if rnd == ROUNDS - 1 else 0.0
-        results = race_pool.race(ledger_url, [
-            _op("spend", request=req, run_id=f"run-{i}", pause_before_reserve_s=pause)
-            for i in range(N_WORKERS)])
-        report = _describe(results)
-        winners = [r for r in results if r["ok"]]
-        assert len(winners) == 1, report
-        assert sorted(r["error"] for r in results if not r["ok"]) == \
-            ["SlotAlreadySpent"] * (N_WORKERS - 1), report
-        rows = ledger.spends(REPORT, day)
-        assert [s.id for s in rows] == list(winners[0]["spend_ids"]), report
 
 
 @pytest.mark.slow

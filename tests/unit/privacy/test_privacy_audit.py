@@ -29,7 +29,6 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from numpy.typing import NDArray
-
 from privacy_audit import (
     AuditResult,
     clopper_pearson,
@@ -37,8 +36,13 @@ from privacy_audit import (
     event_epsilon_lower_bound,
     laplace_log_likelihood_ratio,
 )
-from dp_ops.engine.duckdb import register_ancestors
+
 from dp_ops.contract import PLACE_CATEGORIES
+from dp_ops.engine.duckdb import register_ancestors
+from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
+from dp_ops.reports.mobility import bounding as mobility_bounding
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms.config import (
     SYMPTOM_CELL_PREFIX,
     SYMPTOM_METRIC,
@@ -46,10 +50,6 @@ from dp_ops.reports.symptoms.config import (
     VOLUME_METRIC,
     SymptomsConfig,
 )
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.mobility import bounding as mobility_bounding
-from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
-from dp_ops.reports.symptoms import bounding as symptoms_bounding
 
 pytestmark = [pytest.mark.slow]
 

@@ -34,19 +34,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.errors import RegionTableError
-from dp_ops.regions import ancestors, read_regions
 from dp_ops.contract import LOCATION_SOURCE, SEARCH_SOURCE
-from dp_ops.errors import IngestError
-from dp_ops.steps.ingest import ingest_location_history, ingest_search_activity
+from dp_ops.engine.duckdb import register_ancestors
+from dp_ops.errors import IngestError, RegionTableError
+from dp_ops.layout import DataRoot
+from dp_ops.regions import ancestors, read_regions
 from dp_ops.reports.mobility import bounding as mobility_bounding
 from dp_ops.reports.mobility import steps as mobility_steps
-from dp_ops.layout import DataRoot
-from dp_ops.steps.result import StepResult
+from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms import steps as symptoms_steps
+from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.steps.ingest import ingest_location_history, ingest_search_activity
+from dp_ops.steps.result import StepResult
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "bad"
 MANIFEST: dict[str, Any] = json.loads((CORPUS / "cases.json").read_text())
@@ -150,7 +150,7 @@ def aggregates_of(rows: pa.Table, report: Report) -> pd.DataFrame:
     """True bounded cell sums of ``rows``, computed apart from the pipeline's files."""
     con = duckdb.connect()
     try:
-        mobility_bounding.register_ancestors(con, ancestors(base_regions()))
+        register_ancestors(con, ancestors(base_regions()))
         con.register("valid_rows", rows.select(report.columns.names))
         out = con.execute(report.aggregates_sql("valid_rows"), report.params).df()
     finally:

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.engine.duckdb import register_ancestors
 from dp_ops.reports.mobility.bounding import (
     bounded_contributions_sql,
     bounding_params,
     cell_aggregates_sql,
-    register_ancestors,
 )
+from dp_ops.reports.mobility.config import MobilityConfig
 
 DAY = date(2020, 3, 2)
 CFG = MobilityConfig()

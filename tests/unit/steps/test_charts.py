@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from dp_ops.steps import charts
 from dp_ops.regions import demo_regions
 from dp_ops.reports.mobility.report import PUBLISHED_COLUMNS
-from dp_ops.steps.release import sha256_file
-from dp_ops.steps.page import INDEX_FILE, render_index, write_release_index
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS as SYMPTOM_KEYS
+from dp_ops.steps import charts
+from dp_ops.steps.page import INDEX_FILE, render_index, write_release_index
+from dp_ops.steps.release import sha256_file
 
 FIRST = date(2020, 2, 15)
 DAYS = [(FIRST + timedelta(days=i)).isoformat() for i in range(21)]

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dp_ops.regions import demo_regions, write_regions
 from dp_ops.errors import IngestError
-from dp_ops.steps.ingest import ingest_location_history
 from dp_ops.layout import DataRoot
+from dp_ops.regions import demo_regions, write_regions
+from dp_ops.steps.ingest import ingest_location_history
 
 DAY = date(2020, 1, 7)
 

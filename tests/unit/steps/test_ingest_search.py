@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dp_ops.regions import demo_regions, write_regions
 from dp_ops.errors import IngestError
-from dp_ops.steps.ingest import ingest_search_activity, read_symptoms
 from dp_ops.layout import DataRoot
+from dp_ops.regions import demo_regions, write_regions
+from dp_ops.steps.ingest import ingest_search_activity, read_symptoms
 
 DAY = date(2020, 3, 20)
 SCHEMA = pa.schema([("user_id", pa.string()), ("region_id", pa.string()),

@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
-from dp_ops.steps.noising import NOISE_SCHEMA, load_noisy_cells, noise_file
+from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import NoiseNotStored
 from dp_ops.layout import DataRoot
-from dp_ops.engine.files import store_first_wins
+from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
+from dp_ops.steps.noising import NOISE_SCHEMA, load_noisy_cells, noise_file
 
 DAY = date(2020, 3, 2)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
-from dp_ops.reports.mobility.release import publish_staged, staging_dir
-from dp_ops.layout import DataRoot
-from dp_ops.errors import PublishRefused
 from dp_ops.engine.files import write_json_atomic
+from dp_ops.errors import PublishRefused
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.release import publish_staged, staging_dir
 
 CFG = MobilityConfig()
 

@@ -2,8 +2,9 @@
 
 Each operator only stores its (templated) arguments in ``__init__``; in ``execute()`` it
 binds its report to the data root, the config and the ledger from the environment
-(:func:`dp_ops.airflow.runtime.load`) and calls one step. Imports of the pipeline (DuckDB, pandas, Great Expectations) happen inside the
-step functions, so importing this package at DAG-parse time is cheap.
+(:func:`dp_ops.airflow.runtime.load`) and calls one step. Imports of the pipeline (DuckDB,
+pandas, Great Expectations) happen inside the step functions, so importing this package at
+DAG-parse time is cheap.
 """
 
 from dp_ops.airflow.operators.gate import GreatExpectationsGateOperator

@@ -20,9 +20,9 @@ from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import BaselineMissing
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES, metric_estimates
-from dp_ops.reports.mobility.noising import REPORT, load_noisy_cells
+from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
 
 WINDOW_DAYS_PER_WEEKDAY = 5

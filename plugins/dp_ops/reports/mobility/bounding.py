@@ -12,15 +12,13 @@ from datetime import date
 
 from dp_ops.contract import LOCATION_SOURCE, PLACE_CATEGORIES
 from dp_ops.engine.base import aggregate_sql
-from dp_ops.engine.duckdb import register_ancestors
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.result import StepResult
 
-__all__ = ["bound_day", "bounded_contributions_sql", "bounding_params", "cell_aggregates_sql",
-           "register_ancestors"]
+__all__ = ["bound_day", "bounded_contributions_sql", "bounding_params", "cell_aggregates_sql"]
 
 
 def bounding_params(cfg: MobilityConfig, day: date) -> dict[str, object]:

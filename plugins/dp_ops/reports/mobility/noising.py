@@ -8,20 +8,14 @@ from datetime import date
 import pandas as pd
 
 from dp_ops.contract import PLACE_CATEGORIES
-from dp_ops.errors import NoiseNotStored
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Spend, SpendRequest
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.steps import noising
 from dp_ops.steps.bound import finish_bounding
-from dp_ops.steps.noising import NOISE_SCHEMA, VALUE_KINDS, noise_file, region_chain
 from dp_ops.steps.result import StepResult
 
-REPORT = "mobility"
-
-__all__ = ["GROUP_CELLS", "NOISE_SCHEMA", "REPORT", "VALUE_KINDS", "NoiseNotStored",
-           "load_noisy_cells", "noise_day", "noise_file", "noise_plan", "plan_requests",
-           "region_chain"]
+__all__ = ["GROUP_CELLS", "load_noisy_cells", "noise_day", "noise_plan", "plan_requests"]
 
 # The cells each ledger metric group noises, per region and level.
 GROUP_CELLS: dict[str, tuple[str, ...]] = {

@@ -28,9 +28,8 @@ from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES
-from dp_ops.reports.mobility.noising import REPORT
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions, write_mobility_charts
@@ -122,7 +121,8 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
                           f"{cfg.first_public_date}", (str(stage),))
     # imported only when there is something to validate: GX takes seconds to import
     from dp_ops.regions import read_regions
-    from dp_ops.steps.gate import require_pass, validate_mobility_release
+    from dp_ops.reports.mobility.suites import validate_mobility_release
+    from dp_ops.steps.gate import require_pass
 
     internal, published = assemble(root, days)
     result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,

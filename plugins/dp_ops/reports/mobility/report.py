@@ -23,10 +23,10 @@ from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.mobility.baseline import read_baseline
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES, metric_estimates, percent_change
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
-from dp_ops.reports.mobility.noising import REPORT, load_noisy_cells
+from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
 
 KEY_COLUMNS: tuple[str, ...] = (
@@ -34,7 +34,9 @@ KEY_COLUMNS: tuple[str, ...] = (
     "iso_3166_2_code", "census_fips_code", "place_id",
 )
 CHANGE_COLUMNS: tuple[str, ...] = tuple(f"{c}_percent_change_from_baseline" for c in CATEGORIES)
-PUBLISHED_COLUMNS: tuple[str, ...] = KEY_COLUMNS + ("date",) + CHANGE_COLUMNS
+# A published row: its region, its date, then one change per category (Google's header).
+ROW_KEY: tuple[str, ...] = KEY_COLUMNS + ("date",)
+PUBLISHED_COLUMNS: tuple[str, ...] = ROW_KEY + CHANGE_COLUMNS
 
 
 def day_changes(estimates: pd.DataFrame, baseline: pd.DataFrame, day: date, *,

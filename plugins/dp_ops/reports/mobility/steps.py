@@ -16,10 +16,9 @@ from collections.abc import Callable
 from datetime import date
 
 from dp_ops.layout import DataRoot
-from dp_ops.reports.mobility.config import MobilityConfig, load_mobility_config
+from dp_ops.reports.mobility.config import REPORT, MobilityConfig, load_mobility_config
 from dp_ops.steps.result import StepResult
 
-REPORT = "mobility"
 DAILY_DAG_ID = "mobility_report"
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
@@ -33,12 +32,14 @@ def load_config() -> MobilityConfig:
 
 
 def first_noised_date(cfg: MobilityConfig) -> date:
-    """The first date this report noises: the baseline window comes before the public series, so from the first metric date."""
+    """The first date this report noises: the first metric date (the baseline window
+    comes before the public series)."""
     return cfg.first_metric_date
 
 
 def needs_baseline(cfg: MobilityConfig, day: date) -> bool:
-    """Whether reporting ``day`` needs the frozen baseline: the public series (from ``first_public_date``) is a change against it."""
+    """Whether reporting ``day`` needs the frozen baseline: the public series (from
+    ``first_public_date``) is a change against it."""
     return day >= cfg.first_public_date
 
 
@@ -108,7 +109,9 @@ def method_update(
     factors and spends nothing), then re-report the days from the effective date that
     already have report rows. The new method here is the demo's stand-in: the counts of the
     ``categories``' source cells are ``factor`` times the old ones."""
-    from dp_ops.reports.mobility.method_update import MethodUpdate, ScaledCounts, run_method_update
+    from dp_ops.reports.mobility.method_update import MethodUpdate
+    from dp_ops.reports.mobility.method_update_step import run_method_update
+    from dp_ops.reports.mobility.new_methods import ScaledCounts
 
     update = MethodUpdate(method_version=method_version, effective_date=effective_date,
                           categories=tuple(categories),

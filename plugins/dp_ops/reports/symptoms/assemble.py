@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.reports.symptoms.daily import NOISE_PARAMS, with_reliability
+from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.granularity import decide_resolution
 from dp_ops.reports.symptoms.matrix import (
     DailyMatrix,
@@ -39,6 +39,7 @@ from dp_ops.reports.symptoms.matrix import (
     long_frame,
     weekly,
 )
+from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 
 __all__ = ["KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
            "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
@@ -153,7 +154,7 @@ def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
 
 def _values(frame: pd.DataFrame, resolution: str) -> pd.DataFrame:
     out = frame[["level", "region_id", "symptom", "date", "a_noisy", "b_noisy", "n_days",
-                 *NOISE_PARAMS, "ratio", "lower", "upper", "reliable"]].copy()
+                 *NOISE_PARAMETERS, "ratio", "lower", "upper", "reliable"]].copy()
     out["resolution"] = resolution
     out["published"] = out["reliable"].to_numpy(bool)
     return out

@@ -15,11 +15,9 @@ from dp_ops.contract import SEARCH_SOURCE
 from dp_ops.engine.base import aggregate_sql
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
-from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
+from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.result import StepResult
-
-REPORT = "symptoms"
 
 
 def bounding_params(cfg: SymptomsConfig, day: date) -> dict[str, object]:

@@ -14,7 +14,11 @@ from dp_ops.contract import LEVELS
 from dp_ops.errors import ConfigError
 from dp_ops.privacy.plan import MetricBudget
 from dp_ops.reports._config import check, mapping_kwargs
+from dp_ops.reports.protocol import ReportName
 from dp_ops.settings import json_object
+
+# The report's name in paths, the ledger and the DAGs.
+REPORT: str = ReportName.SYMPTOMS.value
 
 SYMPTOM_METRIC = "symptom_searches"   # A: users searching a symptom (ledger metric group)
 VOLUME_METRIC = "search_users"        # B: users with any search (ledger metric group)

@@ -17,11 +17,10 @@ import pyarrow as pa
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
-from dp_ops.reports.symptoms.noising import REPORT, load_noisy_cells
+from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
+from dp_ops.reports.symptoms.noising import load_noisy_cells
+from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 from dp_ops.steps.result import StepResult
-
-NOISE_PARAMS = ("a_epsilon", "a_sensitivity", "b_epsilon", "b_sensitivity")
 
 
 def pair_cells(cells: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +62,7 @@ def with_reliability(rows: pd.DataFrame, cfg: SymptomsConfig, n_days: int | None
     out["reliable"] = False
     if n_days is not None:
         out["n_days"] = n_days
-    for key, idx in out.groupby([*NOISE_PARAMS, "n_days"], sort=False).groups.items():
+    for key, idx in out.groupby([*NOISE_PARAMETERS, "n_days"], sort=False).groups.items():
         a_eps, a_sens, b_eps, b_sens, n = key
         part = out.loc[idx]
         res = pd.DataFrame(reliability(

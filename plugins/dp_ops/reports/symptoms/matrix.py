@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from dp_ops.layout import DataRoot
+from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 
 KEYS = ("level", "region_id", "symptom")
-PARAMS = ("a_epsilon", "a_sensitivity", "b_epsilon", "b_sensitivity")
 VALUES = ("a_noisy", "b_noisy", "reliable")
 
 
@@ -46,10 +46,10 @@ def read_days(root: DataRoot, report: str, days: list[date]) -> DailyMatrix:
     """Stack the per-day rows of ``days``; raises ValueError naming the day whose cells
     differ from the first day's (a changed region table or symptom list mid-period)."""
     cells: pd.DataFrame | None = None
-    columns: dict[str, list[NDArray[np.generic]]] = {c: [] for c in (*VALUES, *PARAMS)}
+    columns: dict[str, list[NDArray[np.generic]]] = {c: [] for c in (*VALUES, *NOISE_PARAMETERS)}
     for day in days:
         path = root.report_file(report, day)
-        table = pq.read_table(path, columns=[*KEYS, *VALUES, *PARAMS])
+        table = pq.read_table(path, columns=[*KEYS, *VALUES, *NOISE_PARAMETERS])
         if cells is None:
             cells = table.select(list(KEYS)).to_pandas()
         elif len(table) != len(cells) or not all(
@@ -65,7 +65,7 @@ def read_days(root: DataRoot, report: str, days: list[date]) -> DailyMatrix:
         a=np.vstack(columns["a_noisy"]).astype(np.int64),
         b=np.vstack(columns["b_noisy"]).astype(np.int64),
         reliable=np.vstack(columns["reliable"]).astype(bool),
-        params={p: np.vstack(columns[p]).astype(np.float64) for p in PARAMS})
+        params={p: np.vstack(columns[p]).astype(np.float64) for p in NOISE_PARAMETERS})
 
 
 def from_rows(rows: pd.DataFrame) -> DailyMatrix:
@@ -87,7 +87,7 @@ def from_rows(rows: pd.DataFrame) -> DailyMatrix:
     return DailyMatrix(days=days, cells=cells, a=stack("a_noisy").astype(np.int64),
                        b=stack("b_noisy").astype(np.int64),
                        reliable=stack("reliable").astype(bool),
-                       params={p: stack(p).astype(np.float64) for p in PARAMS})
+                       params={p: stack(p).astype(np.float64) for p in NOISE_PARAMETERS})
 
 
 def complete_weeks(first: date, last: date) -> list[date]:
@@ -112,12 +112,12 @@ def weekly(m: DailyMatrix) -> tuple[list[date], NDArray[np.int64], NDArray[np.in
     n = len(m.cells)
     a_w = np.zeros((len(mondays), n), dtype=np.int64)
     b_w = np.zeros((len(mondays), n), dtype=np.int64)
-    params = {p: np.zeros((len(mondays), n)) for p in PARAMS}
+    params = {p: np.zeros((len(mondays), n)) for p in NOISE_PARAMETERS}
     for w, monday in enumerate(mondays):
         i = (monday - m.days[0]).days
         a_w[w] = m.a[i:i + 7].sum(axis=0)
         b_w[w] = m.b[i:i + 7].sum(axis=0)
-        for p in PARAMS:
+        for p in NOISE_PARAMETERS:
             block = m.params[p][i:i + 7]
             varies = (block != block[0]).any(axis=0)
             if varies.any():
@@ -143,7 +143,7 @@ def long_frame(cells: pd.DataFrame, dates: list[date], a: NDArray[np.int64],
         "b_noisy": b.ravel(),
         "n_days": n_days,
     })
-    for p in PARAMS:
+    for p in NOISE_PARAMETERS:
         values = params[p].ravel()
         out[p] = values.astype(np.int64) if p.endswith("sensitivity") else values
     return out

@@ -16,6 +16,7 @@ import pandas as pd
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Spend
 from dp_ops.reports.symptoms.config import (
+    REPORT,
     SYMPTOM_CELL_PREFIX,
     SYMPTOM_METRIC,
     VOLUME_CELL,
@@ -26,8 +27,6 @@ from dp_ops.steps import noising
 from dp_ops.steps.bound import finish_bounding
 from dp_ops.steps.ingest import read_symptoms
 from dp_ops.steps.result import StepResult
-
-REPORT = "symptoms"
 
 
 def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:

@@ -39,9 +39,8 @@ from dp_ops.reports.symptoms.assemble import (
     build_candidate,
     complete_weeks,
 )
-from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.matrix import read_days
-from dp_ops.reports.symptoms.noising import REPORT
 from dp_ops.steps.charts import charted_regions, write_symptom_charts
 from dp_ops.steps.ingest import read_symptoms
 from dp_ops.steps.page import INDEX_FILE, write_release_index

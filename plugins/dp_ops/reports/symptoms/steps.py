@@ -15,10 +15,9 @@ from collections.abc import Callable
 from datetime import date
 
 from dp_ops.layout import DataRoot
-from dp_ops.reports.symptoms.config import SymptomsConfig, load_symptoms_config
+from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig, load_symptoms_config
 from dp_ops.steps.result import StepResult
 
-REPORT = "symptoms"
 DAILY_DAG_ID = "symptoms_dataset"
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "first_noised_date", "gate",

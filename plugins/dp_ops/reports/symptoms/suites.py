@@ -30,7 +30,7 @@ from great_expectations.expectations.row_conditions import Column
 
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, Candidate, header
 from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.steps.gate import GateResult, _suite, run_suites
+from dp_ops.steps.gate import GateResult, run_suites, suite
 
 SUITE_PREFIX = "symptoms_release"
 ROUNDING = 0.005 + 1e-9
@@ -54,7 +54,7 @@ def wide_suite(name: str, symptoms: list[str]) -> gx.ExpectationSuite:
     add(gxe.ExpectColumnUniqueValueCountToBeBetween(
         column="date", min_value={"$PARAMETER": f"{name}_date_count"},
         max_value={"$PARAMETER": f"{name}_date_count"}))
-    return _suite(f"{SUITE_PREFIX}_{name}", expectations)
+    return suite(f"{SUITE_PREFIX}_{name}", expectations)
 
 
 def values_suite(cfg: SymptomsConfig, symptoms: list[str]) -> gx.ExpectationSuite:
@@ -76,7 +76,7 @@ def values_suite(cfg: SymptomsConfig, symptoms: list[str]) -> gx.ExpectationSuit
     add(gxe.ExpectColumnValuesToBeInSet(column="weekday", value_set=[0], row_condition=weekly))
     add(gxe.ExpectCompoundColumnsToBeUnique(
         column_list=["resolution", "open_covid_region_code", "date", "symptom"]))
-    return _suite(f"{SUITE_PREFIX}_values", expectations)
+    return suite(f"{SUITE_PREFIX}_values", expectations)
 
 
 def published_values(candidate: Candidate, regions: pd.DataFrame) -> pd.DataFrame:

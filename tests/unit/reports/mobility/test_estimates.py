@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.reports.mobility.baseline import compute_baseline, long_estimates
+from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     CATEGORIES,
     metric_estimates,
@@ -19,7 +20,6 @@ from dp_ops.reports.mobility.estimates import (
 )
 from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.reports.mobility.report import day_changes
-from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 
 CFG = MobilityConfig()
 ALPHA = 1 - CFG.interval_confidence

@@ -12,28 +12,26 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.regions import demo_regions, write_regions
-from dp_ops.errors import BudgetExceeded
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.errors import BudgetExceeded, MethodUpdateError, NoiseNotStored
+from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import demo_regions, write_regions
 from dp_ops.reports.mobility import noising
+from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.method_update import (
     GROUP_KEYS,
     MethodUpdate,
-    ScaledCounts,
-    _to_categories,
     apply_method_updates,
     comparison_window,
     group_sums,
     plan_requests,
     read_method_updates,
-    run_method_update,
     scaling_factors,
-    update_file,
+    to_categories,
 )
-from dp_ops.errors import MethodUpdateError
-from dp_ops.layout import DataRoot
-from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.reports.mobility.method_update_step import run_method_update
+from dp_ops.reports.mobility.new_methods import ScaledCounts
 
 EFFECTIVE = date(2020, 2, 3)  # a Monday; window 2020-01-06 .. 2020-02-02
 FACTOR = 1.3
@@ -75,7 +73,7 @@ def test_group_sums_and_factors_on_constructed_data() -> None:
                   & (sums["weekday"] == 0)]
     mondays = [i for i, d in enumerate(comparison_window(EFFECTIVE)) if d.weekday() == 0]
     assert int(monday["noisy_value"].iloc[0]) == sum(100 + i for i in mondays)
-    cats = _to_categories(sums.rename(columns={"noisy_value": "s_g"}),
+    cats = to_categories(sums.rename(columns={"noisy_value": "s_g"}),
                           ["parks", "retail_and_recreation"], "s_g")
     retail = cats[(cats["category"] == "retail_and_recreation") & (cats["level"] == 0)]
     assert set(retail["s_g"]) == {4 * (10 + 20 + 30)}
@@ -265,11 +263,11 @@ def test_rerun_reuses_the_stored_factors_and_spends_nothing(
     ledger = Ledger(url)
     run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
     before = ledger.spends()
-    stored = update_file(root, "v2").read_bytes()
+    stored = root.method_update_file("mobility", "v2").read_bytes()
     result = run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
     assert "reused" in result.summary
     assert ledger.spends() == before
-    assert update_file(root, "v2").read_bytes() == stored
+    assert root.method_update_file("mobility", "v2").read_bytes() == stored
     # the same version with another update is refused rather than silently reused
     with pytest.raises(MethodUpdateError, match="already stored"):
         run_method_update(root, cfg, parks_update(factor=1.5), run_id="x", ledger_url=url)
@@ -281,10 +279,10 @@ def test_a_crash_before_the_store_reuses_the_reserved_spends(
     ledger = Ledger(url)
     run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
     before = ledger.spends()
-    update_file(root, "v2").unlink()  # as if the process died after reserving
+    root.method_update_file("mobility", "v2").unlink()  # as if the process died after reserving
     run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
     assert ledger.spends() == before
-    assert update_file(root, "v2").is_file()
+    assert root.method_update_file("mobility", "v2").is_file()
 
 
 def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, object]) -> None:
@@ -295,7 +293,7 @@ def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, objec
     with pytest.raises(BudgetExceeded, match="cap"):
         run_method_update(root, tight, parks_update(), run_id="mu", ledger_url=url)
     assert ledger.spends() == before
-    assert not update_file(root, "v2").exists()
+    assert not root.method_update_file("mobility", "v2").exists()
     assert read_method_updates(root) is None
 
 
@@ -303,6 +301,6 @@ def test_a_window_that_is_not_noised_is_refused_before_any_spend(tmp_path: Path)
     root = DataRoot(tmp_path / "data")
     write_regions(demo_regions(), root.regions_csv)
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    with pytest.raises(noising.NoiseNotStored):
+    with pytest.raises(NoiseNotStored):
         run_method_update(root, MobilityConfig(), parks_update(), run_id="mu", ledger_url=url)
     assert Ledger(url).spends() == []

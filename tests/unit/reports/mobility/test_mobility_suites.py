@@ -19,16 +19,13 @@ from pathlib import Path  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from dp_ops.steps import gate  # noqa: E402
-from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
-from dp_ops.steps.gate import (
-    CHANGE_COLUMNS,
-    PUBLISHED_HEADER,
-    GateResult,
-    require_pass,
-    validate_mobility_release,
-)
 from dp_ops.errors import GateFailed
+from dp_ops.reports.mobility import suites  # noqa: E402
+from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
+from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS  # noqa: E402
+from dp_ops.reports.mobility.suites import validate_mobility_release  # noqa: E402
+from dp_ops.steps import gate  # noqa: E402
+from dp_ops.steps.gate import GateResult, require_pass  # noqa: E402
 
 CFG = MobilityConfig()
 PARKS = "parks_percent_change_from_baseline"
@@ -85,7 +82,7 @@ def make_release(
 
 
 def published_of(internal: pd.DataFrame) -> pd.DataFrame:
-    return internal.loc[internal["publish_row"], list(PUBLISHED_HEADER)].reset_index(drop=True)
+    return internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)].reset_index(drop=True)
 
 
 def run_gate(release: Release, gx_dir: Path, cfg: MobilityConfig = CFG) -> GateResult:
@@ -155,7 +152,7 @@ def test_repeated_calls_reuse_the_project_and_bound_stored_results(
     assert all(Path(p).is_file() for p in second.validation_pages)
     project = gx_dir / "gx"
     assert (project / "great_expectations.yml").is_file()
-    for suite in (gate.SUITE_INTERNAL, gate.SUITE_PUBLISHED):
+    for suite in (suites.SUITE_INTERNAL, suites.SUITE_PUBLISHED):
         stored = list((project / "uncommitted" / "validations" / suite).rglob("*.json"))
         pages = list(
             (project / "uncommitted" / "data_docs" / "local_site" / "validations" / suite)
@@ -206,7 +203,7 @@ def test_published_date_inside_baseline_window_fails(shared_gx: Path) -> None:
 # -- the published table ------------------------------------------------------------------
 def test_wrong_header_order_fails(shared_gx: Path) -> None:
     release = make_release()
-    columns = list(PUBLISHED_HEADER)
+    columns = list(PUBLISHED_COLUMNS)
     columns[0], columns[1] = columns[1], columns[0]
     release.published = release.published[columns]
     message = gate_error(release, shared_gx)

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dp_ops.engine.duckdb import register_ancestors
-from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 from dp_ops.reports.symptoms.bounding import (
     bounded_contributions_sql,
     bounding_params,
     cell_aggregates_sql,
 )
+from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 
 DAY = date(2020, 3, 2)
 CFG = SymptomsConfig()

@@ -13,20 +13,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-
-from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.errors import GateFailed
-from dp_ops.steps.gate import require_pass
 from dp_demo.generator import default_symptoms
-from dp_ops.regions import demo_regions, write_regions
-from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
-from dp_ops.layout import DataRoot
-from dp_ops.errors import PublishRefused
+
 from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.errors import GateFailed, PublishRefused
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
+from dp_ops.regions import demo_regions, write_regions
 from dp_ops.reports.symptoms import release
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, build_candidate, complete_weeks, header
+from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.suites import validate_symptoms_release
+from dp_ops.steps.gate import require_pass
 
 CFG = SymptomsConfig()
 HEADER_FILE = Path(__file__).resolve().parents[3] / "data" / "google_weekly_symptoms_header.csv"

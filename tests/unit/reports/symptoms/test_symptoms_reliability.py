@@ -24,13 +24,13 @@ import math
 import numpy as np
 import pytest
 
-from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.privacy.noise import (
     discrete_laplace_margin,
     discrete_laplace_tail,
     noise_generator,
     sample_discrete_laplace,
 )
+from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.reliability import (
     is_reliable,
     ratio_interval,

@@ -1,0 +1,205 @@
+"""The mobility method-update step: reserve the update's budget in the ledger, estimate and
+store the scaling factors of :mod:`dp_ops.reports.mobility.method_update`, then re-report
+the days from the effective date.
+
+The maths, the request model and why the spend is what it is are in
+:mod:`dp_ops.reports.mobility.method_update`; the new method the DAG's form drives is
+:class:`dp_ops.reports.mobility.new_methods.ScaledCounts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dp_ops.engine.files import store_first_wins
+from dp_ops.errors import MethodUpdateError
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger, Spend, SpendRequest
+from dp_ops.privacy.noise import add_discrete_laplace, discrete_laplace_margin, noise_generator
+from dp_ops.regions import read_regions
+from dp_ops.reports.mobility.config import REPORT, MobilityConfig
+from dp_ops.reports.mobility.estimates import cell_margins
+from dp_ops.reports.mobility.method_update import (
+    GROUP_KEYS,
+    KIND,
+    MethodUpdate,
+    category_size,
+    cell_group,
+    comparison_window,
+    group_sums,
+    plan_requests,
+    scaling_factors,
+    to_categories,
+)
+from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.reports.mobility.report import report_day
+from dp_ops.steps.result import StepResult
+
+
+def _noisy_s_g(root: DataRoot, ledger: Ledger, window: list[date], update: MethodUpdate,
+               alpha: float) -> pd.DataFrame:
+    """Per group: s_g from the stored noisy cells (current values) and its margin m_g."""
+    frames = {}
+    for day in window:
+        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        frames[day] = cells[cells["metric"].isin(update.cells)].copy()
+    for day, cells in frames.items():
+        # a category's s_g sums len(window) x (its cell count) noisy cells
+        per_cell_alpha = cells["metric"].map(
+            lambda m: alpha / (len(window) * category_size(str(m))))
+        cells["margin"] = cell_margins(cells, per_cell_alpha.to_numpy(dtype=float))
+        frames[day] = cells
+    values = group_sums(frames, "noisy_value")
+    margins = group_sums(frames, "margin")
+    sums = values.merge(margins, on=["level", "region_id", "metric", "weekday"])
+    out = to_categories(sums.rename(columns={"noisy_value": "s_g"}), update.categories, "s_g")
+    m = to_categories(sums.rename(columns={"margin": "m_g"}), update.categories, "m_g")
+    return out.merge(m, on=GROUP_KEYS)
+
+
+def _noisy_s_n(root: DataRoot, cfg: MobilityConfig, window: list[date],
+               update: MethodUpdate, regions: pd.DataFrame, alpha: float,
+               rng: np.random.Generator) -> pd.DataFrame:
+    """Per group: s_n, the new method's 4-day sums from the bounded aggregates, noised once
+    per (cell, group) over the whole public domain (zeros included), and its margin m_n."""
+    frames = {}
+    for day in window:
+        path = root.bounded_file(REPORT, day)
+        if not path.is_file():
+            raise FileNotFoundError(f"no bounded aggregates for {day} at {path}: rerun the "
+                                    "bound step for the comparison window first")
+        bounded = pq.read_table(path).to_pandas()
+        new = update.method.recompute(bounded)
+        frames[day] = new[new["metric"].isin(update.cells)]
+    true_sums = group_sums(frames, "value")
+    domain = regions.loc[regions["level"].isin(cfg.levels), ["level", "region_id"]].copy()
+    domain["level"] = domain["level"].astype(np.int8)
+    domain = (domain.merge(pd.DataFrame({"metric": list(update.cells)}), how="cross")
+              .merge(pd.DataFrame({"weekday": np.arange(7, dtype=np.int8)}), how="cross"))
+    cells = domain.merge(true_sums, on=["level", "region_id", "metric", "weekday"], how="left")
+    del true_sums, frames
+    cells["value"] = cells["value"].fillna(0).astype(np.int64)
+    noisy = np.empty(len(cells), dtype=np.int64)
+    margin = np.empty(len(cells), dtype=np.int64)
+    for cell in update.cells:
+        budget = cfg.budget(cell_group(cell))
+        eps = cfg.method_update_fraction * budget.cell_epsilon
+        sens = update.method.sensitivity(cell, budget.sensitivity)
+        mask = (cells["metric"] == cell).to_numpy()
+        noisy[mask] = add_discrete_laplace(cells.loc[mask, "value"].to_numpy(), epsilon=eps,
+                                           sensitivity=sens, rng=rng)
+        margin[mask] = discrete_laplace_margin(alpha / category_size(cell), epsilon=eps,
+                                               sensitivity=sens)
+    cells = cells.drop(columns=["value"])
+    cells["s_n"] = noisy
+    cells["m_n"] = margin
+    out = to_categories(cells, update.categories, "s_n")
+    return out.merge(to_categories(cells, update.categories, "m_n"), on=GROUP_KEYS)
+
+
+def _update_table(update: MethodUpdate, window: list[date], factors: pd.DataFrame,
+                  spends: Sequence[Spend]) -> pa.Table:
+    df = factors.copy()
+    df.insert(0, "method_version", update.method_version)
+    df.insert(1, "effective_date", update.effective_date.isoformat())
+    df["categories"] = ",".join(update.categories)
+    df["method"] = update.method.describe()
+    df["window_start"] = window[0].isoformat()
+    df["window_end"] = window[-1].isoformat()
+    df["spend_ids"] = ",".join(str(s.id) for s in spends)
+    df["level"] = df["level"].astype(np.int8)
+    df["weekday"] = df["weekday"].astype(np.int8)
+    for col in ("s_g", "s_n", "m_g", "m_n"):
+        df[col] = df[col].astype(np.int64)
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def _check_stored(path: Path, update: MethodUpdate) -> None:
+    stored = pq.read_table(path, columns=["effective_date", "categories", "method"]).to_pandas()
+    want = (update.effective_date.isoformat(), ",".join(update.categories),
+            update.method.describe())
+    have = tuple(stored.iloc[0]) if len(stored) else ()
+    if have != want:
+        raise MethodUpdateError(
+            f"method_version={update.method_version!r} is already stored at {path} with "
+            f"effective_date, categories, method = {have}, not {want}; use a new version")
+
+
+def _reserved_before(ledger: Ledger, cfg: MobilityConfig, update: MethodUpdate,
+                     requests: list[SpendRequest]) -> list[Spend] | None:
+    """Spends of this version already in the ledger (a crash before the store), if any."""
+    found = [s for day in comparison_window(update.effective_date)
+             for s in ledger.spends(REPORT, day)
+             if s.kind == KIND and s.method_version == update.method_version]
+    if not found:
+        return None
+    if sorted(s.slot for s in found) != sorted(r.slot for r in requests):
+        raise MethodUpdateError(
+            f"method_version={update.method_version!r} already has {len(found)} ledger "
+            "spend(s) for other slots (another effective date or categories); use a new "
+            "version")
+    return found
+
+
+def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate, *,
+                      run_id: str, ledger_url: str) -> StepResult:
+    """Reserve (or reuse), compute and store the scaling factors of ``update``, then
+    re-report the days from the effective date that already have report rows."""
+    if not update.reason.strip():
+        raise MethodUpdateError("reason='': say why the method changed; it is recorded in "
+                                "the ledger")
+    window = comparison_window(update.effective_date)
+    if window[0] < cfg.first_metric_date:
+        raise MethodUpdateError(
+            f"effective_date={update.effective_date}: its comparison window starts "
+            f"{window[0]}, before the first metric date {cfg.first_metric_date}")
+    target = root.method_update_file(REPORT, update.method_version)
+    spent_now = 0.0
+    if target.exists():
+        _check_stored(target, update)
+        state = "reused the stored factors"
+    else:
+        requests = plan_requests(cfg, update)
+        alpha = (1 - cfg.interval_confidence) / 2 / 2  # s_g and s_n each (docstring)
+        ledger = Ledger(ledger_url)
+        try:
+            # s_g reads only stored noisy values: check them before spending anything
+            s_g = _noisy_s_g(root, ledger, window, update, alpha)
+            missing = [d for d in window if not root.bounded_file(REPORT, d).is_file()]
+            if missing:
+                raise FileNotFoundError(
+                    f"no bounded aggregates for {len(missing)} comparison-window day(s) "
+                    f"(first {missing[0]}): rerun the bound step for them first")
+            spends = _reserved_before(ledger, cfg, update, requests)
+            if spends is None:
+                reservation = ledger.reserve(
+                    requests, run_id=run_id, kind=KIND, cap=cfg.cap,
+                    method_version=update.method_version, reason=update.reason)
+                spends = list(reservation.spends)
+                spent_now = reservation.spent_now
+        finally:
+            ledger.dispose()
+        regions = read_regions(root.regions_csv)
+        s_n = _noisy_s_n(root, cfg, window, update, regions, alpha, noise_generator())
+        table = _update_table(update, window, scaling_factors(s_g, s_n), spends)
+        won = store_first_wins(table, target)
+        state = "stored new factors" if won else "found factors another run stored first"
+    rereported = 0
+    day = max(update.effective_date, cfg.first_public_date)
+    while root.report_file(REPORT, day).is_file():
+        report_day(root, cfg, day, ledger_url=ledger_url)
+        rereported += 1
+        day += timedelta(days=1)
+    return StepResult(
+        f"method update {update.method_version} from {update.effective_date} "
+        f"({', '.join(update.categories)}): {state} at {target}; spent epsilon "
+        f"{spent_now / len(window):.4f} per user-day on each of the {len(window)} window "
+        f"days {window[0]}..{window[-1]}; re-reported {rereported} day(s)",
+        (str(target),))

@@ -1,0 +1,208 @@
+"""The mobility report's expectation suites (the release gate, run by
+:func:`dp_ops.steps.gate.run_suites`).
+
+Nothing is published unless both tables of a candidate release pass:
+
+- ``published``: exactly the rows and columns that go to ``Global_Mobility_Report.csv``
+  (Google's 15-column header, string keys, nullable ``Int64`` percent changes);
+- ``internal``: the whole release domain, one row per (region, date) for every region of
+  the release and every date of it, published or not, with the noisy values and public
+  region attributes the publication decisions were taken on.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import great_expectations as gx
+import great_expectations.expectations as gxe
+import pandas as pd
+from great_expectations.expectations.row_conditions import Column
+
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS, ROW_KEY
+from dp_ops.steps.gate import GateResult, day_start, run_suites, suite
+
+INTERNAL_EXTRA_COLUMNS: tuple[str, ...] = (
+    "region_id",
+    "level",
+    "area_km2",
+    "noisy_contributors",
+    "residential_hours",
+    "publish_row",
+    "date_value",
+)
+
+# A percent change is 100 * (value / baseline - 1) >= -100; the top guards against a
+# near-zero baseline slipping past suppression.
+MIN_CHANGE_PERCENT = -100
+MAX_CHANGE_PERCENT = 1000
+# Type names as GX's pandas type check resolves them: "Int64Dtype" is pandas' nullable
+# integer (NA = suppressed), "int64"/"int32" a column with nothing suppressed.
+CHANGE_COLUMN_TYPES: tuple[str, ...] = ("Int64Dtype", "Int32Dtype", "int64", "int32")
+
+SUITE_PUBLISHED = "mobility_release_published"
+SUITE_INTERNAL = "mobility_release_internal"
+
+# Rows that appear in the published CSV. ``Column(...) == True`` builds a GX condition
+# object, it is not a Python comparison.
+_PUBLISHED_ROWS = Column("publish_row") == True  # noqa: E712
+
+
+def published_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
+    """Expectations on the table written to ``Global_Mobility_Report.csv``.
+
+    Run-time parameter ``published_rows``: the number of ``publish_row`` rows of the
+    internal table, so that the CSV holds as many region-days as the gate checked.
+    """
+    expectations: list[gxe.Expectation] = []
+    add = expectations.append
+    add(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(PUBLISHED_COLUMNS)))
+    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "published_rows"}))
+    for column in ROW_KEY:
+        # "Not applicable" is the empty string, never a null.
+        add(gxe.ExpectColumnValuesToNotBeNull(column=column))
+    # The regex checks double as type checks: GX 1.24's type-list check cannot name
+    # pandas 3's default "str" dtype, and a non-string column fails a regex expectation.
+    add(gxe.ExpectColumnValuesToMatchRegex(column="country_region_code", regex=r"^[A-Z]{2}$"))
+    add(gxe.ExpectColumnValuesToMatchStrftimeFormat(column="date", strftime_format="%Y-%m-%d"))
+    add(gxe.ExpectColumnValuesToMatchRegex(column="date", regex=r"^\d{4}-\d{2}-\d{2}$"))
+    # Checked on the CSV itself too, not only through the internal publish_row flags:
+    # no day before the public start (so none of the baseline window) is published.
+    add(gxe.ExpectColumnValuesToNotBeInSet(column="date", value_set=_days_before_public(cfg)))
+    add(
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["iso_3166_2_code", "sub_region_1", "sub_region_2", "place_id", "date"]
+        )
+    )
+    for column in CHANGE_COLUMNS:
+        add(
+            gxe.ExpectColumnValuesToBeInTypeList(
+                column=column, type_list=list(CHANGE_COLUMN_TYPES)
+            )
+        )
+        add(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column, min_value=MIN_CHANGE_PERCENT, max_value=MAX_CHANGE_PERCENT
+            )
+        )
+    return suite(SUITE_PUBLISHED, expectations)
+
+
+def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
+    """Expectations on the whole release domain (published and unpublished region-days).
+
+    Run-time parameters: ``domain_rows`` = distinct regions x distinct dates of the
+    table (with compound uniqueness of (region_id, date) this makes every date present
+    for every region), and ``release_days`` = days from the first to the last date (an
+    unbroken daily series).
+    """
+    expectations: list[gxe.Expectation] = []
+    add = expectations.append
+    add(
+        gxe.ExpectTableColumnsToMatchSet(
+            column_set=list(PUBLISHED_COLUMNS + INTERNAL_EXTRA_COLUMNS), exact_match=False
+        )
+    )
+    for column in ("region_id", "date", "date_value", "publish_row"):
+        add(gxe.ExpectColumnValuesToNotBeNull(column=column))
+    add(gxe.ExpectCompoundColumnsToBeUnique(column_list=["region_id", "date"]))
+    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "domain_rows"}))
+    add(
+        gxe.ExpectColumnUniqueValueCountToBeBetween(
+            column="date_value",
+            min_value={"$PARAMETER": "release_days"},
+            max_value={"$PARAMETER": "release_days"},
+        )
+    )
+
+    # Publication rules, on the rows that reach the CSV. Range checks skip nulls, so a
+    # missing area or contributor count is checked separately.
+    where_published = _PUBLISHED_ROWS
+    add(gxe.ExpectColumnValuesToNotBeNull(column="area_km2", row_condition=where_published))
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="area_km2", min_value=cfg.min_area_km2, row_condition=where_published
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="noisy_contributors", row_condition=where_published
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="noisy_contributors",
+            min_value=cfg.min_contributors,
+            row_condition=where_published,
+        )
+    )
+    # Null = residential not estimable that day (its change is then suppressed).
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="residential_hours", min_value=0, max_value=24, row_condition=where_published
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="date_value",
+            min_value=day_start(cfg.baseline_end),
+            strict_min=True,
+            row_condition=where_published,
+        )
+    )
+    add(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="date_value",
+            min_value=day_start(cfg.first_public_date),
+            row_condition=where_published,
+        )
+    )
+    return suite(SUITE_INTERNAL, expectations)
+
+
+def _days_before_public(cfg: MobilityConfig) -> list[str]:
+    """Every metric day before the public series starts, baseline window included."""
+    n = (cfg.first_public_date - cfg.first_metric_date).days
+    return [(cfg.first_metric_date + timedelta(days=i)).isoformat() for i in range(n)]
+
+
+def _internal_parameters(internal: pd.DataFrame) -> dict[str, int]:
+    """Counts the suites compare against, taken from the table's own distinct values."""
+    regions = internal["region_id"].nunique() if "region_id" in internal else 0
+    dates = internal["date"].nunique() if "date" in internal else 0
+    days = 0
+    if "date_value" in internal and internal["date_value"].notna().any():
+        values = pd.to_datetime(internal["date_value"])
+        days = int((values.max() - values.min()).days) + 1
+    published = 0
+    if "publish_row" in internal:
+        published = int(internal["publish_row"].fillna(False).astype(bool).sum())
+    return {
+        "domain_rows": int(regions * dates),
+        "release_days": days,
+        "published_rows": published,
+    }
+
+
+def validate_mobility_release(
+    internal: pd.DataFrame,
+    published: pd.DataFrame,
+    *,
+    gx_dir: Path,
+    cfg: MobilityConfig,
+    run_name: str,
+) -> GateResult:
+    """Validate a candidate mobility release with Great Expectations.
+
+    Builds (or reuses) a file Data Context at ``gx_dir``, runs the ``internal`` and
+    ``published`` suites through checkpoints, renders the
+    results into the local Data Docs site, and returns what failed. ``run_name`` labels
+    the run in Data Docs (e.g. the Airflow run id). Raises nothing on failed
+    expectations: call :func:`require_pass` to stop the release.
+    """
+    return run_suites(
+        [(internal_suite(cfg), "internal", internal),
+         (published_suite(cfg), "published", published)],
+        gx_dir=gx_dir, parameters=_internal_parameters(internal), run_name=run_name)

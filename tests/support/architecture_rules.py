@@ -1,0 +1,184 @@
+"""The package's import boundaries, checked on the source with ``ast`` (nothing imported).
+
+Every ``import`` counts, at module level or inside a function (a lazy import is still a
+dependency); imports under ``if TYPE_CHECKING:`` are for the type checker only and are
+left out. ``docs/architecture.md`` explains each rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "dp_ops"
+DEMO = "dp_demo"
+
+# Third-party and standard-library roots the privacy kernel may import: no files, no
+# engine, no Airflow, no dataframes.
+KERNEL_THIRD_PARTY = frozenset({
+    "__future__", "collections", "dataclasses", "datetime", "enum", "math", "random",
+    "secrets", "sqlite3", "time", "typing", "numpy", "randomgen", "sqlalchemy",
+})
+# The code that runs SQL over private rows: the engines, and ingest (which validates the
+# raw partitions).
+ROW_READERS = ("dp_ops.engine", "dp_ops.steps.ingest")
+ENGINE_LIBRARIES = ("duckdb", "pyspark")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # the imported module (or module.name for "from m import name")
+    line: int
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    where: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.where}: {self.detail}"
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node, except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _type_checking_only(child):
+            for other in child.orelse:
+                yield other
+                yield from _walk(other)
+            continue
+        yield child
+        yield from _walk(child)
+
+
+def imports_of(root: Path, path: Path) -> list[Import]:
+    module = module_name(root, path)
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[Import] = []
+    for node in _walk(tree):
+        if isinstance(node, ast.Import):
+            found += [Import(module, alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[:len(package) - (node.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            found += [Import(module, f"{base}.{alias.name}" if alias.name != "*" else base,
+                             node.lineno) for alias in node.names]
+    return found
+
+
+def all_imports(root: Path, packages: Iterable[str] = (PACKAGE, DEMO)) -> list[Import]:
+    out: list[Import] = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            out += imports_of(root, path)
+    return out
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _resolve(target: str, modules: set[str]) -> str | None:
+    """The project module ``target`` names (``pkg.mod.name`` -> ``pkg.mod``), if any."""
+    while target:
+        if target in modules:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def check(root: Path) -> list[Violation]:
+    """Every boundary violation in the packages under ``root`` (``plugins/``)."""
+    imports = all_imports(root)
+    modules = {module_name(root, p) for pkg in (PACKAGE, DEMO)
+               for p in (root / pkg).rglob("*.py")}
+    out: list[Violation] = []
+    for imp in imports:
+        where = f"{imp.module}:{imp.line} imports {imp.target}"
+        top = imp.target.split(".")[0]
+        if _within(imp.module, PACKAGE) and top == DEMO:
+            out.append(Violation("dp_ops never imports dp_demo", where, ""))
+        if top == "airflow" and not _within(imp.module, f"{PACKAGE}.airflow") \
+                and _within(imp.module, PACKAGE):
+            out.append(Violation("only dp_ops.airflow imports Airflow", where, ""))
+        if _within(imp.module, f"{PACKAGE}.privacy"):
+            own = _within(imp.target, f"{PACKAGE}.privacy") or _within(
+                imp.target, f"{PACKAGE}.errors")
+            if top == PACKAGE and not own:
+                out.append(Violation("the privacy kernel imports only itself and errors",
+                                     where, ""))
+            elif top != PACKAGE and top not in KERNEL_THIRD_PARTY:
+                out.append(Violation("the privacy kernel imports no file, engine, dataframe "
+                                     "or Airflow code", where, f"{top} is not allowed"))
+        if imp.module == f"{PACKAGE}.errors" and top not in ("__future__",):
+            out.append(Violation("dp_ops.errors imports nothing", where, ""))
+        if top in ENGINE_LIBRARIES and _within(imp.module, PACKAGE) and not any(
+                _within(imp.module, r) for r in ROW_READERS):
+            out.append(Violation("only the engines and ingest run SQL over private rows",
+                                 where, ""))
+        if _within(imp.module, f"{PACKAGE}.steps") and _within(imp.target,
+                                                             f"{PACKAGE}.reports"):
+            out.append(Violation("steps are report-agnostic", where, ""))
+        if _within(imp.module, f"{PACKAGE}.engine") and any(
+                _within(imp.target, f"{PACKAGE}.{p}") for p in ("steps", "reports", "airflow")):
+            out.append(Violation("engines know no steps, reports or Airflow", where, ""))
+    out += [Violation("no import cycles", " -> ".join(cycle), "")
+            for cycle in cycles(imports, modules)]
+    return out
+
+
+def cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
+    """The import cycles among project modules (each reported once, as a path)."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for imp in imports:
+        target = _resolve(imp.target, modules)
+        if target is not None and target != imp.module:
+            # importing a package's submodule also runs the package's __init__; that
+            # edge is the package's, so a package importing its own submodules is fine
+            graph[imp.module].add(target)
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                key = frozenset(cycle)
+                if key not in seen:
+                    seen.add(key)
+                    found.append(cycle)
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
