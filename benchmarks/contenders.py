@@ -3,8 +3,8 @@
     python benchmarks/contenders.py CONTENDER --data DIR --work DIR --result FILE
 
 ``ours-step``     the public-places step exactly as the pipeline runs it:
-                  ``dp_ops.reports.mobility.steps.bound_contributions`` then ``steps.noise`` on a data root holding
-                  the day as its clean partition (this computes every mobility metric, not
+                  ``dp_ops.reports.mobility.steps.bound_contributions`` then
+                  ``steps.noise`` on a data root holding the day as its clean partition (this computes every mobility metric, not
                   only places: see README.md)
 ``ours-places``   the pipeline's bounding SQL (``cell_aggregates_sql``) filtered to the
                   place metrics, then discrete Laplace noise on every place cell of the
@@ -18,7 +18,8 @@
 ``whole-day``     every step of one day (``steps.run_days`` for one date: ingest, bound,
                   noise, baseline, report, then gate and publish) on a data root whose
                   baseline window was prepared by ``whole-day-prepare``
-``profile-bounding`` ``steps.bound_contributions`` with DuckDB's JSON profiler on each of its queries
+``profile-bounding`` ``steps.bound_contributions`` with DuckDB's JSON profiler on each of
+                  its queries
 ``exact-bounded`` (validation, not timed) sum over users of min(distinct place pairs, 4)
                   per level: what every correct contender's place counts add up to before
                   noise
@@ -44,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from dp_ops.contract import PLACE_CATEGORIES
-from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.layout import DataRoot
+from dp_ops.reports.mobility.config import MobilityConfig
 
 BENCH_DAY = date(2020, 2, 15)  # the first public date: the whole day publishes it
 STAYS_FILE = "stays.parquet"
@@ -100,8 +101,8 @@ def ours_step(data: Path, work: Path) -> dict[str, Any]:
 
     import dp_ops.reports.mobility.bounding  # noqa: F401  imports outside the timed section
     import dp_ops.reports.mobility.noising  # noqa: F401
-    from dp_ops.settings import load_execution_settings
     from dp_ops.reports.mobility import steps
+    from dp_ops.settings import load_execution_settings
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     cfg = MobilityConfig()
@@ -144,10 +145,10 @@ def ours_places(data: Path, work: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from dp_ops.engine.duckdb import duckdb_connection, register_ancestors
-    from dp_ops.settings import load_execution_settings
+    from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
     from dp_ops.regions import ancestors, read_regions
     from dp_ops.reports.mobility.bounding import bounding_params
-    from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
+    from dp_ops.settings import load_execution_settings
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     clean = root.clean_partition(SOURCE, BENCH_DAY) / "part.parquet"
@@ -186,9 +187,9 @@ GROUP BY ALL
 
 def duckdb_floor(data: Path, work: Path) -> dict[str, Any]:
     from dp_ops.engine.duckdb import duckdb_connection, register_ancestors
-    from dp_ops.settings import load_execution_settings
-    from dp_ops.regions import ancestors, read_regions
     from dp_ops.engine.files import atomic_copy_to_parquet
+    from dp_ops.regions import ancestors, read_regions
+    from dp_ops.settings import load_execution_settings
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     clean = root.clean_partition(SOURCE, BENCH_DAY) / "part.parquet"
@@ -222,8 +223,8 @@ FROM per_user GROUP BY level ORDER BY level
 
 def exact_bounded(data: Path, work: Path) -> dict[str, Any]:
     from dp_ops.engine.duckdb import duckdb_connection, register_ancestors
-    from dp_ops.settings import load_execution_settings
     from dp_ops.regions import ancestors, read_regions
+    from dp_ops.settings import load_execution_settings
 
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     clean = root.clean_partition(SOURCE, BENCH_DAY) / "part.parquet"
@@ -346,8 +347,8 @@ def _read_profile(path: Path) -> dict[str, Any]:
 
 
 def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
-    """``steps.bound_contributions`` exactly as ``ours-step`` runs it, with DuckDB's JSON profiler on
-    every query it sends (the pipeline may bound a big day in several user parts): the
+    """``steps.bound_contributions`` exactly as ``ours-step`` runs it, with DuckDB's JSON
+    profiler on every query it sends (the pipeline may bound a big day in several user parts): the
     operators' thread time summed over the queries, spill and peak buffer memory.
 
     The profiler is switched on by wrapping ``dp_ops.engine.duckdb.duckdb_connection`` and
@@ -356,8 +357,8 @@ def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
     import shutil
 
     import dp_ops.engine.duckdb as pipeline_bounding
-    from dp_ops.settings import load_execution_settings
     from dp_ops.reports.mobility import steps
+    from dp_ops.settings import load_execution_settings
 
     for name in ("duckdb_connection", "atomic_copy_to_parquet"):
         if not hasattr(pipeline_bounding, name):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run a command (`make test`: pytest) with DP_TEST_POSTGRES_URL set, so that the ledger
-# tests (tests/unit/test_ledger.py) run on PostgreSQL as well as on SQLite.
+# tests (tests/unit/privacy/test_ledger.py) run on PostgreSQL as well as on SQLite.
 #
 #   scripts/with_test_postgres.sh .venv/bin/python -m pytest -q
 #

@@ -20,7 +20,7 @@
 --   contributors:  one region (the one with most hours of any stay).
 -- "At random" is a pseudo-random key md5(user, candidate, day, salt), the same on DuckDB
 -- and Spark; the privacy guarantee rests on the bounds holding, not on the key's secrecy.
--- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
+-- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.engine.spark turns the
 -- $name bind parameters into Spark's :name), so use only functions and types both know.
 -- Work at the finest level first (one row per stay), then roll up to the levels: the
 -- join with the ancestors multiplies rows by the number of levels, so it comes after the
@@ -45,7 +45,7 @@ finest_pairs AS (
 -- Only a user with more place stays than $max_pairs can have more pairs than that at any
 -- level: the pseudo-random choice (a sort per user and level) is made for those users
 -- only; everyone else keeps all their pairs. Same result as ranking everyone, at a
--- fraction of the cost (tests/unit/test_bounding.py checks it against the plain query).
+-- fraction of the cost (tests/unit/steps/test_bound.py checks it against the plain query).
 heavy_users AS (
     SELECT user_id
     FROM {{ stays }}
@@ -100,7 +100,7 @@ hours_by_region AS (
 -- For users in several regions the top is found by grouping, and the key (an md5) is
 -- computed only where regions tie for the top, which is rare: no sort per user. The
 -- result is exactly "rank by seconds, then by key, take the first" (checked against that
--- plain query in tests/unit/test_bounding.py).
+-- plain query in tests/unit/steps/test_bound.py).
 user_levels AS (
     SELECT user_id, level, count(*) AS n_regions, min(region_id) AS only_region,
            max(work_seconds) AS work_seconds, max(home_seconds) AS home_seconds,

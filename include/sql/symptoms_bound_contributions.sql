@@ -19,7 +19,7 @@
 --               $max_symptoms in L1, and B by at most 1.
 -- "At random" is a pseudo-random key md5(user, level, candidate, day, salt), the same on
 -- DuckDB and Spark; the privacy guarantee rests on the bounds holding, not on the key.
--- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
+-- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.engine.spark turns the
 -- $name bind parameters into Spark's :name), so use only functions and types both know.
 WITH searches_by_level AS (
     SELECT s.user_id, a.level, a.region_id, s.symptom

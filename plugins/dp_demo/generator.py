@@ -1,6 +1,7 @@
 """Synthetic private input for the reports, driven by a known ground-truth trajectory.
 
-Real location and search logs are private, so the project generates them (SPEC section 3):
+Real location and search logs are private, so the project generates them (docs/design.md,
+Input contract):
 the public region table and symptom list under ``reference/``, one Parquet partition of
 stays per day under ``raw/location_history/`` and one of searches under
 ``raw/search_activity/``, and the non-private truth under ``truth/`` for evaluation only
@@ -104,7 +105,8 @@ distinct symptoms, which matters only for the most common names).
 Truth
 -----
 ``truth/mobility_truth.parquet`` has one row per (date, region) for every region of the
-table at all three levels: the SPEC section 4 metrics computed exactly, *without*
+table at all three levels: the metrics of docs/design.md, Mobility report, computed
+exactly, *without*
 contribution bounding or noise, and their percent change against a true baseline (median
 of the five same-weekday values in the baseline window; NaN when the generated range does
 not cover the window).
@@ -131,6 +133,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 import duckdb
 import numpy as np
@@ -239,13 +242,14 @@ def _lockdown(days: list[date]) -> np.ndarray:
     x = np.array([d.toordinal() for d in days], dtype=float)
     kx = np.array([d.toordinal() for d, _ in _LOCKDOWN_KNOTS], dtype=float)
     ky = np.array([v for _, v in _LOCKDOWN_KNOTS])
-    return np.interp(x, kx, ky, left=0.0, right=ky[-1])
+    return cast(np.ndarray, np.interp(x, kx, ky, left=0.0, right=ky[-1]))
 
 
 def _park_season(days: list[date]) -> np.ndarray:
     x = np.array([d.timetuple().tm_yday for d in days], dtype=float)
     kx, ky = zip(*_PARK_SEASON_KNOTS, strict=True)
-    return np.interp(x, np.array(kx, dtype=float), np.array(ky), left=0.0, right=0.0)
+    return cast(np.ndarray,
+                np.interp(x, np.array(kx, dtype=float), np.array(ky), left=0.0, right=0.0))
 
 
 def _factors(days: list[date], region_scale: np.ndarray) -> np.ndarray:
@@ -286,7 +290,7 @@ class _Geography:
     def draw_in_county(self, rng: np.random.Generator, region: np.ndarray) -> np.ndarray:
         """A municipality of the same county as ``region``, by population (may be itself)."""
         x = self.county[region] + rng.random(len(region))
-        return np.searchsorted(self.county_cum, x, side="right")
+        return cast(np.ndarray, np.searchsorted(self.county_cum, x, side="right"))
 
 
 def _geography(regions: pd.DataFrame, rng: np.random.Generator) -> _Geography:
@@ -395,7 +399,7 @@ def _separate_identical_stays(stays: _Stays) -> np.ndarray:
     copy = np.arange(len(same)) - run_start
     adjusted = minutes.copy()
     adjusted[order] = np.maximum(minutes[order] - copy, 1) if len(order) else minutes
-    return adjusted / 60.0
+    return cast(np.ndarray, adjusted / 60.0)
 
 
 def _minutes(hours: np.ndarray) -> np.ndarray:
@@ -405,7 +409,7 @@ def _minutes(hours: np.ndarray) -> np.ndarray:
 
 def _public_place(rng: np.random.Generator, region: np.ndarray, category: np.ndarray) -> np.ndarray:
     j = rng.integers(0, _PLACES_PER_CATEGORY, size=len(region))
-    return (region * _N_PLACE + category) * _PLACES_PER_CATEGORY + j
+    return cast(np.ndarray, (region * _N_PLACE + category) * _PLACES_PER_CATEGORY + j)
 
 
 def _visit_dwell(rng: np.random.Generator, category: np.ndarray) -> np.ndarray:
@@ -595,20 +599,20 @@ def _symptom_popularity(symptoms: list[str]) -> np.ndarray:
     free = np.flatnonzero(rank == 0)
     rank[free] = np.random.default_rng(_POPULARITY_SEED).permutation(free_ranks)[:len(free)]
     weight = rank.astype(float) ** -_ZIPF_EXPONENT
-    return weight / weight.sum()
+    return cast(np.ndarray, weight / weight.sum())
 
 
 def _seasonal(days: list[date], knots: tuple[tuple[int, float], ...]) -> np.ndarray:
     x = np.array([d.timetuple().tm_yday for d in days], dtype=float)
     kx, ky = zip(*knots, strict=True)
-    return np.interp(x, np.array(kx, dtype=float), np.array(ky))
+    return cast(np.ndarray, np.interp(x, np.array(kx, dtype=float), np.array(ky)))
 
 
 def _covid_wave(days: list[date]) -> np.ndarray:
     x = np.array([d.toordinal() for d in days], dtype=float)
     kx = np.array([d.toordinal() for d, _ in _COVID_KNOTS], dtype=float)
     ky = np.array([v for _, v in _COVID_KNOTS])
-    return np.interp(x, kx, ky, left=0.0, right=ky[-1])
+    return cast(np.ndarray, np.interp(x, kx, ky, left=0.0, right=ky[-1]))
 
 
 def _symptom_factors(days: list[date], symptoms: list[str]) -> np.ndarray:
@@ -716,7 +720,7 @@ def _write_atomically(table: pa.Table, path: Path) -> None:
 
 
 def default_symptoms_path() -> Path:
-    """The 422 symptom names shipped with the package (SPEC section 3)."""
+    """The 422 symptom names shipped with the package (docs/design.md, Input contract)."""
     return Path(str(resources.files("dp_demo").joinpath("data", "symptoms.txt")))
 
 

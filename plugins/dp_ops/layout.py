@@ -1,4 +1,4 @@
-"""Where everything lives under the data root (SPEC section 3 and 11).
+"""Where everything lives under the data root (docs/design.md, Input contract and Interfaces).
 
 The data root is configurable with ``DP_DATA_ROOT`` (default ``./data``). Areas:
 

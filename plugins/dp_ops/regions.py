@@ -1,4 +1,5 @@
-"""The public region table (SPEC section 3): the demo country, CSV I/O and validation.
+"""The public region table (docs/design.md, Input contract): the demo country, CSV I/O and
+validation.
 
 The region table is public: every (region, date, metric) cell of a report is generated
 from it, never from the data (delta = 0 needs a data-independent output domain). It is a
@@ -132,7 +133,8 @@ def _row(region_id: str, parent_id: str, level: int, area: float, **text: str) -
 
 
 def demo_regions(seed: int = 7) -> pd.DataFrame:
-    """The public region table of Demoland, columns in SPEC section 3 order.
+    """The public region table of Demoland, columns in ``REGION_COLUMNS`` order (docs/design.md,
+    Input contract).
 
     Names and ids are fixed; ``seed`` only jitters municipal areas by up to +-10% (the small
     town stays under 3 km^2). Parent areas are the sums of their children's.
@@ -194,7 +196,7 @@ def read_regions(path: str | Path) -> pd.DataFrame:
     """Read and validate a region table; raise ``RegionTableError`` naming file and problem.
 
     Text columns come back as ``str`` with empty strings (never NaN), ``level`` as int64,
-    ``area_km2`` as float64, columns in SPEC order.
+    ``area_km2`` as float64, columns in ``REGION_COLUMNS`` order.
     """
     path = Path(path)
     try:

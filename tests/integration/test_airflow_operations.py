@@ -76,7 +76,7 @@ DAILY_DAG, RERUN_DAG = "mobility_report", "mobility_region_rerun"
 MAX_ACTIVE_RUNS = 4
 RUN_TIMEOUT_S = 300
 
-# SPEC section 8: Google's exact header of the mobility CSVs.
+# Google's exact header of the mobility CSVs (docs/design.md, Outputs).
 MOBILITY_HEADER = [
     "country_region_code", "country_region", "sub_region_1", "sub_region_2", "metro_area",
     "iso_3166_2_code", "census_fips_code", "place_id", "date",

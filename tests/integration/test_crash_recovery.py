@@ -1,5 +1,5 @@
 """Kill the pipeline hard (SIGKILL) at its most dangerous points, rerun it, and check that
-it kept its promises (issue 6, point 1; SPEC section 9 "Idempotent tasks").
+it kept its promises (issue 6, point 1; docs/design.md, Operations, "Idempotence").
 
 Each case starts from a copy of a data root that already holds a published release (the
 "previous release", through ``D0``), runs the next day ``D1`` through the real CLI in a

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 START, END = date(2020, 1, 1), date(2020, 2, 17)
 EMPTY_REGION = "DM-01-999"
-SPEC_HEADER = (
+GOOGLE_HEADER = (
     "country_region_code,country_region,sub_region_1,sub_region_2,metro_area,"
     "iso_3166_2_code,census_fips_code,place_id,date,"
     "retail_and_recreation_percent_change_from_baseline,"
@@ -60,10 +60,10 @@ def test_release_has_googles_exact_header(pipeline: dict[str, object]) -> None:
     assert isinstance(root, DataRoot)
     latest = root.latest_release("mobility")
     with open(latest / "Global_Mobility_Report.csv", "rb") as fh:
-        assert fh.readline() == (SPEC_HEADER + "\n").encode()
+        assert fh.readline() == (GOOGLE_HEADER + "\n").encode()
     per_country = latest / "Region_Mobility_Report_CSVs" / "2020_DM_Region_Mobility_Report.csv"
     with open(per_country, "rb") as fh:
-        assert fh.readline() == (SPEC_HEADER + "\n").encode()
+        assert fh.readline() == (GOOGLE_HEADER + "\n").encode()
     release = pd.read_csv(latest / "Global_Mobility_Report.csv", dtype=str, keep_default_na=False)
     assert set(release["date"]) == {"2020-02-15", "2020-02-16", "2020-02-17"}
     values = release.iloc[:, 9:].stack()

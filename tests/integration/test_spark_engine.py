@@ -1,6 +1,6 @@
 """The Spark engine (``DP_ENGINE=spark``) runs the same bounding SQL as DuckDB and writes
 the same true cell sums: the same rows, values and column types, unsharded and per user
-shard, for both reports (SPEC section 10).
+shard, for both reports (docs/design.md, Scale).
 
 The input is a generated day plus hand-made users for whom the pseudo-random choices
 decide the output: more place pairs or symptoms than the bound (so some are dropped by the

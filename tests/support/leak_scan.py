@@ -1,4 +1,4 @@
-"""Search what an Airflow UI user can read for private values (SPEC section 9).
+"""Search what an Airflow UI user can read for private values (docs/design.md, Operations).
 
 Used by ``test_airflow_operations.py`` after a real Airflow has run the mobility report, and
 checked on planted values by the same module's fast tests. What counts as a leak:

@@ -1,7 +1,7 @@
 """Empirical privacy audit: a statistical lower bound on a mechanism's epsilon.
 
-What it measures. Take two neighbouring datasets D and D' (SPEC section 2: they differ in
-one user's records for one day) and run the mechanism M many times on each. For any
+What it measures. Take two neighbouring datasets D and D' (docs/design.md, Privacy model:
+they differ in one user's records for one day) and run the mechanism M many times on each. For any
 event S of the output space, epsilon-DP with delta = 0 implies
 
     P[M(D) in S] <= exp(epsilon) * P[M(D') in S]   and the same with D, D' swapped,

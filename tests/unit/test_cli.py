@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +53,35 @@ def test_a_bad_argument_names_it(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["run", "mobility", "--start", "2020-02-30", "--end", "2020-03-01"])
     assert exit_info.value.code == 2
     assert "'2020-02-30' is not a date (YYYY-MM-DD)" in capsys.readouterr().err
+
+
+# -- the installed commands ----------------------------------------------------------------
+
+def _help(*command: str) -> str:
+    res = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+@pytest.mark.parametrize("command", [
+    (sys.executable, "-m", "dp_ops"),
+    (str(Path(sys.executable).with_name("dp-ops")),),
+    (sys.executable, "-m", "dp_demo"),
+    (str(Path(sys.executable).with_name("dp-demo")),),
+])
+def test_every_documented_subcommand_is_there(command: tuple[str, ...]) -> None:
+    """``generate`` and ``evaluate`` come from dp_demo through the ``dp_ops.commands``
+    entry points; ``run`` and ``ledger`` from dp_ops itself; both packages are installed,
+    so no PYTHONPATH is needed."""
+    text = _help(*command)
+    for sub in ("generate", "run", "ledger", "evaluate"):
+        assert sub in text
+    assert "--renoise" in _help(*command, "run")
+    assert "--users" in _help(*command, "generate")
+
+
+def test_the_demo_commands_are_plugged_in_not_imported() -> None:
+    names = {ep.name: ep.value for ep in cli.plugin_commands()}
+    assert names == {"evaluate": "dp_demo.cli:evaluate_command",
+                     "generate": "dp_demo.cli:generate_command"}
+    assert "dp_demo" not in Path(cli.__file__).read_text()

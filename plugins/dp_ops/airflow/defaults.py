@@ -28,7 +28,7 @@ RERUN_REASON = "{{ params.reason }}"
 
 
 def rerun_params(daily_dag_id: str) -> dict[str, Param]:
-    """The trigger form of a ``*_region_rerun`` DAG (SPEC section 9)."""
+    """The trigger form of a ``*_region_rerun`` DAG (docs/design.md, Operations)."""
     return {
         "date": Param(type="string", format="date", title="Date",
                       description="The day to recompute (YYYY-MM-DD); it must already have "

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
-from logging import Logger
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -20,6 +19,14 @@ from dp_ops.errors import BadRequest, BudgetExceeded, GateFailed, Refusal
 
 if TYPE_CHECKING:
     from dp_ops.reports.registry import AnyReport
+
+
+class ErrorLog(Protocol):
+    """What :func:`refusals_fail_without_retry` needs of a logger: a stdlib
+    :class:`logging.Logger` and an operator's ``self.log`` (Airflow's structlog-based
+    logger) both qualify."""
+
+    def error(self, msg: Any, /, *args: Any) -> object: ...
 
 
 def load(report: str) -> AnyReport:
@@ -31,7 +38,7 @@ def load(report: str) -> AnyReport:
 
 
 @contextmanager
-def refusals_fail_without_retry(log: Logger, request: str = "request") -> Iterator[None]:
+def refusals_fail_without_retry(log: ErrorLog, request: str = "request") -> Iterator[None]:
     """The one place that decides retry. A :class:`dp_ops.errors.Refusal` fails the task
     at once, without retry, since retrying cannot change it:
 

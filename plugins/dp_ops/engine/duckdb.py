@@ -57,7 +57,7 @@ def duckdb_connection(root: DataRoot, settings: ExecutionSettings) -> duckdb.Duc
 def duckdb_parts(clean: Path, settings: ExecutionSettings) -> int:
     """How many user parts DuckDB bounds a day in: one per ``duckdb_rows_per_part`` input
     rows (from the Parquet footer, no scan)."""
-    rows = pq.ParquetFile(clean).metadata.num_rows
+    rows: int = pq.ParquetFile(clean).metadata.num_rows
     return max(1, math.ceil(rows / settings.duckdb_rows_per_part))
 
 

@@ -1,4 +1,5 @@
-"""The privacy budget ledger (SPEC section 6): append-only, atomic, checked before noise.
+"""The privacy budget ledger (docs/design.md, Privacy budget ledger): append-only, atomic,
+checked before noise.
 
 Every noise draw is preceded by a *spend* row in the ledger. A spend names a slot
 ``(report, date, level, metric, region_scope)`` and a generation (0 for the first spend
@@ -139,7 +140,7 @@ def _make_read_engine(url: str) -> Engine:
 SQLITE_LOCK_WAIT_S = 120.0
 
 
-def _set_wal(dbapi_conn: Any, wait_s: float = SQLITE_LOCK_WAIT_S) -> None:
+def set_wal_mode(dbapi_conn: Any, wait_s: float = SQLITE_LOCK_WAIT_S) -> None:
     """Switch a SQLite ledger to WAL, waiting for other openers.
 
     Changing the journal mode needs an exclusive lock, and SQLite reports "database is
@@ -166,7 +167,7 @@ def _make_engine(url: str) -> Engine:
             # let us issue BEGIN ourselves (pysqlite's implicit BEGIN is deferred)
             dbapi_conn.isolation_level = None
             dbapi_conn.execute("PRAGMA busy_timeout=120000")
-            _set_wal(dbapi_conn)
+            set_wal_mode(dbapi_conn)
 
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:

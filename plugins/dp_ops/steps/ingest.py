@@ -1,6 +1,6 @@
 """Ingestion: validate one day's raw partition, split it into clean rows and quarantine.
 
-Contract (SPEC section 3). File-level problems fail the task with a message naming the
+Input contract (docs/design.md). File-level problems fail the task with a message naming the
 file: a missing partition, a partition with no Parquet file or with a non-Parquet file, a
 file that cannot be read (zero bytes, truncated, corrupt footer or data page, not
 Parquet), a missing, unexpected or repeated column, a column of the wrong type. A file
@@ -68,11 +68,11 @@ SEARCH_SCHEMA = SourceSchema(
 def _is_string(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         return _is_string(t.value_type)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t))
 
 
 def _is_numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
 
 
 def _is_date(t: pa.DataType) -> bool:

@@ -20,7 +20,7 @@
 --   contributors:  one region (the one with most hours of any stay).
 -- "At random" is a pseudo-random key md5(user, candidate, day, salt), the same on DuckDB
 -- and Spark; the privacy guarantee rests on the bounds holding, not on the key's secrecy.
--- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.spark_engine turns the
+-- Portable SQL: it runs unchanged on DuckDB and on Spark (dp_ops.engine.spark turns the
 -- $name bind parameters into Spark's :name), so use only functions and types both know.
 WITH stays_by_level AS (
     SELECT s.user_id, a.level, a.region_id, s.place_category AS category,

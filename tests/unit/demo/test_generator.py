@@ -185,7 +185,8 @@ def test_truth_has_every_region_and_date(truth: pd.DataFrame,
 
 
 def _expected_truth(day: pd.DataFrame, region: str) -> dict[str, float]:
-    """The SPEC metrics for one region, straight from the stays (pandas, no SQL)."""
+    """The mobility metrics (docs/design.md, Mobility report) for one region, straight from
+    the stays (pandas, no SQL)."""
     inside = day[day["region_id"].str.startswith(region)]
     users = lambda cats: inside.loc[inside["place_category"].isin(cats), "user_id"].nunique()  # noqa: E731
     out: dict[str, float] = {name: sum(users([c]) for c in sources)

@@ -1,4 +1,5 @@
-"""The privacy budget ledger (dp_ops.privacy.ledger, SPEC section 6): a slot is noised at most once,
+"""The privacy budget ledger (dp_ops.privacy.ledger; docs/design.md, Privacy budget ledger): a
+slot is noised at most once,
 re-noises are explicit and charged, the per-user-day cap is enforced before anything is
 written, rows are never changed, and all of this holds when real processes race.
 
@@ -39,10 +40,10 @@ from dp_ops.privacy.ledger import (
     Slot,
     Spend,
     SpendRequest,
-    _set_wal,
     budget_spend,
     format_ledger,
     format_ledger_summary,
+    set_wal_mode,
 )
 
 PG_ENV = "DP_TEST_POSTGRES_URL"
@@ -545,9 +546,9 @@ class _LockedThenFree:
 
 def test_switching_to_wal_waits_out_a_concurrent_opener() -> None:
     conn = _LockedThenFree(failures=3)
-    _set_wal(conn, wait_s=5)
+    set_wal_mode(conn, wait_s=5)
     assert conn.calls == 4
     with pytest.raises(sqlite3.OperationalError, match="locked"):
-        _set_wal(_LockedThenFree(failures=10**9), wait_s=0.05)
+        set_wal_mode(_LockedThenFree(failures=10**9), wait_s=0.05)
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
-        _set_wal(_LockedThenFree(failures=1, message="disk I/O error"), wait_s=5)
+        set_wal_mode(_LockedThenFree(failures=1, message="disk I/O error"), wait_s=5)

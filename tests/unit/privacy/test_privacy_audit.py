@@ -60,7 +60,7 @@ DAY = date(2020, 3, 2)
 MOB = MobilityConfig()
 SYM = SymptomsConfig()
 
-# Country C; sub-regions A, B; finest A1, A2, B1, B2, B3 (as tests/unit/test_bounding.py).
+# Country C; sub-regions A, B; finest A1, A2, B1, B2, B3 (as tests/unit/steps/test_bound.py).
 FINEST = ["A1", "A2", "B1", "B2", "B3"]
 ANCESTORS = pd.DataFrame(
     [(f, 2, f) for f in FINEST] + [(f, 1, f[0]) for f in FINEST] + [(f, 0, "C") for f in FINEST]

@@ -1,1 +1,2 @@
-"""The Community Mobility Report pipeline (SPEC section 4): pure step functions."""
+"""The Community Mobility Report pipeline (docs/design.md, Mobility report): pure step
+functions."""

@@ -1,5 +1,5 @@
 """The frozen baseline: per region, category and weekday, the median of the 5 noisy values
-of that weekday in the window 2020-01-03..2020-02-06 (SPEC section 4).
+of that weekday in the window 2020-01-03..2020-02-06 (docs/design.md, Mobility report).
 
 Computed once, from noisy values only (post-processing), when every day of the window is
 noised, and stored with a first-writer-wins link; never recomputed, since recomputing it

@@ -3,7 +3,7 @@
 The SQL lives in ``include/sql/mobility_bound_contributions.sql`` (per-user bounded
 contributions) and ``include/sql/aggregate_cells.sql`` (sum per cell). The
 bounds it enforces per user-day and level are what the noise step's sensitivities
-assume; ``tests/unit/test_bounding.py`` checks them with property tests.
+assume; ``tests/unit/steps/test_bound.py`` checks them with property tests.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ PUBLISHED_CATEGORIES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class MobilityConfig:
-    """Parameters of the Community Mobility Report (SPEC section 4)."""
+    """Parameters of the Community Mobility Report (docs/design.md, Mobility report)."""
 
     place_epsilon: float = 0.44
     max_place_pairs: int = 4
@@ -42,7 +42,8 @@ class MobilityConfig:
     residential_sum_epsilon: float = 0.22
     residential_count_epsilon: float = 0.22
     contributors_epsilon: float = 0.22
-    # Residential hours go on a grid of minutes so the sum is an integer (SPEC section 2).
+    # Residential hours go on a grid of minutes so the sum is an integer (docs/design.md,
+    # Privacy model).
     residential_grid_per_hour: int = 60
     min_area_km2: float = 3.0
     min_contributors: int = 100
@@ -129,7 +130,8 @@ class MobilityConfig:
 
     @property
     def cap(self) -> float:
-        """Per-user-day cap: a normal run plus headroom (SPEC section 6)."""
+        """Per-user-day cap: a normal run plus headroom (docs/design.md, Privacy budget
+        ledger)."""
         if self.cap_override is not None:
             return self.cap_override
         return self.run_epsilon * (

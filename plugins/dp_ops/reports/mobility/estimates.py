@@ -34,7 +34,7 @@ Laplace tails only widens the margin by ``b ln 5``.
 published only if both ends are within ``max_error_points`` (10) percentage points of
 the noisy ratio ``max(v, 0) / b``; then, with probability ``>= 95%``, the published
 change is within 10 points of the true change (the paper's rule).
-``tests/unit/test_estimates.py`` checks the coverage by simulation.
+``tests/unit/reports/mobility/test_estimates.py`` checks the coverage by simulation.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-r"""Method updates for the mobility report (SPEC section 4, the mobility paper's section 5).
+r"""Method updates for the mobility report (docs/design.md, Mobility report; the mobility
+paper's section 5).
 
 When the metric computation changes from an ``effective_date`` (a new method version),
 changes published against the frozen baseline would jump at that date. The baseline is

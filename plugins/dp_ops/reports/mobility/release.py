@@ -1,10 +1,11 @@
-"""Assemble, gate and publish a mobility release (SPEC sections 7 and 8).
+"""Assemble, gate and publish a mobility release (docs/design.md, Release gates and Outputs).
 
 ``stage_and_validate`` builds the candidate release from the per-day report files (the
 contiguous run of days from the first public date), validates it with Great Expectations
-and writes it, with a chart per region (:mod:`dp_ops.steps.charts`), to
+and writes it, with a chart per region (:mod:`dp_ops.reports.mobility.charts`), to
 ``staging/mobility/<run>/``. ``publish_staged`` checks the privacy accounting, adds the
-release page (:mod:`dp_ops.steps.page`), then moves the staged directory to
+release page (:mod:`dp_ops.steps.page`, with the section of
+:mod:`dp_ops.reports.mobility.page`), then moves the staged directory to
 ``published/mobility/releases/<id>/`` with one rename and repoints the ``latest`` symlink
 with another, so readers see either the old release or the new one, never a mix. A
 failed gate leaves ``latest`` where it was.
@@ -28,11 +29,13 @@ from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility.charts import write_mobility_charts
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES
+from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
-from dp_ops.steps.charts import charted_regions, write_mobility_charts
+from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -226,7 +229,8 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     }
     # the page shows the manifest's figures; it is listed in the manifest itself
     manifest["files"] = write_release_index(
-        files_dir, manifest, staged.get("charts", []), data_docs=staged["gate"]["data_docs"],
+        files_dir, manifest, staged.get("charts", []), published=published_mobility,
+        data_docs=staged["gate"]["data_docs"],
         release_dir=root.published_dir(REPORT) / "releases" / release_id, data_root=root.root,
         uncharted_levels=staged.get("uncharted_levels", []))
     with publish_lock(root, REPORT):

@@ -1,7 +1,8 @@
 """One day of the report: percent changes against the frozen baseline, and suppression.
 
 Uses only stored noisy values, the frozen baseline and the public region table
-(post-processing). Row rules (SPEC section 4): a region under ``min_area_km2`` is never
+(post-processing). Row rules (docs/design.md, Mobility report): a region under
+``min_area_km2`` is never
 published; a region-day with fewer than ``min_contributors`` DP-contributing users is not
 published. Value rule: a change is published only if reliable (see
 :mod:`dp_ops.reports.mobility.estimates`). A region-day with no publishable change has no row.

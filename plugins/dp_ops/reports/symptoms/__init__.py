@@ -1,1 +1,1 @@
-"""The Search Trends Symptoms dataset (SPEC section 5)."""
+"""The Search Trends Symptoms dataset (docs/design.md, Symptoms dataset)."""

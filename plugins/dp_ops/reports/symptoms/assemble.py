@@ -1,6 +1,6 @@
 """Build a candidate symptoms release from the per-day rows (post-processing only).
 
-Steps, each from noisy values and public parameters only (SPEC section 5):
+Steps, each from noisy values and public parameters only (docs/design.md, Symptoms dataset):
 
 1. Keep the regions of the configured levels with ``area_km2 >= min_area_km2``; the others
    are never published.

@@ -3,8 +3,8 @@
 The SQL lives in ``include/sql/symptoms_bound_contributions.sql`` (per-user bounded
 contributions; its header states the bounds) and ``include/sql/aggregate_cells.sql``
 (sum per cell). Per user-day and level: one region, once in B, at most once per symptom
-and in at most ``max_symptoms_per_day`` symptoms. ``tests/unit/test_symptoms_bounding.py``
-checks those bounds with property tests.
+and in at most ``max_symptoms_per_day`` symptoms.
+``tests/unit/reports/symptoms/test_symptoms_bounding.py`` checks those bounds with property tests.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ SYMPTOM_CELL_PREFIX = "symptom:"      # A cells are named "symptom:<Name>", as t
 
 @dataclass(frozen=True)
 class SymptomsConfig:
-    """Parameters of the Search Trends Symptoms dataset (SPEC section 5).
+    """Parameters of the Search Trends Symptoms dataset (docs/design.md, Symptoms dataset).
 
     Budget: ``total_epsilon`` per user-day is split evenly over the levels and, within a
     level, ``volume_share`` of it goes to B (users with any search, sensitivity 1) and the
@@ -45,13 +45,13 @@ class SymptomsConfig:
     min_area_km2: float = 3.0
     first_public_date: date = date(2020, 1, 1)
     # Reliability rule: the true ratio lies within +/- tolerance of A/B with at least
-    # this probability (SPEC section 5).
+    # this probability (docs/design.md, Symptoms dataset).
     reliability_tolerance: float = 0.25
     reliability_probability: float = 0.5
     # A series is daily-unreliable when more than this share of its daily values fail.
     daily_unreliable_share: float = 0.5
     # Regions voting on each region's resolution: the region and its nearest neighbours
-    # by noisy volume B (the rolling majority of SPEC section 5).
+    # by noisy volume B (the rolling majority of docs/design.md, Symptoms dataset).
     granularity_neighbours: int = 20
     scale_to: float = 100.0
     method_version: str = "v1"

@@ -51,7 +51,8 @@ def pair_cells(cells: pd.DataFrame) -> pd.DataFrame:
 
 def with_reliability(rows: pd.DataFrame, cfg: SymptomsConfig, n_days: int | None = None
                      ) -> pd.DataFrame:
-    """Add ratio, lower, upper, reliable (SPEC section 5) to rows holding a_noisy,
+    """Add ratio, lower, upper, reliable (docs/design.md, Symptoms dataset) to rows
+    holding a_noisy,
     b_noisy, the noise parameters and, unless ``n_days`` is given, an ``n_days`` column
     (how many daily noises each value sums)."""
     from dp_ops.reports.symptoms.reliability import reliability

@@ -1,6 +1,7 @@
 """Daily or weekly resolution per (region, symptom) series, and the weekly sums.
 
-SPEC section 5: a series is *daily-unreliable* when more than half of its daily values in
+docs/design.md, Symptoms dataset: a series is *daily-unreliable* when more than half of
+its daily values in
 the release period fail the reliability rule (``dp_ops.reports.symptoms.reliability``). For each
 symptom the regions are ordered by noisy volume B, and each region takes the majority
 decision of the regions nearest to it in that order, so that regions of similar volume
@@ -43,7 +44,8 @@ def decide_resolution(series: pd.DataFrame, volume: pd.Series, neighbours: int) 
     side); near the ends the window is shifted to keep its size; if the symptom has no
     more regions than the window, all its regions vote. The region goes weekly iff at
     least half of its voters are daily-unreliable (a tie goes weekly, the cautious side).
-    SPEC's "the 20 regions nearest to it" is read as the region plus its 20 nearest
+    The 20 nearest regions of docs/design.md, Symptoms dataset, are read as the region plus
+    its 20 nearest
     neighbours (``neighbours=20``): 21 voters, odd, so with at least 21 regions there is
     never a tie; ties arise only with an even number of voters.
 

@@ -82,7 +82,8 @@ def from_rows(rows: pd.DataFrame) -> DailyMatrix:
     rows = rows.sort_values(["date", *KEYS])
 
     def stack(column: str) -> NDArray[np.generic]:
-        return rows[column].to_numpy().reshape(len(days), len(cells))
+        values: NDArray[np.generic] = rows[column].to_numpy()
+        return values.reshape(len(days), len(cells))
 
     return DailyMatrix(days=days, cells=cells, a=stack("a_noisy").astype(np.int64),
                        b=stack("b_noisy").astype(np.int64),

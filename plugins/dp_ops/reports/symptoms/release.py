@@ -1,10 +1,12 @@
-"""Assemble, gate and publish a symptoms release (SPEC sections 5, 7 and 8).
+"""Assemble, gate and publish a symptoms release (docs/design.md, Symptoms dataset, Release
+gates and Outputs).
 
 ``stage_and_validate`` builds the candidate from the per-day rows (the unbroken run of
 days from ``first_public_date``), validates it with Great Expectations and writes the
-files and a chart per region (:mod:`dp_ops.steps.charts`) to ``staging/symptoms/<run>/``.
-``publish_staged`` checks the accounting, adds the release page
-(:mod:`dp_ops.steps.page`), stores the scaling factors this release fixes for the
+files and a chart per region (:mod:`dp_ops.reports.symptoms.charts`) to
+``staging/symptoms/<run>/``. ``publish_staged`` checks the accounting, adds the release
+page (:mod:`dp_ops.steps.page`, with the section of :mod:`dp_ops.reports.symptoms.page`),
+stores the scaling factors this release fixes for the
 first time, and promotes the staged directory to ``published/symptoms/releases/<id>``
 with ``latest`` repointed atomically.
 
@@ -39,9 +41,11 @@ from dp_ops.reports.symptoms.assemble import (
     build_candidate,
     complete_weeks,
 )
+from dp_ops.reports.symptoms.charts import write_symptom_charts
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.matrix import read_days
-from dp_ops.steps.charts import charted_regions, write_symptom_charts
+from dp_ops.reports.symptoms.page import published_symptoms
+from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.ingest import read_symptoms
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
@@ -278,7 +282,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         }
         # the page shows the manifest's figures; it is listed in the manifest itself
         manifest["files"] = write_release_index(
-            files_dir, manifest, staged.get("charts", []),
+            files_dir, manifest, staged.get("charts", []), published=published_symptoms,
             data_docs=staged["gate"]["data_docs"],
             release_dir=root.published_dir(REPORT) / "releases" / release_id,
             data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))

@@ -37,8 +37,9 @@ therefore within ``t R`` of the true ratio, so
 
     P(published and |a / b - R| > t R) <= P(a / b not in [l, r]) <= 1 - p = 50%,
 
-which is SPEC section 5's "the true ratio lies within +/-25% of A / B with probability at
-least 50%". This mirrors Google's differential privacy library: its mechanisms give
+which is the rule of docs/design.md, Symptoms dataset: the true ratio lies within +/-25% of
+A / B with probability at least 50%. This mirrors Google's differential privacy library:
+its mechanisms give
 confidence intervals from the known noise law (``NoiseConfidenceInterval``), and its
 bounded mean (``algorithms/internal/bounded-mean-ci.cc``) bounds a ratio of a noisy sum
 and a noisy count from their two intervals, with confidence levels whose product is the
@@ -48,7 +49,7 @@ value, the split here is fixed (``sqrt(p)`` each) before any data is seen.
 The bound is conservative: the joint event is only a sufficient condition for the ratio
 to be covered (the ratio is often covered when one count is off), the margins are
 integers rounded up so each holds with probability at least ``gamma``, and the lower end
-uses ``a >= 0``. ``tests/unit/test_symptoms_reliability.py`` measures the actual
+uses ``a >= 0``. ``tests/unit/reports/symptoms/test_symptoms_reliability.py`` measures the actual
 coverage by simulation. The rule only reads noisy values and public parameters, so it is
 post-processing of the differentially private release.
 """

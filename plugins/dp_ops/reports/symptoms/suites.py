@@ -1,4 +1,5 @@
-"""Release gate of the symptoms dataset: Great Expectations suites (SPEC section 7).
+"""Release gate of the symptoms dataset: Great Expectations suites (docs/design.md, Release
+gates).
 
 Three tables of a candidate release are validated, all of them what is (or is about to
 be) published, never private values:
