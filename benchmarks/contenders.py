@@ -4,8 +4,8 @@
 
 ``ours-step``     the public-places step exactly as the pipeline runs it:
                   ``dp_ops.reports.mobility.steps.bound_contributions`` then
-                  ``steps.noise`` on a data root holding the day as its clean partition (this computes every mobility metric, not
-                  only places: see README.md)
+                  ``steps.noise`` on a data root holding the day as its clean partition
+                  (this computes every mobility metric, not only places: see README.md)
 ``ours-places``   the pipeline's bounding SQL (``cell_aggregates_sql``) filtered to the
                   place metrics, then discrete Laplace noise on every place cell of the
                   public domain with the pipeline's noise function (no ledger, no files

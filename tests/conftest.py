@@ -50,7 +50,8 @@ def _no_airflow_sigterm_handler_left() -> Iterator[None]:
     installs a SIGTERM handler and never removes it. In a forked child that handler does
     nothing, so a later test's ``multiprocessing`` pool can no longer terminate its workers
     (``Pool.__exit__`` waited forever in
-    ``tests/unit/reports/mobility/test_mobility_suites.py`` after the e2e tests), and in this process it swallows SIGTERM (a CI timeout could not stop pytest).
+    ``tests/unit/reports/mobility/test_mobility_suites.py`` after the e2e tests), and in
+    this process it swallows SIGTERM (a CI timeout could not stop pytest).
     """
     yield
     if (getattr(signal.getsignal(signal.SIGTERM), "__module__", None) or "").startswith(
