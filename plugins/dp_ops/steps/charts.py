@@ -1,7 +1,7 @@
-"""Release charts (docs/design.md, Outputs), the part every report shares: a PNG per region
-under
-``charts/`` in the release directory, and an entry per region for the release page. Each
-report draws its own figure (what it plots, its size and y-ranges) on top of this.
+"""Release charts (docs/design.md, Outputs), the part every report shares: a PNG per
+region under ``charts/`` in the release directory, and an entry per region for the
+release page. Each report draws its own figure (what it plots, its size and y-ranges) on
+top of this.
 
 Privacy: a chart is drawn from the published table only, the same values as the CSV
 (noisy, rounded, suppressed); a value that is not published is a gap in its line, never
@@ -213,7 +213,8 @@ class BlitFigure:
         from matplotlib.figure import Figure
 
         self.figure = Figure(figsize=(size[0] / DPI, size[1] / DPI), dpi=DPI)
-        self.canvas = FigureCanvasAgg(self.figure)
+        # Any: matplotlib's Agg canvas methods (draw, copy_from_bbox, ...) are unannotated
+        self.canvas: Any = FigureCanvasAgg(self.figure)
         self._backgrounds: dict[Any, Any] = {}
         self._key: Any = None
 

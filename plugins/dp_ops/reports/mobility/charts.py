@@ -1,7 +1,7 @@
-"""The mobility release's charts (docs/design.md, Outputs): per region, its six percent-change
-series over the release period as a PNG under ``charts/``, drawn with the shared chart
-machinery of :mod:`dp_ops.steps.charts` (style, palette, blitting, PNG writing, the
-entries of the release page).
+"""The mobility release's charts (docs/design.md, Outputs): per region, its six
+percent-change series over the release period as a PNG under ``charts/``, drawn with the
+shared chart machinery of :mod:`dp_ops.steps.charts` (style, palette, blitting, PNG
+writing, the entries of the release page).
 
 A chart is drawn from the published table only: a suppressed value, or a region-day
 without a published row, is a gap in its line, never interpolated.

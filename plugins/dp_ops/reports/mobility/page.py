@@ -1,7 +1,7 @@
-"""The mobility release page's "What is published" section (docs/design.md, Outputs), from the
-release manifest: region-days published, region-days by outcome, and per level and
-category the share of eligible region-days whose change is published. The rest of the
-page is the report-agnostic :mod:`dp_ops.steps.page`, which this is passed to."""
+"""The mobility release page's "What is published" section (docs/design.md, Outputs),
+from the release manifest: region-days published, region-days by outcome, and per level
+and category the share of eligible region-days whose change is published. The rest of
+the page is the report-agnostic :mod:`dp_ops.steps.page`, which this is passed to."""
 
 from __future__ import annotations
 

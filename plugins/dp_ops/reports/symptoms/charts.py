@@ -1,6 +1,6 @@
-"""The symptoms release's charts (docs/design.md, Outputs): per region, its top symptoms over the
-release period as a PNG under ``charts/``, drawn with the shared chart machinery of
-:mod:`dp_ops.steps.charts` (style, palette, blitting, PNG writing, the entries of the
+"""The symptoms release's charts (docs/design.md, Outputs): per region, its top symptoms
+over the release period as a PNG under ``charts/``, drawn with the shared chart machinery
+of :mod:`dp_ops.steps.charts` (style, palette, blitting, PNG writing, the entries of the
 release page).
 
 A chart is drawn from the published daily and weekly files only: a value that is not

@@ -1,7 +1,7 @@
-"""The symptoms release page's "What is published" section (docs/design.md, Outputs), from the
-release manifest: rows and regions in the daily and weekly files, values published by
-resolution, and the release's parameters. The rest of the page is the report-agnostic
-:mod:`dp_ops.steps.page`, which this is passed to."""
+"""The symptoms release page's "What is published" section (docs/design.md, Outputs),
+from the release manifest: rows and regions in the daily and weekly files, values
+published by resolution, and the release's parameters. The rest of the page is the
+report-agnostic :mod:`dp_ops.steps.page`, which this is passed to."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ days from ``first_public_date``), validates it with Great Expectations and write
 files and a chart per region (:mod:`dp_ops.reports.symptoms.charts`) to
 ``staging/symptoms/<run>/``. ``publish_staged`` checks the accounting, adds the release
 page (:mod:`dp_ops.steps.page`, with the section of :mod:`dp_ops.reports.symptoms.page`),
-stores the scaling factors this release fixes for the
-first time, and promotes the staged directory to ``published/symptoms/releases/<id>``
-with ``latest`` repointed atomically.
+stores the scaling factors this release fixes for the first time, and promotes the
+staged directory to ``published/symptoms/releases/<id>`` with ``latest`` repointed
+atomically.
 
 Scaling factors are fixed at a (region, resolution)'s first release and reused. Two
 runs staged at the same time could each propose a factor for the same new region; the

@@ -18,6 +18,7 @@ from PIL import Image
 
 from dp_ops.regions import demo_regions
 from dp_ops.reports.mobility import charts
+from dp_ops.reports.mobility.estimates import CATEGORIES
 from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import PUBLISHED_COLUMNS
 from dp_ops.steps.charts import chart_style, charted_regions
@@ -27,7 +28,6 @@ from dp_ops.steps.release import sha256_file
 FIRST = date(2020, 2, 15)
 DAYS = [(FIRST + timedelta(days=i)).isoformat() for i in range(21)]
 CHANGE = [c for c in PUBLISHED_COLUMNS if c.endswith("_percent_change_from_baseline")]
-CATEGORIES = [c.removesuffix("_percent_change_from_baseline") for c in CHANGE]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_mobility_series_hold_gaps_where_nothing_is_published(regions: pd.DataFr
     assert [s.region_id for s in series] == ["DM", "DM-01"]  # index order: by level
     s = series[1]
     assert s.title == "Demoland / Harrow County" and s.level == 1
-    parks = s.values[list(charts.CATEGORIES).index("parks")]
+    parks = s.values[list(CATEGORIES).index("parks")]
     assert np.isnan(parks[4]) and np.isnan(parks[9])  # suppressed; no row
     assert np.isnan(s.values[:, 9]).all()
     present = np.delete(np.arange(len(DAYS)), [4, 9])
@@ -79,7 +79,7 @@ def test_the_lines_given_to_matplotlib_break_at_the_gaps(regions: pd.DataFrame) 
     with chart_style():
         chart = charts.MobilityChart(DAYS)
         png = chart.render(series)
-    parks = chart.lines[list(charts.CATEGORIES).index("parks")]
+    parks = chart.lines[list(CATEGORIES).index("parks")]
     y = np.asarray(parks.get_ydata(), dtype=float)
     assert np.isnan(y[4]) and np.isnan(y[9]) and np.isfinite(y[[3, 5, 8, 10]]).all()
     assert parks.get_drawstyle() == "default"  # straight segments between published days
@@ -115,7 +115,7 @@ def test_entries_cover_every_region_and_mark_those_not_drawn(regions: pd.DataFra
     assert drawn.region_id == "DM-01-001"
     assert drawn.names == ("Demoland", "Harrow County", "Demopolis")
     assert "Demopolis" in drawn.alt and "retail & recreation" in drawn.alt
-    assert drawn.width, drawn.height == charts.MOBILITY_SIZE
+    assert (drawn.width, drawn.height) == charts.MOBILITY_SIZE
     assert sorted(p.name for p in (tmp_path / "charts").iterdir()) == ["DM-01-001.png"]
 
 
@@ -132,7 +132,8 @@ def test_only_the_charted_levels_are_drawn(regions: pd.DataFrame,
 
 
 def test_every_category_has_a_label() -> None:
-    assert list(charts.CATEGORY_LABELS) == list(charts.CATEGORIES) == CATEGORIES
+    assert list(charts.CATEGORY_LABELS) == list(CATEGORIES) == [
+        c.removesuffix("_percent_change_from_baseline") for c in CHANGE]
 
 
 # -- the release page ---------------------------------------------------------------------
@@ -216,5 +217,5 @@ def test_the_published_section_orders_outcomes_and_categories() -> None:
     head = re.search(r"<th>level</th>(.*?)</tr>", section)
     assert head is not None
     assert re.findall(r">([^<]+)</th>", head.group(1)) == [
-        "Retail & recreation", "Parks", "Workplaces", "odd"]
+        "Retail &amp; recreation", "Parks", "Workplaces", "odd"]
     assert section.index("<td>Country</td>") < section.index("<td>Sub-region 2</td>")

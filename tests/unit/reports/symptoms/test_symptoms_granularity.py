@@ -5,10 +5,12 @@ All inputs are constructed, no randomness beyond fixed seeds."""
 from __future__ import annotations
 
 import time
+from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
 import pytest
+from symptoms_reference import weekly_sums
 
 from dp_ops.reports.symptoms.granularity import decide_resolution
 
@@ -130,3 +132,80 @@ def test_all_symptoms_times_regions_is_fast() -> None:
     elapsed = time.perf_counter() - start
     assert len(decided) == 42_200
     assert elapsed < 1.0  # measured ~0.1 s; room for a loaded 2-core runner
+
+
+# -- the weekly-sums reference (tests/support/symptoms_reference.py) -------------------
+
+FIRST, LAST = date(2020, 1, 1), date(2020, 1, 31)  # a Wednesday .. a Friday
+PARAMS = {"a_epsilon": 0.149, "a_sensitivity": 1, "b_epsilon": 0.112, "b_sensitivity": 1}
+
+
+def _daily(first: date = FIRST, last: date = LAST) -> pd.DataFrame:
+    rng = np.random.default_rng(11)
+    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    rows = [(r, s, d) for r in ("US-CA", "US-NY") for s in ("Fever", "Cough") for d in days]
+    daily = pd.DataFrame(rows, columns=["region_id", "symptom", "date"])
+    daily["a_noisy"] = rng.integers(-20, 500, len(daily)).astype(np.int64)
+    daily["b_noisy"] = rng.integers(5000, 9000, len(daily)).astype(np.int64)
+    for name, value in PARAMS.items():
+        daily[name] = value
+    return daily
+
+
+def test_weekly_sums_are_complete_monday_weeks() -> None:
+    daily = _daily()
+    weeks = weekly_sums(daily, FIRST, LAST)
+    assert sorted(set(weeks["week_start"])) == [date(2020, 1, 6), date(2020, 1, 13),
+                                                date(2020, 1, 20)]
+    assert all(isinstance(w, date) and w.weekday() == 0 for w in weeks["week_start"])
+    assert len(weeks) == 4 * 3 and set(weeks["n_days"]) == {7}
+    for row in weeks.itertuples():
+        days = {row.week_start + timedelta(days=i) for i in range(7)}
+        mask = ((daily["region_id"] == row.region_id) & (daily["symptom"] == row.symptom)
+                & daily["date"].isin(days))
+        assert row.a_noisy == daily.loc[mask, "a_noisy"].sum()
+        assert row.b_noisy == daily.loc[mask, "b_noisy"].sum()
+        assert (row.a_epsilon, row.a_sensitivity, row.b_epsilon, row.b_sensitivity) == (
+            0.149, 1, 0.112, 1)
+    assert weeks["a_noisy"].dtype == np.int64 and weeks["b_noisy"].dtype == np.int64
+
+
+def test_weekly_sums_accept_datetime64_dates() -> None:
+    daily = _daily()
+    as_datetime = daily.assign(date=pd.to_datetime(daily["date"]))
+    pd.testing.assert_frame_equal(weekly_sums(as_datetime, FIRST, LAST),
+                                  weekly_sums(daily, FIRST, LAST))
+
+
+def test_missing_day_in_a_partial_week_is_ignored() -> None:
+    daily = _daily()
+    daily = daily[daily["date"] != date(2020, 1, 2)]  # a Thursday of the partial week
+    assert len(weekly_sums(daily, FIRST, LAST)) == 12
+
+
+def test_missing_day_raises_naming_the_region() -> None:
+    daily = _daily()
+    gap = (daily["region_id"] == "US-NY") & (daily["symptom"] == "Cough") & (
+        daily["date"] == date(2020, 1, 15))
+    with pytest.raises(ValueError, match=r"US-NY.*Cough.*2020-01-13.*6 of 7"):
+        weekly_sums(daily[~gap], FIRST, LAST)
+
+
+def test_non_constant_epsilon_raises() -> None:
+    daily = _daily()
+    changed = (daily["region_id"] == "US-CA") & (daily["date"] == date(2020, 1, 22))
+    daily.loc[changed, "a_epsilon"] = 0.3
+    with pytest.raises(ValueError, match=r"US-CA.*a_epsilon.*2020-01-20"):
+        weekly_sums(daily, FIRST, LAST)
+
+
+def test_duplicate_day_raises() -> None:
+    daily = _daily()
+    with pytest.raises(ValueError, match="more than once"):
+        weekly_sums(pd.concat([daily, daily.iloc[[10]]]), FIRST, LAST)
+
+
+def test_no_complete_week_gives_an_empty_table() -> None:
+    first, last = date(2020, 1, 1), date(2020, 1, 7)
+    weeks = weekly_sums(_daily(first, last), first, last)
+    assert weeks.empty and "week_start" in weeks.columns

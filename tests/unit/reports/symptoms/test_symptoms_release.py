@@ -268,8 +268,9 @@ def test_a_release_with_nothing_published_yet_is_valid(regions: pd.DataFrame,
 def test_matrix_weekly_sums_match_the_reference_implementation(
         three_weeks: pd.DataFrame) -> None:
     """The release step sums weeks on (days x cells) matrices; the long-table reference
-    (granularity.weekly_sums, with its own tests) must agree cell by cell."""
-    from dp_ops.reports.symptoms.granularity import weekly_sums
+    (tests/support/symptoms_reference.py, with its own tests) must agree cell by cell."""
+    from symptoms_reference import weekly_sums
+
     from dp_ops.reports.symptoms.matrix import from_rows, long_frame, weekly
 
     m = from_rows(three_weeks)
