@@ -41,9 +41,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from dp_demo.geography import fake_place_id
 
 from dp_ops.contract import PLACE_CATEGORIES
-from dp_ops.regions import REGION_COLUMNS, fake_place_id, validate_regions, write_regions
+from dp_ops.regions import REGION_COLUMNS, validate_regions, write_regions
 
 COUNTRY_CODE = "BX"
 COUNTRY_NAME = "Benchmarkia"

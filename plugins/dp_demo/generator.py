@@ -141,15 +141,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_demo.geography import demo_population_weights, demo_regions
 from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
-from dp_ops.regions import (
-    ancestors,
-    demo_population_weights,
-    demo_regions,
-    read_regions,
-    write_regions,
-)
+from dp_ops.regions import ancestors, read_regions, write_regions
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES, MobilityConfig
 
 DEFAULT_USERS = 100_000

@@ -8,20 +8,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from dp_ops.errors import RegionTableError
-from dp_ops.regions import (
+from dp_demo.geography import (
     CAPITAL_REGION_ID,
-    REGION_COLUMNS,
     SMALL_TOWN_ID,
     SPARSE_REGION_IDS,
-    TEXT_COLUMNS,
-    ancestors,
     demo_population_weights,
     demo_regions,
-    read_regions,
-    write_regions,
 )
+
+from dp_ops.errors import RegionTableError
+from dp_ops.regions import REGION_COLUMNS, TEXT_COLUMNS, ancestors, read_regions, write_regions
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.regions import REGION_COLUMNS, fake_place_id, write_regions
+from dp_ops.regions import REGION_COLUMNS, write_regions
+from dp_demo.geography import fake_place_id
 
 HERE = Path(__file__).resolve().parent
 DAY = date(2020, 3, 2)

@@ -17,10 +17,11 @@ from dp_demo.generator import (
     generate,
     trajectory,
 )
+from dp_demo.geography import SPARSE_REGION_IDS, demo_population_weights, demo_regions
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
-from dp_ops.regions import SPARSE_REGION_IDS, demo_population_weights, demo_regions, read_regions
+from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
 
 START, END = date(2020, 1, 1), date(2020, 1, 10)

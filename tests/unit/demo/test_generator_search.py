@@ -18,9 +18,9 @@ from dp_demo.generator import (
     generate,
     symptom_trajectory,
 )
+from dp_demo.geography import demo_regions
 
 from dp_ops.layout import DataRoot
-from dp_ops.regions import demo_regions
 
 USERS = 1500
 SEED = 7

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from dp_demo.geography import demo_regions
 
-from dp_ops.regions import demo_regions
 from dp_ops.steps import charts
 from dp_ops.steps.page import INDEX_FILE, render_index, write_release_index
 from dp_ops.steps.release import sha256_file

@@ -9,10 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dp_demo.geography import demo_regions
 
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
-from dp_ops.regions import demo_regions, write_regions
+from dp_ops.regions import write_regions
 from dp_ops.steps.ingest import ingest_location_history
 
 DAY = date(2020, 1, 7)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dp_demo.geography import demo_regions
 
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
-from dp_ops.regions import demo_regions, write_regions
+from dp_ops.regions import write_regions
 from dp_ops.steps.ingest import ingest_search_activity, read_symptoms
 
 DAY = date(2020, 3, 20)

@@ -11,12 +11,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import BudgetExceeded, MethodUpdateError, NoiseNotStored
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.regions import demo_regions, write_regions
+from dp_ops.regions import write_regions
 from dp_ops.reports.mobility import noising
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.method_update import (

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from dp_demo.geography import demo_regions
 from PIL import Image
 
-from dp_ops.regions import demo_regions
 from dp_ops.reports.mobility import charts
 from dp_ops.reports.mobility.estimates import CATEGORIES
 from dp_ops.reports.mobility.page import published_mobility

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from dp_demo.geography import demo_regions
 from PIL import Image
 
-from dp_ops.regions import demo_regions
 from dp_ops.reports.symptoms import charts
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS as SYMPTOM_KEYS
 from dp_ops.reports.symptoms.page import published_symptoms

@@ -14,12 +14,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from dp_demo.generator import default_symptoms
+from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import GateFailed, PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
-from dp_ops.regions import demo_regions, write_regions
+from dp_ops.regions import write_regions
 from dp_ops.reports.symptoms import release
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, build_candidate, complete_weeks, header
 from dp_ops.reports.symptoms.config import SymptomsConfig
