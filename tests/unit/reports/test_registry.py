@@ -1,0 +1,45 @@
+"""Reports are found by name and bound to their config, data root and ledger."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.registry import MOBILITY, SYMPTOMS, load_report
+from dp_ops.reports.symptoms.config import SymptomsConfig
+
+
+def test_every_report_name_loads_its_own_steps_and_config(dp_data_root: Path) -> None:
+    mobility = load_report(ReportName.MOBILITY)
+    symptoms = load_report("symptoms")
+    assert mobility.steps is MOBILITY and isinstance(mobility.cfg, MobilityConfig)
+    assert symptoms.steps is SYMPTOMS and isinstance(symptoms.cfg, SymptomsConfig)
+    assert (mobility.name, symptoms.name) == ("mobility", "symptoms")
+    assert (mobility.daily_dag_id, symptoms.daily_dag_id) == ("mobility_report",
+                                                              "symptoms_dataset")
+    assert mobility.root.root == symptoms.root.root == dp_data_root
+    assert mobility.ledger_url.startswith("sqlite:///")
+    assert mobility.cap == MobilityConfig().cap
+
+
+def test_an_unknown_report_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"report='mobilty'.*\['mobility', 'symptoms'\]"):
+        load_report("mobilty")
+
+
+def test_what_differs_between_reports_comes_from_the_report(dp_data_root: Path) -> None:
+    mobility, symptoms = load_report("mobility"), load_report("symptoms")
+    assert mobility.first_noised_date() == MobilityConfig().first_metric_date
+    assert symptoms.first_noised_date() == SymptomsConfig().first_public_date
+    assert mobility.needs_baseline(date(2020, 2, 15))
+    assert not mobility.needs_baseline(date(2020, 2, 14))
+    assert not symptoms.needs_baseline(date(2020, 6, 1))
+
+
+def test_a_per_day_step_needs_a_day(dp_data_root: Path) -> None:
+    with pytest.raises(ValueError, match="step='ingest' processes one day"):
+        load_report("mobility").run_step(Step.INGEST, None, run_id="r")
