@@ -50,7 +50,7 @@ run: generate
 # missing and we are root (as in CI); elsewhere it prints the command and the test skips.
 test: venv
 	bash scripts/install_test_browser.sh
-	bash scripts/with_test_postgres.sh $(PY) -m pytest -q
+	bash scripts/with_test_postgres.sh $(PY) -m pytest -q --durations=15
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
