@@ -3,8 +3,14 @@ of that weekday in the window 2020-01-03..2020-02-06 (docs/design.md, Mobility r
 
 Computed once, from noisy values only (post-processing), when every day of the window is
 noised, and stored with a first-writer-wins link; never recomputed, since recomputing it
-from re-noised days would be a second release of the same data. The interval stored with
-it is derived in :mod:`dp_ops.reports.mobility.estimates`.
+from re-noised days would be a second release of the same data.
+
+Stored with it, for the reliability rule (:mod:`dp_ops.reports.mobility.estimates`):
+for a count category the noise key of one window day (``noise_cells``, the smallest
+``noise_epsilon``, the largest ``noise_sensitivity`` over the five days: the widest law,
+whose maximum of three has the heaviest upper tail); for residential the interval
+``[baseline_lo, baseline_hi]``, the medians of the five days' intervals at level
+``2 beta``, which misses on each side with probability at most ``baseline_miss``.
 """
 
 from __future__ import annotations
@@ -21,25 +27,53 @@ from dp_ops.errors import BaselineMissing
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
-from dp_ops.reports.mobility.estimates import CATEGORIES, metric_estimates
+from dp_ops.reports.mobility.estimates import (
+    BASELINE_DAYS_LOWEST,
+    CATEGORIES,
+    COUNT_CATEGORY_CELLS,
+    RESIDENTIAL,
+    metric_estimates,
+    strictly_below,
+)
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
 
 WINDOW_DAYS_PER_WEEKDAY = 5
 
 
+def residential_miss(alpha: float) -> float:
+    """The residential baseline's miss probability on each side: a quarter of the rule's
+    (today's interval gets the other half)."""
+    return alpha / 4
+
+
+def residential_window_alpha(alpha: float) -> float:
+    """Level of each window day's residential interval, ``2 beta`` with ``1 - (1 -
+    beta)^3 = residential_miss(alpha)`` (estimates.py, Residential)."""
+    beta = 1 - (1 - residential_miss(alpha)) ** (1 / BASELINE_DAYS_LOWEST)
+    return float(2 * beta)
+
+
 def long_estimates(estimates: pd.DataFrame, day: date) -> pd.DataFrame:
     """Wide per-region estimates of one day -> long rows (level, region_id, category,
-    date, weekday, value, lo, hi)."""
+    date, weekday, value, lo, hi, cells, epsilon, sensitivity)."""
     parts = []
+    n = len(estimates)
     for cat in CATEGORIES:
+        counted = cat in COUNT_CATEGORY_CELLS
         parts.append(pd.DataFrame({
             "level": estimates["level"].to_numpy(),
             "region_id": estimates["region_id"].to_numpy(),
             "category": cat,
             "value": estimates[cat].to_numpy(dtype=float),
-            "lo": estimates[f"{cat}_lo"].to_numpy(dtype=float),
-            "hi": estimates[f"{cat}_hi"].to_numpy(dtype=float),
+            "lo": np.full(n, np.nan) if counted else estimates[f"{cat}_lo"].to_numpy(float),
+            "hi": np.full(n, np.nan) if counted else estimates[f"{cat}_hi"].to_numpy(float),
+            "cells": estimates[f"{cat}_cells"].to_numpy(np.int64) if counted
+            else np.zeros(n, np.int64),
+            "epsilon": estimates[f"{cat}_epsilon"].to_numpy(float) if counted
+            else np.full(n, np.nan),
+            "sensitivity": estimates[f"{cat}_sensitivity"].to_numpy(np.int64) if counted
+            else np.zeros(n, np.int64),
         }))
     out = pd.concat(parts, ignore_index=True)
     out["date"] = pd.Timestamp(day)
@@ -47,8 +81,11 @@ def long_estimates(estimates: pd.DataFrame, day: date) -> pd.DataFrame:
     return out
 
 
-def compute_baseline(window: pd.DataFrame) -> pd.DataFrame:
-    """Median of the 5 same-weekday values (and of their interval ends) per group.
+def compute_baseline(window: pd.DataFrame, *, residential_miss_per_side: float
+                     ) -> pd.DataFrame:
+    """Median of the 5 same-weekday values (and of their interval ends) per group, with
+    the noise key of the count categories and the residential interval's miss
+    probability (module docstring).
 
     ``window`` holds long estimates for the 35 window days. A NaN among the five values
     (e.g. a residential count <= 0) makes the baseline NaN, which suppresses the series.
@@ -61,9 +98,18 @@ def compute_baseline(window: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(f"baseline group {bad} has {sizes.loc[bad]} values, expected "
                          f"{WINDOW_DAYS_PER_WEEKDAY}")
     groups = ordered[keys].iloc[::WINDOW_DAYS_PER_WEEKDAY].reset_index(drop=True)
+
+    def by_group(col: str) -> np.ndarray:
+        values: np.ndarray = ordered[col].to_numpy().reshape(-1, WINDOW_DAYS_PER_WEEKDAY)
+        return values
+
     for col, name in (("value", "baseline"), ("lo", "baseline_lo"), ("hi", "baseline_hi")):
-        groups[name] = np.median(
-            ordered[col].to_numpy(dtype=float).reshape(-1, WINDOW_DAYS_PER_WEEKDAY), axis=1)
+        groups[name] = np.median(by_group(col).astype(float), axis=1)
+    groups["noise_cells"] = by_group("cells").astype(np.int64).max(axis=1)
+    groups["noise_epsilon"] = by_group("epsilon").astype(float).min(axis=1)
+    groups["noise_sensitivity"] = by_group("sensitivity").astype(np.int64).max(axis=1)
+    groups["baseline_miss"] = np.where(groups["category"] == RESIDENTIAL,
+                                       residential_miss_per_side, 0.0)
     groups["level"] = groups["level"].astype(np.int8)
     groups["weekday"] = groups["weekday"].astype(np.int8)
     return groups
@@ -92,15 +138,17 @@ def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str)
             return StepResult(
                 f"baseline not built yet: {len(missing)} of {len(cfg.baseline_dates)} window "
                 f"days are not noised (first: {missing[0]})")
-        alpha = (1 - cfg.interval_confidence) / WINDOW_DAYS_PER_WEEKDAY
+        alpha = strictly_below(cfg.max_error_probability)
         frames = []
         for day in cfg.baseline_dates:
             cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
-            est = metric_estimates(cells, alpha=alpha, grid_per_hour=cfg.residential_grid_per_hour)
+            est = metric_estimates(cells, grid_per_hour=cfg.residential_grid_per_hour,
+                                   residential_alpha=residential_window_alpha(alpha))
             frames.append(long_estimates(est, day))
     finally:
         ledger.dispose()
-    baseline = compute_baseline(pd.concat(frames, ignore_index=True))
+    baseline = compute_baseline(pd.concat(frames, ignore_index=True),
+                                residential_miss_per_side=residential_miss(alpha))
     won = store_first_wins(pa.Table.from_pandas(baseline, preserve_index=False), target)
     state = "froze" if won else "found (another run froze it first)"
     return StepResult(f"{state} the baseline at {target}", (str(target),))
@@ -111,4 +159,11 @@ def read_baseline(root: DataRoot) -> pd.DataFrame:
     if not target.is_file():
         raise BaselineMissing(f"the mobility baseline {target} does not exist yet: every day "
                               "of the baseline window must be noised first")
-    return pq.read_table(target).to_pandas()
+    baseline = pq.read_table(target).to_pandas()
+    if "noise_cells" not in baseline.columns:
+        raise BaselineMissing(
+            f"the mobility baseline {target} was frozen by a version before the exact "
+            "reliability rule and lacks its noise key (noise_cells, noise_epsilon, "
+            "noise_sensitivity, baseline_miss); rebuild this data root's releases from "
+            "scratch with this version (the baseline is never recomputed in place)")
+    return baseline

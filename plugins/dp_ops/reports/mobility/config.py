@@ -51,8 +51,10 @@ class MobilityConfig:
     baseline_end: date = date(2020, 2, 6)
     first_metric_date: date = date(2020, 1, 1)
     first_public_date: date = date(2020, 2, 15)
-    interval_confidence: float = 0.975
+    # Reliability rule: a published change is more than max_error_points from the true
+    # change with probability under max_error_probability (docs/design.md).
     max_error_points: float = 10.0
+    max_error_probability: float = 0.05
     method_version: str = "v1"
     method_update_fraction: float = 0.10
     # Headroom in the per-user-day cap: one method update (at method_update_fraction of
@@ -86,8 +88,8 @@ class MobilityConfig:
                self.first_metric_date, "must not be after baseline_start")
         check(self.first_public_date > self.baseline_end, "first_public_date",
                self.first_public_date, "must be after the baseline window")
-        check(0.5 < self.interval_confidence < 1, "interval_confidence",
-               self.interval_confidence, "must be in (0.5, 1)")
+        check(0 < self.max_error_probability < 0.5, "max_error_probability",
+               self.max_error_probability, "must be in (0, 0.5)")
         check(self.max_error_points > 0, "max_error_points", self.max_error_points,
                "must be > 0")
         check(0 < self.method_update_fraction <= 1, "method_update_fraction",

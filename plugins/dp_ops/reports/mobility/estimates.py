@@ -1,50 +1,103 @@
-r"""Published metrics, their confidence intervals, and the reliability rule.
+r"""Published metrics and the reliability rule of the mobility report.
 
-Everything here is post-processing of stored noisy cells and public parameters, so it
-costs no privacy budget.
+Everything here is post-processing of stored noisy cells, the frozen baseline and public
+parameters (epsilons, sensitivities, the rule's threshold and probability), so it costs
+no privacy budget.
 
-Intervals (the derivation the suppression rule rests on)
---------------------------------------------------------
-Each noisy cell is ``x + Z`` with ``Z`` discrete Laplace (``dp_ops.privacy.noise``). For a
-confidence level ``1 - alpha`` the exact margin ``m(alpha)`` satisfies
-``P(|Z| > m) <= alpha``.
+The promise
+-----------
+A change ``C`` (the published *integer*) is published only if, for any true values,
 
-*Metric of one day.* A published count is a sum of ``d`` noisy cells (3 for retail and
-recreation, 2 for grocery and pharmacy, 1 otherwise). If every ``|Z_i| <= m(alpha/d)``
-then the sum is within ``sum_i m(alpha/d)`` of the truth; by the union bound this holds
-with probability ``>= 1 - alpha``. Residential hours are ``S / (g C) + 12`` from a noisy
-sum ``S`` of offsets (grid ``g`` units an hour) and a noisy count ``C``: with
-``S`` and ``C`` each in their ``alpha/2`` interval (joint probability ``>= 1 - alpha``)
-and ``C - m_C > 0``, the true ratio lies between the smallest and largest corner
-``(S +/- m_S) / (C +/- m_C)`` (``S/C`` is monotone in each argument when ``C > 0``), then
-``/g + 12`` and clamping to [0, 24] (monotone). If ``C - m_C <= 0`` the interval is
-[0, 24], uninformative, and the value is suppressed.
+    P(C is published and |C - c| > max_error_points) <= max_error_probability,
 
-*Baseline.* The baseline is the median of five noisy daily values
-``y_1..y_5`` with intervals ``[l_i, h_i]`` computed as above at level ``alpha/5`` each.
-By the union bound, all five intervals hold at once with probability ``>= 1 - alpha``.
-The median is monotone in each argument, so when every true ``t_i`` lies in
-``[l_i, h_i]``, the true median ``median(t)`` lies in ``[median(l), median(h)]``. That
-is the baseline's ``1 - alpha`` interval: it costs a factor 5 in ``alpha``, which for
-Laplace tails only widens the margin by ``b ln 5``.
+with ``c = 100 (v / b - 1)`` the true change (``v`` the true metric, ``b`` the true
+baseline: the median of the five true same-weekday values of the baseline window). The
+default is the paper's: more than 10 points off with probability under 5%. Everything is
+built so the whole ``max_error_probability`` is used on one event, from exact laws, and
+nothing is spent twice.
 
-*Ratio.* With the metric in ``[v_l, v_h]`` and the baseline in ``[b_l, b_h]`` (each at
-``alpha = 2.5%``, jointly ``>= 95%``) and ``b_l > 0``, the true ratio lies in
-``[max(v_l, 0) / b_h, v_h / b_l]`` (true values are non-negative). The change is
-published only if both ends are within ``max_error_points`` (10) percentage points of
-the noisy ratio ``max(v, 0) / b``; then, with probability ``>= 95%``, the published
-change is within 10 points of the true change (the paper's rule).
-``tests/unit/reports/mobility/test_estimates.py`` checks the coverage by simulation.
+Count categories (retail and recreation, grocery and pharmacy, parks, transit, workplaces)
+-------------------------------------------------------------------------------------------
+Today's value is ``V = v + Z``, the sum of the category's ``d`` noisy cells; ``Z`` is the
+sum of ``d`` independent discrete Laplace draws, whose law is computed exactly by
+convolution (``dp_ops.privacy.inference``; 1, 2 or 3 cells), not by adding per-cell margins.
+
+The baseline is ``B = median_j(t_j + W_j)`` over the five window days, with ``W_j`` i.i.d.
+with the law of one day's category noise. Its error ``E = B - median(t)`` is bounded for
+*any* true values ``t``: let ``L`` be the three days with the lowest true values (ranks 1..3)
+and ``H`` the three with the highest (ranks 3..5). For ``j`` in ``L``, ``t_j + W_j <=
+median(t) + max_L W``, so at least three noisy values are below that and
+``E <= max_L W``; likewise ``E >= min_H W``. The sets are fixed by the true values, the
+noises are independent of them, so ``max_L W`` has the law of the maximum ``M`` of three
+draws, and ``-min_H W`` too (``W`` is symmetric). In particular ``P(|E| > m) <= 2 (1 -
+F(m)^3)``, ``F`` the CDF of ``W``; the bound is attained (in the limit) by true values
+``b, b, b, 10b, 10b``.
+
+The change is decided by test inversion (``dp_ops.privacy.inference``): under "true ratio
+``rho = v / b``", ``V - rho B = Z - rho E``, and
+
+    P(Z - rho E > t) <= P(Z - rho min_H W > t) <= P(Z + rho M+ > t),
+
+and the same for ``rho E - Z`` (with ``M+ = max(M, 0)``, ``rho >= 0``): so ``X = Z``,
+``Y = M+`` is a valid pair of laws, and the test's acceptance region, ``|V - rho B| <=
+q(rho)``, holds with probability ``>= 1 - alpha`` at the true ratio whatever the true values
+are. Its hull ``[r_lo, r_hi]`` holds the true ratio with probability ``>= 1 - alpha``. With
+the integer ``C = round(100 (max(V, 0) / B - 1))`` the change is published iff
+
+    (C + 100 - T) / 100 <= r_lo   and   r_hi <= (C + 100 + T) / 100,     T = max_error_points,
+
+so on the event that the hull holds, ``|C - c| <= T``: the promise, for the integer that is
+published, whatever the true values are. Today's noise and the baseline's are independent
+(the window days are never public days), and the two are used jointly: no union bound.
+
+Residential
+-----------
+Hours at home are ``h = s / (g c) + 12`` from the noisy offset sum ``S = s + Z_S`` (grid
+``g`` units an hour, ``dp_ops.reports.mobility.config``) and noisy count ``C = c + Z_C``.
+Test inversion on the offset ``o = s / (g c)`` in ``[-12, 12]``: ``S - o g C = Z_S - o g
+Z_C``, both symmetric and independent, so ``X = Z_S`` and ``Y = g Z_C`` are exact; the hull
+gives hours ``[l, u]`` (clipped to ``[0, 24]``) at level ``alpha_day``.
+
+The baseline hours ``h_b`` are the median of the five daily estimates. With each window
+day's hull at level ``2 beta``, ``P(h_j > u_j) <= beta`` and ``P(h_j < l_j) <= beta``; if
+``median(h) > median(u)`` then three ``u_j`` are below ``median(h)``, and one of them is a
+day of ``H`` (3 + 3 > 5), whose true value is above its ``u_j``. So ``P(median(h) >
+median(u)) <= 1 - (1 - beta)^3 = gamma``, and the same below: ``[median(l), median(u)]``
+misses on each side with probability ``<= gamma`` (``baseline.py`` uses ``gamma = alpha /
+4``). Today's hull at ``alpha - 2 gamma`` then gives the change's interval ``[l / u_b, u /
+l_b]`` with a total miss probability ``<= alpha``, and the same integer check as above.
+(A ratio of two ratio estimates; the split between today and the baseline is the one
+union bound left, made once.)
+
+Method updates
+--------------
+A category scaled by a stored factor (``method_update.py``) has its own ``1 - alpha_f``
+hull ``[f_lo, f_hi]`` for the true factor (test inversion on ``s_n / s_g``); today's ratio
+hull is taken at ``alpha - alpha_f`` and the scaled change's interval is ``[r_lo / f_hi,
+r_hi / f_lo]``.
+
+``tests/unit/reports/mobility/test_reliability_search.py`` searches adversarial true
+values for every class and checks the promise by simulation.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
-from dp_ops.privacy.noise import discrete_laplace_margin
+from dp_ops.privacy.inference import (
+    RatioTest,
+    discrete_laplace_sum,
+    maximum,
+    positive_part,
+    ratio_edges,
+    ratio_test,
+    scaled,
+    uniform_edges,
+)
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
 
 # Published category -> noisy cells summed to form it (residential is a ratio, below).
@@ -56,23 +109,45 @@ COUNT_CATEGORY_CELLS: dict[str, tuple[str, ...]] = {
     "workplaces": ("workplaces",),
 }
 CATEGORIES: tuple[str, ...] = tuple(PUBLISHED_CATEGORIES)
+RESIDENTIAL = "residential"
 RESIDENTIAL_SUM = "residential_sum_units"
 RESIDENTIAL_COUNT = "residential_users"
 CONTRIBUTORS = "contributors"
+BASELINE_DAYS_LOWEST = 3  # the median of five: three days on each side of it
+
+# The ratio grid of count categories: 0, then 0.005 .. 20 (change -99.5% .. +1900%) in
+# relative steps of 0.5%; above 20 the test's tail bound applies.
+RATIO_START, RATIO_HIGHEST = 0.005, 20.0
+# Residential offsets (hours from 12) lie in [-12, 12]; cells of 0.01 hour.
+OFFSET_CELL_HOURS = 0.01
+
+# A noise key: (cells summed, smallest epsilon, largest sensitivity) of a category.
+NoiseKey = tuple[int, float, int]
 
 
-@lru_cache(maxsize=4096)
-def _margin(alpha: float, epsilon: float, sensitivity: int) -> int:
-    return discrete_laplace_margin(alpha, epsilon=epsilon, sensitivity=sensitivity)
+def noise_law_cells(key: NoiseKey) -> tuple[tuple[float, int], ...]:
+    cells, epsilon, sensitivity = key
+    return ((float(epsilon), int(sensitivity)),) * int(cells)
 
 
-def cell_margins(cells: pd.DataFrame, alpha: pd.Series | float) -> np.ndarray:
-    """Margin m with P(|Z| > m) <= alpha for each noisy cell (vectorised over rows)."""
-    alphas = np.broadcast_to(np.asarray(alpha, dtype=float), (len(cells),))
-    keys = zip(alphas, cells["cell_epsilon"].to_numpy(), cells["sensitivity"].to_numpy(),
-               strict=True)
-    return np.fromiter((_margin(float(a), float(e), int(s)) for a, e, s in keys),
-                       dtype=np.int64, count=len(cells))
+@lru_cache(maxsize=64)
+def count_test(today: NoiseKey, baseline: NoiseKey, alpha: float) -> RatioTest:
+    """The level-``alpha`` test of a count category's ratio (module docstring)."""
+    x = discrete_laplace_sum(noise_law_cells(today))
+    window_day = discrete_laplace_sum(noise_law_cells(baseline))
+    y = positive_part(maximum(window_day, BASELINE_DAYS_LOWEST))
+    return ratio_test(x, y, alpha=alpha, edges=ratio_edges(0.0, RATIO_START, RATIO_HIGHEST),
+                      bounded=False)
+
+
+@lru_cache(maxsize=64)
+def offset_test(sum_key: tuple[float, int], count_key: tuple[float, int], grid_per_hour: int,
+                alpha: float) -> RatioTest:
+    """The level-``alpha`` test of residential offset hours ``s / (g c)`` in [-12, 12]."""
+    x = discrete_laplace_sum((sum_key,))
+    y = scaled(discrete_laplace_sum((count_key,)), float(grid_per_hour))
+    return ratio_test(x, y, alpha=alpha, edges=uniform_edges(-12.0, 12.0, OFFSET_CELL_HOURS),
+                      bounded=True)
 
 
 def _wide(cells: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -80,72 +155,139 @@ def _wide(cells: pd.DataFrame, column: str) -> pd.DataFrame:
                              aggfunc="first")
 
 
-def metric_estimates(cells: pd.DataFrame, *, alpha: float, grid_per_hour: int) -> pd.DataFrame:
-    """Per (level, region_id): each published category's noisy value and ``1 - alpha``
-    interval (columns ``<cat>``, ``<cat>_lo``, ``<cat>_hi``), plus ``contributors``.
+def metric_estimates(cells: pd.DataFrame, *, grid_per_hour: int,
+                     residential_alpha: float) -> pd.DataFrame:
+    """Per (level, region_id): each published category's noisy value (``<cat>``), each
+    count category's noise key (``<cat>_cells``, ``<cat>_epsilon``,
+    ``<cat>_sensitivity``), residential hours with their level-``residential_alpha``
+    interval (``residential_lo``, ``residential_hi``), and ``contributors``.
 
     ``cells`` is the long table of noisy cells (level, region_id, metric, noisy_value,
     cell_epsilon, sensitivity) of one day.
     """
-    cells = cells.copy()
-    components = {m: len(cs) for cs in COUNT_CATEGORY_CELLS.values() for m in cs}
-    components[RESIDENTIAL_SUM] = 2
-    components[RESIDENTIAL_COUNT] = 2
-    components[CONTRIBUTORS] = 1
-    cell_alpha = alpha / cells["metric"].map(components).fillna(1.0)
-    cells["margin"] = cell_margins(cells, cell_alpha)
     value = _wide(cells, "noisy_value").astype(float)
-    margin = _wide(cells, "margin").astype(float)
+    epsilon = _wide(cells, "cell_epsilon").astype(float)
+    sensitivity = _wide(cells, "sensitivity").astype(float)
     out = pd.DataFrame(index=value.index)
     for cat, parts in COUNT_CATEGORY_CELLS.items():
-        v = value[list(parts)].sum(axis=1)
-        m = margin[list(parts)].sum(axis=1)
-        out[cat] = v
-        out[f"{cat}_lo"] = (v - m).clip(lower=0)
-        out[f"{cat}_hi"] = v + m
-    res, lo, hi = residential_hours(
-        value[RESIDENTIAL_SUM].to_numpy(), margin[RESIDENTIAL_SUM].to_numpy(),
-        value[RESIDENTIAL_COUNT].to_numpy(), margin[RESIDENTIAL_COUNT].to_numpy(),
-        grid_per_hour)
-    out["residential"] = res
-    out["residential_lo"] = lo
-    out["residential_hi"] = hi
-    out["contributors"] = value[CONTRIBUTORS].astype("int64")
+        out[cat] = value[list(parts)].sum(axis=1)
+        out[f"{cat}_cells"] = len(parts)
+        out[f"{cat}_epsilon"] = epsilon[list(parts)].min(axis=1)
+        out[f"{cat}_sensitivity"] = sensitivity[list(parts)].max(axis=1).astype("int64")
+    hours, lo, hi = residential_hours(
+        value[RESIDENTIAL_SUM].to_numpy(), value[RESIDENTIAL_COUNT].to_numpy(),
+        epsilon[RESIDENTIAL_SUM].to_numpy(), sensitivity[RESIDENTIAL_SUM].to_numpy(),
+        epsilon[RESIDENTIAL_COUNT].to_numpy(), sensitivity[RESIDENTIAL_COUNT].to_numpy(),
+        grid_per_hour=grid_per_hour, alpha=residential_alpha)
+    out[RESIDENTIAL] = hours
+    out[f"{RESIDENTIAL}_lo"] = lo
+    out[f"{RESIDENTIAL}_hi"] = hi
+    out[CONTRIBUTORS] = value[CONTRIBUTORS].astype("int64")
     return out.reset_index()
 
 
-def residential_hours(s: np.ndarray, m_s: np.ndarray, c: np.ndarray, m_c: np.ndarray,
-                      grid_per_hour: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Estimate of average hours at home and its interval from the noisy offset sum and
-    count (see the module docstring). NaN estimate when the noisy count is <= 0."""
-    s, m_s, c, m_c = (np.asarray(x, dtype=float) for x in (s, m_s, c, m_c))
+def residential_hours(s: np.ndarray, c: np.ndarray, s_epsilon: np.ndarray,
+                      s_sensitivity: np.ndarray, c_epsilon: np.ndarray,
+                      c_sensitivity: np.ndarray, *, grid_per_hour: int, alpha: float
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hours at home, clamp(S / (g C) + 12, 0, 24), and the level-``alpha`` interval of the
+    true hours (module docstring); NaN estimate when ``C <= 0``. Where the test rejects
+    every offset (the truth was rejected, probability <= alpha) the interval is the whole
+    [0, 24]."""
+    s, c = np.asarray(s, dtype=float), np.asarray(c, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = np.where(c > 0, np.clip(s / c / grid_per_hour + 12, 0, 24), np.nan)
-        c_lo, c_hi = c - m_c, c + m_c
-        corners = np.stack([(s - m_s) / c_lo, (s - m_s) / c_hi,
-                            (s + m_s) / c_lo, (s + m_s) / c_hi])
-        informative = c_lo > 0
-        lo = np.where(informative, np.clip(corners.min(axis=0) / grid_per_hour + 12, 0, 24), 0.0)
-        hi = np.where(informative, np.clip(corners.max(axis=0) / grid_per_hour + 12, 0, 24), 24.0)
+    lo = np.zeros(s.shape)
+    hi = np.full(s.shape, 24.0)
+    keys = pd.DataFrame({"se": s_epsilon, "ss": s_sensitivity, "ce": c_epsilon,
+                         "cs": c_sensitivity})
+    for key, idx in keys.groupby(["se", "ss", "ce", "cs"], sort=False).indices.items():
+        se, ss, ce, cs = key
+        test = offset_test((float(se), int(ss)), (float(ce), int(cs)), grid_per_hour, alpha)
+        o_lo, o_hi = test.hull(s[idx], grid_per_hour * c[idx])
+        empty = ~(o_lo <= o_hi)
+        lo[idx] = np.where(empty, 0.0, np.clip(12 + o_lo, 0, 24))
+        hi[idx] = np.where(empty, 24.0, np.clip(12 + o_hi, 0, 24))
     return est, lo, hi
 
 
-def percent_change(value: np.ndarray, value_lo: np.ndarray, value_hi: np.ndarray,
-                   base: np.ndarray, base_lo: np.ndarray, base_hi: np.ndarray, *,
-                   max_error_points: float) -> tuple[np.ndarray, np.ndarray]:
-    """Integer percent change and whether it is reliable enough to publish.
+def integer_change(ratio: np.ndarray) -> np.ndarray:
+    """The published integer ``round(100 (ratio - 1))`` (halves up)."""
+    return np.floor(100 * (np.asarray(ratio, dtype=float) - 1) + 0.5)
 
-    Publish only when the baseline's interval is strictly positive and both ends of the
-    ratio interval are within ``max_error_points`` of the noisy ratio.
+
+def within_promise(change: np.ndarray, ratio_lo: np.ndarray, ratio_hi: np.ndarray,
+                   max_error_points: float) -> np.ndarray:
+    """Whether every true ratio of ``[ratio_lo, ratio_hi]`` has a true change within
+    ``max_error_points`` of the integer ``change``."""
+    with np.errstate(invalid="ignore"):
+        return ((100 * (np.asarray(ratio_lo) - 1) >= change - max_error_points)
+                & (100 * (np.asarray(ratio_hi) - 1) <= change + max_error_points))
+
+
+def count_changes(frame: pd.DataFrame, *, alpha: float, max_error_points: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Integer changes and publish flags for a count category.
+
+    ``frame`` columns: ``value``, ``cells``, ``epsilon``, ``sensitivity`` (today), and
+    ``baseline``, ``noise_cells``, ``noise_epsilon``, ``noise_sensitivity`` (the frozen
+    baseline), ``factor``, ``factor_lo``, ``factor_hi``, ``factor_alpha`` (1, 1, 1, 0
+    without a method update).
     """
-    v, vl, vh, b, bl, bh = (np.asarray(x, dtype=float)
-                            for x in (value, value_lo, value_hi, base, base_lo, base_hi))
+    v = frame["value"].to_numpy(dtype=float)
+    b = frame["baseline"].to_numpy(dtype=float)
+    f = frame["factor"].to_numpy(dtype=float)
+    scaled_base = b * f
     with np.errstate(divide="ignore", invalid="ignore"):
-        ok = (b > 0) & (bl > 0) & np.isfinite(v) & np.isfinite(b) & np.isfinite(vh)
-        ratio = np.where(ok, np.maximum(v, 0) / b, np.nan)
-        r_lo = np.where(ok, np.maximum(vl, 0) / bh, np.nan)
-        r_hi = np.where(ok, vh / bl, np.nan)
-        error = 100 * np.maximum(r_hi - ratio, ratio - r_lo)
-        publish = ok & (error <= max_error_points)
-        change = np.floor(100 * (ratio - 1) + 0.5)
+        ok = np.isfinite(v) & np.isfinite(scaled_base) & (scaled_base > 0) & (b > 0)
+        ratio = np.where(ok, np.maximum(v, 0) / scaled_base, np.nan)
+    change = integer_change(ratio)
+    r_lo = np.full(len(frame), np.nan)
+    r_hi = np.full(len(frame), np.nan)
+    keys = frame[["cells", "epsilon", "sensitivity", "noise_cells", "noise_epsilon",
+                  "noise_sensitivity", "factor_alpha"]]
+    live = np.flatnonzero(ok)
+    for key, idx in keys.iloc[live].groupby(list(keys.columns), sort=False).indices.items():
+        rows = live[idx]
+        cells, eps, sens, b_cells, b_eps, b_sens, f_alpha = key
+        rest = alpha - float(f_alpha)
+        if not rest > 0:
+            continue
+        test = count_test((int(cells), float(eps), int(sens)),
+                          (int(b_cells), float(b_eps), int(b_sens)), rest)
+        lo, hi = test.hull(v[rows], b[rows])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r_lo[rows] = lo / frame["factor_hi"].to_numpy(dtype=float)[rows]
+            r_hi[rows] = hi / frame["factor_lo"].to_numpy(dtype=float)[rows]
+    publish = ok & within_promise(change, r_lo, r_hi, max_error_points)
     return change, publish
+
+
+def residential_changes(hours: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        baseline: np.ndarray, baseline_lo: np.ndarray,
+                        baseline_hi: np.ndarray, *, max_error_points: float
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Integer changes and publish flags for residential hours, from today's interval and
+    the baseline's (module docstring: their miss probabilities add up to the rule's)."""
+    h, h_lo, h_hi, b, bl, bu = (np.asarray(x, dtype=float)
+                                for x in (hours, lo, hi, baseline, baseline_lo, baseline_hi))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = np.isfinite(h) & np.isfinite(b) & (b > 0) & (bl > 0)
+        ratio = np.where(ok, h / b, np.nan)
+        change = integer_change(ratio)
+        publish = ok & within_promise(change, h_lo / bu, h_hi / bl, max_error_points)
+    return change, publish
+
+
+def residential_day_alpha(alpha: float, baseline_miss: float) -> float:
+    """Today's share of the rule's probability once the baseline took ``baseline_miss`` on
+    each side."""
+    rest = alpha - 2 * baseline_miss
+    if not rest > 0:
+        raise ValueError(f"baseline_miss={baseline_miss!r} leaves nothing of alpha={alpha!r}")
+    return rest
+
+
+def strictly_below(probability: float) -> float:
+    """The largest float below ``probability``: "under 5%" as a bound ``<= alpha``."""
+    return math.nextafter(probability, 0.0)

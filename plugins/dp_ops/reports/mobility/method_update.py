@@ -34,17 +34,19 @@ the ledger (kind ``method_update``, the new method version) on each window date 
 anything is drawn; the cap (which holds headroom for one method update) refuses it
 otherwise, and nothing is stored then.
 
-Intervals. ``s_g`` and ``s_n`` each get a ``1 - alpha_f / 2`` interval from their noise
-(union bound over their cells, ``alpha_f = (1 - interval_confidence) / 2``), so the factor
-lies in ``[max(s_n - m_n, 0) / (s_g + m_g), (s_n + m_n) / (s_g - m_g)]`` with probability
-``>= 1 - alpha_f`` (the upper end is infinite when ``s_g - m_g <= 0``). The report scales
-the baseline's interval ends by the factor's interval ends and, for the scaled
-categories, computes the day's metric interval at ``alpha / 2``: metric (1.25%), baseline
-(2.5%) and factor (1.25%) keep the reliability rule's joint coverage at 95% (union bound).
-That holds for one update in effect per category, which is what the cap's headroom
-allows. The interval covers the window's true ratio; that the same ratio holds in the
-baseline window is the paper's modelling assumption. A non-positive ``s_g`` or ``s_n``
-gives a NaN factor, which suppresses the group's changes from the effective date.
+Intervals. The factor's true value ``phi = E[s_n] / E[s_g]`` (the window's true sums) gets a
+``1 - alpha_f`` hull ``[factor_lo, factor_hi]`` by test inversion
+(``dp_ops.privacy.inference``): under "factor ``phi``", ``s_n - phi s_g = Z_n - phi Z_g``,
+both noises exact sums of independent discrete Laplace draws (``s_g``: 4 days x the
+category's cells; ``s_n``: one draw per cell), symmetric and independent. ``alpha_f`` is
+``FACTOR_SHARE`` (a quarter) of the rule's ``max_error_probability``, stored with the
+factors; the report takes today's ratio hull at the rest and divides it by the factor's
+hull (``dp_ops.reports.mobility.estimates``, Method updates), so the promise keeps its
+probability. That holds for one update in effect per category, which is what the cap's
+headroom allows (two would leave ``alpha - 2 alpha_f``, still valid). The interval covers
+the window's true ratio; that the same ratio holds in the baseline window is the paper's
+modelling assumption. A non-positive ``s_g`` or ``s_n`` gives a NaN factor, which
+suppresses the group's changes from the effective date.
 
 Storage. One file per method version, ``baseline/mobility/method_updates/<version>.parquet``
 (one row per group: keys, ``s_g``, ``s_n``, margins, ``factor``, its interval, the
@@ -68,17 +70,25 @@ import pyarrow.parquet as pq
 
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.inference import discrete_laplace_sum, ratio_edges, ratio_test
 from dp_ops.privacy.ledger import ALL_REGIONS, Slot, SpendRequest
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
-from dp_ops.reports.mobility.estimates import COUNT_CATEGORY_CELLS
+from dp_ops.reports.mobility.estimates import (
+    COUNT_CATEGORY_CELLS,
+    RATIO_HIGHEST,
+    RATIO_START,
+    noise_law_cells,
+)
 from dp_ops.reports.mobility.noising import GROUP_CELLS
 
 COMPARISON_WEEKS = 4
+# The factor's share of the rule's probability (module docstring, Intervals).
+FACTOR_SHARE = 0.25
 KIND = "method_update"
 GROUP_KEYS = ["level", "region_id", "category", "weekday"]
 _VERSION_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-__all__ = ["COMPARISON_WEEKS", "GROUP_KEYS", "KIND", "MethodUpdate", "NewMethod",
+__all__ = ["COMPARISON_WEEKS", "FACTOR_SHARE", "GROUP_KEYS", "KIND", "MethodUpdate", "NewMethod",
            "apply_method_updates", "category_cells", "category_size", "cell_group",
            "comparison_window", "group_sums", "plan_requests", "read_method_updates",
            "scaling_factors", "to_categories"]
@@ -192,20 +202,38 @@ def to_categories(sums: pd.DataFrame, categories: Sequence[str], value: str) -> 
     return pd.concat(parts, ignore_index=True)
 
 
-def scaling_factors(s_g: pd.DataFrame, s_n: pd.DataFrame) -> pd.DataFrame:
-    """Join ``s_g`` and ``s_n`` (with margins ``m_g``, ``m_n``) per group and form the
-    factor and its interval; NaN factor when either sum is not positive."""
+def scaling_factors(s_g: pd.DataFrame, s_n: pd.DataFrame, *, alpha: float) -> pd.DataFrame:
+    """Join ``s_g`` and ``s_n`` per group and form the factor ``s_n / s_g`` and its
+    level-``alpha`` hull (module docstring, Intervals); NaN factor when either sum is not
+    positive.
+
+    ``s_g`` columns: GROUP_KEYS, ``s_g`` and its noise key ``g_cells``, ``g_epsilon``,
+    ``g_sensitivity``; ``s_n`` likewise with ``n_``.
+    """
     out = s_g.merge(s_n, on=GROUP_KEYS, how="outer", validate="one_to_one")
     if out[["s_g", "s_n"]].isna().any().any():
         raise ValueError("s_g and s_n cover different groups")
     g, n = out["s_g"].to_numpy(dtype=float), out["s_n"].to_numpy(dtype=float)
-    mg, mn = out["m_g"].to_numpy(dtype=float), out["m_n"].to_numpy(dtype=float)
+    ok = (g > 0) & (n > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ok = (g > 0) & (n > 0)
         out["factor"] = np.where(ok, n / g, np.nan)
-        out["factor_lo"] = np.where(ok, np.maximum(n - mn, 0) / (g + mg), np.nan)
-        out["factor_hi"] = np.where(ok, np.where(g - mg > 0, (n + mn) / (g - mg), np.inf),
-                                    np.nan)
+    lo = np.full(len(out), np.nan)
+    hi = np.full(len(out), np.nan)
+    key_cols = ["n_cells", "n_epsilon", "n_sensitivity", "g_cells", "g_epsilon",
+                "g_sensitivity"]
+    live = np.flatnonzero(ok)
+    for key, idx in out.iloc[live].groupby(key_cols, sort=False).indices.items():
+        rows = live[idx]
+        n_key = (int(key[0]), float(key[1]), int(key[2]))
+        g_key = (int(key[3]), float(key[4]), int(key[5]))
+        test = ratio_test(discrete_laplace_sum(noise_law_cells(n_key)),
+                          discrete_laplace_sum(noise_law_cells(g_key)), alpha=alpha,
+                          edges=ratio_edges(0.0, RATIO_START, RATIO_HIGHEST), bounded=False)
+        lo[rows], hi[rows] = test.hull(n[rows], g[rows])
+    empty = ~(lo <= hi)
+    out["factor_lo"] = np.where(ok & ~empty, np.maximum(lo, 0.0), np.nan)
+    out["factor_hi"] = np.where(ok & ~empty, hi, np.nan)
+    out["factor_alpha"] = alpha
     return out.sort_values(GROUP_KEYS).reset_index(drop=True)
 
 
@@ -219,28 +247,32 @@ def read_method_updates(root: DataRoot) -> pd.DataFrame | None:
 
 
 def apply_method_updates(baseline: pd.DataFrame, updates: pd.DataFrame | None,
-                         day: date) -> tuple[pd.DataFrame, frozenset[str]]:
-    """The baseline for ``day``: every update in effect on ``day`` (effective date <= day)
-    scales its groups' baseline by ``factor`` and interval ends by ``factor_lo`` and
-    ``factor_hi``. Returns the scaled copy and the categories scaled; the stored baseline
-    is not changed. Days before every effective date get the baseline as it is."""
+                         day: date) -> pd.DataFrame:
+    """The baseline for ``day`` with the factor columns the report needs: ``factor``,
+    ``factor_lo``, ``factor_hi`` (products over the updates in effect on ``day``, i.e.
+    effective date <= day) and ``factor_alpha`` (their summed share of the rule's
+    probability); 1, 1, 1, 0 where no update is in effect. The stored baseline is not
+    changed. A group of a scaled category missing from an update's file gets NaN (its
+    changes are suppressed)."""
+    out = baseline.copy()
+    out["factor"] = 1.0
+    out["factor_lo"] = 1.0
+    out["factor_hi"] = 1.0
+    out["factor_alpha"] = 0.0
     if updates is None or updates.empty:
-        return baseline, frozenset()
+        return out
     effective = pd.to_datetime(updates["effective_date"]).dt.date
     in_effect = updates[effective <= day].sort_values(["effective_date", "method_version"])
-    if in_effect.empty:
-        return baseline, frozenset()
-    out = baseline.copy()
     for _, upd in in_effect.groupby(["effective_date", "method_version"], sort=True):
-        cols = GROUP_KEYS + ["factor", "factor_lo", "factor_hi"]
-        factors = upd[cols].astype({"level": np.int8, "weekday": np.int8})
+        cols = GROUP_KEYS + ["factor", "factor_lo", "factor_hi", "factor_alpha"]
+        factors = upd[cols].astype({"level": np.int8, "weekday": np.int8}).rename(
+            columns={c: f"new_{c}" for c in cols[len(GROUP_KEYS):]})
         merged = out.merge(factors, on=GROUP_KEYS, how="left", validate="one_to_one")
         hit = merged["category"].isin(set(upd["category"])).to_numpy()
-        for col, f in (("baseline", "factor"), ("baseline_lo", "factor_lo"),
-                       ("baseline_hi", "factor_hi")):
-            scaled = merged[col].to_numpy(dtype=float) * merged[f].to_numpy(dtype=float)
-            # a group of a scaled category missing from the file has no factor: NaN
+        for col in ("factor", "factor_lo", "factor_hi"):
+            scaled = merged[col].to_numpy(dtype=float) * merged[f"new_{col}"].to_numpy(float)
             out[col] = np.where(hit, scaled, merged[col].to_numpy(dtype=float))
-    return out, frozenset(str(c) for c in in_effect["category"].unique())
-
-
+        share = merged["factor_alpha"].to_numpy(float) + merged["new_factor_alpha"].to_numpy(
+            float)
+        out["factor_alpha"] = np.where(hit, share, merged["factor_alpha"].to_numpy(float))
+    return out

@@ -22,15 +22,15 @@ from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, Spend, SpendRequest
-from dp_ops.privacy.noise import add_discrete_laplace, discrete_laplace_margin, noise_generator
+from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
-from dp_ops.reports.mobility.estimates import cell_margins
+from dp_ops.reports.mobility.estimates import strictly_below
 from dp_ops.reports.mobility.method_update import (
-    GROUP_KEYS,
+    FACTOR_SHARE,
     KIND,
     MethodUpdate,
-    category_size,
+    category_cells,
     cell_group,
     comparison_window,
     group_sums,
@@ -43,32 +43,39 @@ from dp_ops.reports.mobility.report import report_day
 from dp_ops.steps.result import StepResult
 
 
-def _noisy_s_g(root: DataRoot, ledger: Ledger, window: list[date], update: MethodUpdate,
-               alpha: float) -> pd.DataFrame:
-    """Per group: s_g from the stored noisy cells (current values) and its margin m_g."""
+def _noise_key(cells: pd.DataFrame, categories: Sequence[str], prefix: str,
+               draws_per_cell: int) -> pd.DataFrame:
+    """Per (category): the noise key of its group sums (cells summed, smallest epsilon,
+    largest sensitivity), from the noise parameters of the cells used."""
+    rows = []
+    for cat in categories:
+        part = cells[cells["metric"].isin(category_cells(cat))]
+        rows.append({"category": cat,
+                     f"{prefix}_cells": draws_per_cell * len(category_cells(cat)),
+                     f"{prefix}_epsilon": float(part["cell_epsilon"].min()),
+                     f"{prefix}_sensitivity": int(part["sensitivity"].max())})
+    return pd.DataFrame(rows)
+
+
+def _noisy_s_g(root: DataRoot, ledger: Ledger, window: list[date], update: MethodUpdate
+               ) -> pd.DataFrame:
+    """Per group: s_g from the stored noisy cells (current values) and its noise key."""
     frames = {}
     for day in window:
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
         frames[day] = cells[cells["metric"].isin(update.cells)].copy()
-    for day, cells in frames.items():
-        # a category's s_g sums len(window) x (its cell count) noisy cells
-        per_cell_alpha = cells["metric"].map(
-            lambda m: alpha / (len(window) * category_size(str(m))))
-        cells["margin"] = cell_margins(cells, per_cell_alpha.to_numpy(dtype=float))
-        frames[day] = cells
-    values = group_sums(frames, "noisy_value")
-    margins = group_sums(frames, "margin")
-    sums = values.merge(margins, on=["level", "region_id", "metric", "weekday"])
-    out = to_categories(sums.rename(columns={"noisy_value": "s_g"}), update.categories, "s_g")
-    m = to_categories(sums.rename(columns={"margin": "m_g"}), update.categories, "m_g")
-    return out.merge(m, on=GROUP_KEYS)
+    sums = group_sums(frames, "noisy_value").rename(columns={"noisy_value": "s_g"})
+    out = to_categories(sums, update.categories, "s_g")
+    key = _noise_key(pd.concat(frames.values(), ignore_index=True), update.categories, "g",
+                     len(window))
+    return out.merge(key, on="category", how="left")
 
 
 def _noisy_s_n(root: DataRoot, cfg: MobilityConfig, window: list[date],
-               update: MethodUpdate, regions: pd.DataFrame, alpha: float,
+               update: MethodUpdate, regions: pd.DataFrame,
                rng: np.random.Generator) -> pd.DataFrame:
     """Per group: s_n, the new method's 4-day sums from the bounded aggregates, noised once
-    per (cell, group) over the whole public domain (zeros included), and its margin m_n."""
+    per (cell, group) over the whole public domain (zeros included), and its noise key."""
     frames = {}
     for day in window:
         path = root.bounded_file(REPORT, day)
@@ -87,7 +94,8 @@ def _noisy_s_n(root: DataRoot, cfg: MobilityConfig, window: list[date],
     del true_sums, frames
     cells["value"] = cells["value"].fillna(0).astype(np.int64)
     noisy = np.empty(len(cells), dtype=np.int64)
-    margin = np.empty(len(cells), dtype=np.int64)
+    cells["cell_epsilon"] = np.nan
+    cells["sensitivity"] = 0
     for cell in update.cells:
         budget = cfg.budget(cell_group(cell))
         eps = cfg.method_update_fraction * budget.cell_epsilon
@@ -95,13 +103,12 @@ def _noisy_s_n(root: DataRoot, cfg: MobilityConfig, window: list[date],
         mask = (cells["metric"] == cell).to_numpy()
         noisy[mask] = add_discrete_laplace(cells.loc[mask, "value"].to_numpy(), epsilon=eps,
                                            sensitivity=sens, rng=rng)
-        margin[mask] = discrete_laplace_margin(alpha / category_size(cell), epsilon=eps,
-                                               sensitivity=sens)
+        cells.loc[mask, "cell_epsilon"] = eps
+        cells.loc[mask, "sensitivity"] = sens
     cells = cells.drop(columns=["value"])
     cells["s_n"] = noisy
-    cells["m_n"] = margin
     out = to_categories(cells, update.categories, "s_n")
-    return out.merge(to_categories(cells, update.categories, "m_n"), on=GROUP_KEYS)
+    return out.merge(_noise_key(cells, update.categories, "n", 1), on="category", how="left")
 
 
 def _update_table(update: MethodUpdate, window: list[date], factors: pd.DataFrame,
@@ -116,7 +123,7 @@ def _update_table(update: MethodUpdate, window: list[date], factors: pd.DataFram
     df["spend_ids"] = ",".join(str(s.id) for s in spends)
     df["level"] = df["level"].astype(np.int8)
     df["weekday"] = df["weekday"].astype(np.int8)
-    for col in ("s_g", "s_n", "m_g", "m_n"):
+    for col in ("s_g", "s_n", "g_cells", "g_sensitivity", "n_cells", "n_sensitivity"):
         df[col] = df[col].astype(np.int64)
     return pa.Table.from_pandas(df, preserve_index=False)
 
@@ -167,11 +174,10 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         state = "reused the stored factors"
     else:
         requests = plan_requests(cfg, update)
-        alpha = (1 - cfg.interval_confidence) / 2 / 2  # s_g and s_n each (docstring)
         ledger = Ledger(ledger_url)
         try:
             # s_g reads only stored noisy values: check them before spending anything
-            s_g = _noisy_s_g(root, ledger, window, update, alpha)
+            s_g = _noisy_s_g(root, ledger, window, update)
             missing = [d for d in window if not root.bounded_file(REPORT, d).is_file()]
             if missing:
                 raise FileNotFoundError(
@@ -187,8 +193,10 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         finally:
             ledger.dispose()
         regions = read_regions(root.regions_csv)
-        s_n = _noisy_s_n(root, cfg, window, update, regions, alpha, noise_generator())
-        table = _update_table(update, window, scaling_factors(s_g, s_n), spends)
+        s_n = _noisy_s_n(root, cfg, window, update, regions, noise_generator())
+        alpha_f = FACTOR_SHARE * strictly_below(cfg.max_error_probability)
+        table = _update_table(update, window, scaling_factors(s_g, s_n, alpha=alpha_f),
+                              spends)
         won = store_first_wins(table, target)
         state = "stored new factors" if won else "found factors another run stored first"
     rereported = 0

@@ -25,7 +25,16 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.mobility.baseline import read_baseline
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
-from dp_ops.reports.mobility.estimates import CATEGORIES, metric_estimates, percent_change
+from dp_ops.reports.mobility.estimates import (
+    CATEGORIES,
+    COUNT_CATEGORY_CELLS,
+    RESIDENTIAL,
+    count_changes,
+    metric_estimates,
+    residential_changes,
+    residential_day_alpha,
+    strictly_below,
+)
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
@@ -41,18 +50,33 @@ PUBLISHED_COLUMNS: tuple[str, ...] = ROW_KEY + CHANGE_COLUMNS
 
 
 def day_changes(estimates: pd.DataFrame, baseline: pd.DataFrame, day: date, *,
-                max_error_points: float) -> pd.DataFrame:
-    """Per (level, region_id): the integer change of each category (NaN = suppressed)."""
+                alpha: float, max_error_points: float) -> pd.DataFrame:
+    """Per (level, region_id): the integer change of each category (NaN = suppressed).
+
+    ``baseline`` is the frozen baseline with the factor columns of the method updates in
+    effect (``factor``, ``factor_lo``, ``factor_hi``, ``factor_alpha``), see
+    :func:`dp_ops.reports.mobility.method_update.apply_method_updates`.
+    """
     base = baseline[baseline["weekday"] == day.weekday()]
-    out = estimates[["level", "region_id", "contributors", "residential"]].copy()
+    keys = ["level", "region_id"]
+    out = estimates[["level", "region_id", "contributors", RESIDENTIAL]].copy()
     for cat in CATEGORIES:
-        b = base[base["category"] == cat][["level", "region_id", "baseline", "baseline_lo",
-                                           "baseline_hi"]]
-        merged = estimates[["level", "region_id", cat, f"{cat}_lo", f"{cat}_hi"]].merge(
-            b, on=["level", "region_id"], how="left")
-        change, publish = percent_change(
-            merged[cat], merged[f"{cat}_lo"], merged[f"{cat}_hi"], merged["baseline"],
-            merged["baseline_lo"], merged["baseline_hi"], max_error_points=max_error_points)
+        b = base[base["category"] == cat].drop(columns=["category", "weekday"])
+        if cat in COUNT_CATEGORY_CELLS:
+            today = estimates[keys + [cat, f"{cat}_cells", f"{cat}_epsilon",
+                                      f"{cat}_sensitivity"]].rename(columns={
+                cat: "value", f"{cat}_cells": "cells", f"{cat}_epsilon": "epsilon",
+                f"{cat}_sensitivity": "sensitivity"})
+            merged = today.merge(b, on=keys, how="left", validate="one_to_one")
+            change, publish = count_changes(merged, alpha=alpha,
+                                            max_error_points=max_error_points)
+        else:
+            merged = estimates[keys + [cat, f"{cat}_lo", f"{cat}_hi"]].merge(
+                b, on=keys, how="left", validate="one_to_one")
+            change, publish = residential_changes(
+                merged[cat], merged[f"{cat}_lo"], merged[f"{cat}_hi"], merged["baseline"],
+                merged["baseline_lo"], merged["baseline_hi"],
+                max_error_points=max_error_points)
         out[f"{cat}_percent_change_from_baseline"] = np.where(publish, change, np.nan)
     return out
 
@@ -92,22 +116,20 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
                           f"{cfg.first_public_date}")
     # stored method-update factors scale the baseline from their effective date (the
     # baseline file itself is never rewritten)
-    baseline, scaled = apply_method_updates(read_baseline(root), read_method_updates(root), day)
+    baseline = apply_method_updates(read_baseline(root), read_method_updates(root), day)
     ledger = Ledger(ledger_url)
     try:
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
     finally:
         ledger.dispose()
-    alpha = 1 - cfg.interval_confidence
-    estimates = metric_estimates(cells, alpha=alpha, grid_per_hour=cfg.residential_grid_per_hour)
-    if scaled:
-        # a scaled baseline's interval also spends alpha / 2 on the factor, so the metric
-        # gets the other alpha / 2 (dp_ops.reports.mobility.method_update, "Intervals")
-        narrow = metric_estimates(cells, alpha=alpha / 2,
-                                  grid_per_hour=cfg.residential_grid_per_hour)
-        for cat in scaled:
-            estimates[[f"{cat}_lo", f"{cat}_hi"]] = narrow[[f"{cat}_lo", f"{cat}_hi"]]
-    changes = day_changes(estimates, baseline, day, max_error_points=cfg.max_error_points)
+    alpha = strictly_below(cfg.max_error_probability)
+    residential_miss = float(baseline.loc[baseline["category"] == RESIDENTIAL,
+                                          "baseline_miss"].max())
+    estimates = metric_estimates(cells, grid_per_hour=cfg.residential_grid_per_hour,
+                                 residential_alpha=residential_day_alpha(alpha,
+                                                                         residential_miss))
+    changes = day_changes(estimates, baseline, day, alpha=alpha,
+                          max_error_points=cfg.max_error_points)
     rows = apply_row_rules(changes, read_regions(root.regions_csv), day, cfg)
     write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), target)
     published = int(rows["publish_row"].sum())

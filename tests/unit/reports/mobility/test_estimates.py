@@ -1,5 +1,6 @@
-"""Intervals, baseline and the reliability rule, checked by simulation through the same
-functions the pipeline runs (metric_estimates -> compute_baseline -> day_changes)."""
+"""The baseline and the reliability rule, checked by simulation through the same functions
+the pipeline runs (metric_estimates -> compute_baseline -> day_changes), and their edges.
+The adversarial search over true values is in test_reliability_search.py."""
 
 from __future__ import annotations
 
@@ -10,19 +11,29 @@ import pandas as pd
 import pytest
 
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
-from dp_ops.reports.mobility.baseline import compute_baseline, long_estimates
+from dp_ops.reports.mobility.baseline import (
+    compute_baseline,
+    long_estimates,
+    residential_miss,
+    residential_window_alpha,
+)
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     CATEGORIES,
+    integer_change,
     metric_estimates,
-    percent_change,
+    residential_day_alpha,
     residential_hours,
+    strictly_below,
+    within_promise,
 )
+from dp_ops.reports.mobility.method_update import apply_method_updates
 from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.reports.mobility.report import day_changes
 
 CFG = MobilityConfig()
-ALPHA = 1 - CFG.interval_confidence
+ALPHA = strictly_below(CFG.max_error_probability)
+GRID = CFG.residential_grid_per_hour
 WINDOW = CFG.baseline_dates
 DAY = date(2020, 3, 3)  # a Tuesday; the window's Tuesdays are its baseline
 TUESDAYS = [d for d in WINDOW if d.weekday() == DAY.weekday()]
@@ -92,8 +103,8 @@ def simulation() -> dict[str, pd.DataFrame]:
     for d in TUESDAYS:
         cells = true_cells(users, rng.uniform(0.95, 1.05, n), rng)
         window_true.append(true_metrics(cells))
-        est = metric_estimates(noisy_cells(cells, rng), alpha=ALPHA / 5,
-                               grid_per_hour=CFG.residential_grid_per_hour)
+        est = metric_estimates(noisy_cells(cells, rng), grid_per_hour=GRID,
+                               residential_alpha=residential_window_alpha(ALPHA))
         frames.append(long_estimates(est, d))
     # compute_baseline needs all 5 days of each weekday: pad the other weekdays' groups
     # by reusing the Tuesday frames under other dates (they are not inspected here).
@@ -104,12 +115,15 @@ def simulation() -> dict[str, pd.DataFrame]:
             f["date"] = pd.Timestamp(d + timedelta(days=offset))
             f["weekday"] = (d + timedelta(days=offset)).weekday()
             padded.append(f)
-    baseline = compute_baseline(pd.concat(padded, ignore_index=True))
+    baseline = compute_baseline(pd.concat(padded, ignore_index=True),
+                                residential_miss_per_side=residential_miss(ALPHA))
     factor = rng.uniform(0.3, 1.6, n)
     day_true_cells = true_cells(users, factor, rng)
-    day_est = metric_estimates(noisy_cells(day_true_cells, rng), alpha=ALPHA,
-                               grid_per_hour=CFG.residential_grid_per_hour)
-    changes = day_changes(day_est, baseline, DAY, max_error_points=CFG.max_error_points)
+    day_est = metric_estimates(noisy_cells(day_true_cells, rng), grid_per_hour=GRID,
+                               residential_alpha=residential_day_alpha(
+                                   ALPHA, residential_miss(ALPHA)))
+    changes = day_changes(day_est, apply_method_updates(baseline, None, DAY), DAY,
+                          alpha=ALPHA, max_error_points=CFG.max_error_points)
     true_base = pd.concat(window_true).groupby(level=0).median()
     true_change = 100 * (true_metrics(day_true_cells) / true_base - 1)
     return {"changes": changes.set_index("region_id"), "true_change": true_change,
@@ -119,9 +133,11 @@ def simulation() -> dict[str, pd.DataFrame]:
 
 def test_published_changes_are_within_ten_points(simulation: dict[str, pd.DataFrame]) -> None:
     """The paper's promise: of published values, fewer than 5% are off by more than 10
-    points. The union-bound intervals make the realised rate far lower (~0); with about
-    10,000 published values a true rate of 5% would give >= 400 misses, so the observed
-    rate being < 5% fails with negligible probability (< 1e-9) for a correct rule."""
+    points (each value's own probability is under 5%, so the share is too, in
+    expectation). With about 15,000 published values a true share of 5% would give the
+    observed share < 5% only half the time, so the assertion is at 4%: a correct rule's
+    realised share here is ~0.5% (its worst case is measured by the adversarial search),
+    and exceeding 4% would take a > 10 sigma deviation."""
     changes, truth = simulation["changes"], simulation["true_change"]
     published, misses = 0, 0
     for cat in CATEGORIES:
@@ -130,70 +146,90 @@ def test_published_changes_are_within_ten_points(simulation: dict[str, pd.DataFr
         error = (col[ok] - truth.loc[col[ok].index, cat]).abs()
         published += int(ok.sum())
         misses += int((error > 10).sum())
-    assert published > 5000, "the simulation should publish plenty of values"
-    assert misses / published < 0.05
-    # and in fact much less: the intervals are conservative
-    assert misses / published < 0.01
+    assert published > 10000, "the simulation should publish plenty of values"
+    assert misses / published < 0.04
 
 
 def test_small_regions_are_suppressed_large_ones_published(
         simulation: dict[str, pd.DataFrame]) -> None:
     changes = simulation["changes"]
     contributors = changes["contributors"]
-    col = changes["retail_and_recreation_percent_change_from_baseline"]
-    assert col[contributors < 60].notna().mean() < 0.05
-    assert col[contributors > 10000].notna().mean() > 0.95
+    for cat in CATEGORIES:
+        col = changes[f"{cat}_percent_change_from_baseline"]
+        assert col[contributors < 60].notna().mean() < 0.05, cat
+        assert col[contributors > 10000].notna().mean() > 0.95, cat
 
 
-def test_baseline_interval_covers_the_true_median(simulation: dict[str, pd.DataFrame]) -> None:
-    """Each baseline interval is built at level 97.5% (union bound over 5 days x cells).
-    Coverage is then >= 97.5% per series; over 24,000 series the observed coverage is
-    >= 97% unless the derivation is wrong (binomial: P(< 97% | p = 97.5%) < 1e-9)."""
-    base = simulation["baseline"].set_index(["region_id", "category"])
-    truth = simulation["true_base"].stack()
-    truth.index.names = ["region_id", "category"]
+def test_residential_baseline_interval_covers_the_true_median(
+        simulation: dict[str, pd.DataFrame]) -> None:
+    """The residential baseline interval misses on each side with probability at most
+    residential_miss(alpha) = 1.25%, so covers with >= 97.5%. Over 4,000 series the
+    observed coverage is >= 96.5% unless the derivation is wrong (binomial: P(< 96.5% |
+    p = 97.5%) < 1e-4); it is ~100% in fact, the per-day intervals are exact but the
+    order-statistic bound is a worst case."""
+    base = simulation["baseline"]
+    base = base[base["category"] == "residential"].set_index("region_id")
+    truth = simulation["true_base"]["residential"]
     joined = base.join(truth.rename("true"), how="inner")
     joined = joined[np.isfinite(joined["baseline"])]
     covered = (joined["baseline_lo"] <= joined["true"] + 1e-9) & (
         joined["true"] - 1e-9 <= joined["baseline_hi"])
-    assert len(joined) > 20000
-    assert covered.mean() >= 0.97
+    assert len(joined) > 3900
+    assert covered.mean() >= 0.965
+    assert (joined["baseline_miss"] == residential_miss(ALPHA)).all()
 
 
-def test_percent_change_rule_edges() -> None:
-    change, publish = percent_change(
-        np.array([110.0, 110.0, 50.0, 5.0]), np.array([108.0, 60.0, 48.0, 0.0]),
-        np.array([112.0, 160.0, 52.0, 10.0]), np.array([100.0, 100.0, 100.0, -1.0]),
-        np.array([99.0, 99.0, 99.0, -3.0]), np.array([101.0, 101.0, 101.0, 1.0]),
-        max_error_points=10)
-    assert change[:3].tolist() == [10.0, 10.0, -50.0]
-    assert publish.tolist() == [True, False, True, False]  # wide interval; bad baseline
+def test_count_baseline_keeps_the_noise_key(simulation: dict[str, pd.DataFrame]) -> None:
+    base = simulation["baseline"].set_index("category")
+    assert base.loc["retail_and_recreation", "noise_cells"].eq(3).all()
+    assert base.loc["grocery_and_pharmacy", "noise_cells"].eq(2).all()
+    assert base.loc["parks", "noise_cells"].eq(1).all()
+    assert base.loc["parks", "noise_epsilon"].eq(CFG.place_epsilon).all()
+    assert base.loc["workplaces", "noise_sensitivity"].eq(1).all()
+
+
+def test_the_promise_is_about_the_published_integer() -> None:
+    # ratio 1.1049 rounds to change 10; a true change of 20.6 is 10.6 points off it
+    change = integer_change(np.array([1.1049, 1.1051, 0.5]))
+    assert change.tolist() == [10.0, 11.0, -50.0]
+    assert within_promise(np.array([10.0]), np.array([1.0]), np.array([1.2]), 10).tolist() == [
+        True]
+    assert not within_promise(np.array([10.0]), np.array([1.0]), np.array([1.206]), 10)[0]
+    assert not within_promise(np.array([10.0]), np.array([0.999]), np.array([1.1]), 10)[0]
+    assert not within_promise(np.array([10.0]), np.array([np.nan]), np.array([1.1]), 10)[0]
 
 
 def test_residential_interval_uninformative_without_positive_count() -> None:
-    est, lo, hi = residential_hours(np.array([600.0, 600.0]), np.array([50.0, 50.0]),
-                                    np.array([100.0, 3.0]), np.array([5.0, 5.0]), 60)
-    assert est[0] == pytest.approx(12.1)
-    assert lo[0] < est[0] < hi[0]
-    assert (lo[1], hi[1]) == (0.0, 24.0)
+    est, lo, hi = residential_hours(
+        np.array([60_000.0, 600.0]), np.array([5000.0, -3.0]), np.full(2, 0.22),
+        np.full(2, 720), np.full(2, 0.22), np.full(2, 1), grid_per_hour=60, alpha=0.025)
+    assert est[0] == pytest.approx(12.2)
+    assert lo[0] < est[0] < hi[0] and hi[0] - lo[0] < 1.5
+    assert np.isnan(est[1]) and (lo[1], hi[1]) == (0.0, 24.0)
 
 
-def test_baseline_is_median_of_five_same_weekday_values() -> None:
+def _window_rows(values: list[float]) -> pd.DataFrame:
     rows = []
     for i, d in enumerate(WINDOW):
         rows.append({"level": 1, "region_id": "R", "category": "parks", "date": pd.Timestamp(d),
-                     "weekday": d.weekday(), "value": float(i), "lo": float(i) - 1,
-                     "hi": float(i) + 1})
-    base = compute_baseline(pd.DataFrame(rows))
+                     "weekday": d.weekday(), "value": values[i], "lo": np.nan, "hi": np.nan,
+                     "cells": 1, "epsilon": 0.44 if i else 0.3, "sensitivity": 1})
+    return pd.DataFrame(rows)
+
+
+def test_baseline_is_median_of_five_same_weekday_values() -> None:
+    base = compute_baseline(_window_rows([float(i) for i in range(len(WINDOW))]),
+                            residential_miss_per_side=0.0125)
     assert len(base) == 7
     for row in base.itertuples():
         values = [float(i) for i, d in enumerate(WINDOW) if d.weekday() == row.weekday]
         assert row.baseline == np.median(values)
-        assert (row.baseline_lo, row.baseline_hi) == (row.baseline - 1, row.baseline + 1)
+        # the widest law of the five days (day 0 was noised at a smaller epsilon)
+        assert row.noise_epsilon == (0.3 if row.weekday == WINDOW[0].weekday() else 0.44)
+        assert row.baseline_miss == 0.0
 
 
 def test_baseline_refuses_incomplete_weekday_groups() -> None:
-    rows = [{"level": 1, "region_id": "R", "category": "parks", "date": pd.Timestamp(d),
-             "weekday": d.weekday(), "value": 1.0, "lo": 0.0, "hi": 2.0} for d in WINDOW[:-1]]
+    rows = _window_rows([1.0] * len(WINDOW)).iloc[:-1]
     with pytest.raises(ValueError, match="expected 5"):
-        compute_baseline(pd.DataFrame(rows))
+        compute_baseline(rows, residential_miss_per_side=0.0125)

@@ -17,6 +17,7 @@ from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import BudgetExceeded, MethodUpdateError, NoiseNotStored
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 from dp_ops.regions import write_regions
 from dp_ops.reports.mobility import noising
 from dp_ops.reports.mobility.config import MobilityConfig
@@ -79,29 +80,56 @@ def test_group_sums_and_factors_on_constructed_data() -> None:
     retail = cats[(cats["category"] == "retail_and_recreation") & (cats["level"] == 0)]
     assert set(retail["s_g"]) == {4 * (10 + 20 + 30)}
 
-    s_g = cats.assign(m_g=0)
-    s_n = s_g.rename(columns={"s_g": "s_n", "m_g": "m_n"})
+    s_g = cats.assign(g_cells=4, g_epsilon=0.44, g_sensitivity=1)
+    s_n = cats.rename(columns={"s_g": "s_n"}).assign(n_cells=1, n_epsilon=0.044,
+                                                     n_sensitivity=1)
     s_n["s_n"] = np.where(s_n["category"] == "parks", s_n["s_n"] * 13 // 10, s_n["s_n"])
-    out = scaling_factors(s_g, s_n)
+    out = scaling_factors(s_g, s_n, alpha=0.0125)
     country_parks = out[(out["category"] == "parks") & (out["level"] == 0)]
     np.testing.assert_allclose(country_parks["factor"],
                                country_parks["s_n"] / country_parks["s_g"])
-    assert (country_parks["factor"] == country_parks["factor_lo"]).all()  # zero margins
+    assert (country_parks["factor_lo"] < country_parks["factor"]).all()
+    assert (country_parks["factor"] < country_parks["factor_hi"]).all()
+    assert (out["factor_alpha"] == 0.0125).all()
     np.testing.assert_allclose(out.loc[out["category"] == "retail_and_recreation", "factor"], 1)
     # a non-positive sum has no factor (the group is suppressed from the effective date)
     assert out.loc[out["region_id"] == "DM-01", "factor"].isna().all()
 
 
-def test_factor_interval_from_the_margins() -> None:
+def test_factor_interval_by_test_inversion_covers_the_true_factor() -> None:
+    """The factor's hull at level alpha covers the true factor in >= 1 - alpha of draws
+    (module docstring, Intervals). 2000 draws at alpha = 5% (a looser level than the
+    pipeline's, so misses are observable): a correct hull misses at most 5%, so the
+    observed rate exceeds 7% with probability < 1e-4 (binomial); fixed key."""
+    rng = noise_generator(key=77)
+    n = 2000
+    key = {"level": np.zeros(n, np.int8), "region_id": [f"R{i}" for i in range(n)],
+           "category": "parks", "weekday": np.zeros(n, np.int8)}
+    true_g, true_n = 400, 520  # 4 days x 100 visits; the new method counts 30% more
+    s_g = pd.DataFrame(key | {"s_g": true_g + sample_discrete_laplace(
+        n, epsilon=0.44, sensitivity=1, rng=rng) + sample_discrete_laplace(
+        n, epsilon=0.44, sensitivity=1, rng=rng) + sample_discrete_laplace(
+        n, epsilon=0.44, sensitivity=1, rng=rng) + sample_discrete_laplace(
+        n, epsilon=0.44, sensitivity=1, rng=rng), "g_cells": 4, "g_epsilon": 0.44,
+        "g_sensitivity": 1})
+    s_n = pd.DataFrame(key | {"s_n": true_n + sample_discrete_laplace(
+        n, epsilon=0.044, sensitivity=1, rng=rng), "n_cells": 1, "n_epsilon": 0.044,
+        "n_sensitivity": 1})
+    out = scaling_factors(s_g, s_n, alpha=0.05)
+    covered = (out["factor_lo"] <= true_n / true_g) & (true_n / true_g <= out["factor_hi"])
+    assert covered.mean() >= 0.93
+    assert out["factor_hi"].lt(np.inf).all()
+
+
+def test_factor_without_positive_sums_is_nan() -> None:
     key = {"level": [0, 0], "region_id": ["DM", "DM"], "category": ["parks", "parks"],
            "weekday": [0, 1]}
-    s_g = pd.DataFrame(key | {"s_g": [1000, 100], "m_g": [10, 120]})
-    s_n = pd.DataFrame(key | {"s_n": [1300, 130], "m_n": [50, 50]})
-    out = scaling_factors(s_g, s_n)
-    assert out["factor"].tolist() == pytest.approx([1.3, 1.3])
-    assert out["factor_lo"].tolist() == pytest.approx([1250 / 1010, 80 / 220])
-    assert out["factor_hi"].iloc[0] == pytest.approx(1350 / 990)
-    assert out["factor_hi"].iloc[1] == np.inf  # s_g's interval reaches 0
+    s_g = pd.DataFrame(key | {"s_g": [0, 100], "g_cells": 4, "g_epsilon": 0.44,
+                              "g_sensitivity": 1})
+    s_n = pd.DataFrame(key | {"s_n": [130, -3], "n_cells": 1, "n_epsilon": 0.044,
+                              "n_sensitivity": 1})
+    out = scaling_factors(s_g, s_n, alpha=0.0125)
+    assert out[["factor", "factor_lo", "factor_hi"]].isna().all(axis=None)
 
 
 def test_scaled_counts_recompute_and_sensitivity() -> None:
@@ -145,7 +173,8 @@ def _baseline() -> pd.DataFrame:
 def _updates(version: str, effective: date, factor_by_weekday: dict[int, float]) -> pd.DataFrame:
     return pd.DataFrame([{"method_version": version, "effective_date": effective.isoformat(),
                           "level": 0, "region_id": "DM", "category": "parks", "weekday": wd,
-                          "factor": f, "factor_lo": f - 0.1, "factor_hi": f + 0.1}
+                          "factor": f, "factor_lo": f - 0.1, "factor_hi": f + 0.1,
+                          "factor_alpha": 0.0125}
                          for wd, f in factor_by_weekday.items()])
 
 
@@ -153,27 +182,28 @@ def test_reports_scale_the_baseline_only_from_the_effective_date() -> None:
     baseline = _baseline()
     frozen = baseline.copy()
     updates = _updates("v2", EFFECTIVE, {wd: 1.0 + wd / 10 for wd in range(7)})
-    before, scaled = apply_method_updates(baseline, updates, EFFECTIVE - timedelta(days=1))
-    assert scaled == frozenset()
-    pd.testing.assert_frame_equal(before, frozen)
+    before = apply_method_updates(baseline, updates, EFFECTIVE - timedelta(days=1))
+    assert (before[["factor", "factor_lo", "factor_hi"]] == 1.0).all(axis=None)
+    assert (before["factor_alpha"] == 0.0).all()
     for day in (EFFECTIVE, EFFECTIVE + timedelta(days=3)):
-        after, scaled = apply_method_updates(baseline, updates, day)
-        assert scaled == {"parks"}
+        after = apply_method_updates(baseline, updates, day)
         parks = after[after["category"] == "parks"].set_index("weekday")
         wd = day.weekday()
-        assert parks.loc[wd, "baseline"] == pytest.approx(100 * (1 + wd / 10))
-        assert parks.loc[wd, "baseline_lo"] == pytest.approx(90 * (1 + wd / 10 - 0.1))
-        assert parks.loc[wd, "baseline_hi"] == pytest.approx(110 * (1 + wd / 10 + 0.1))
-        pd.testing.assert_frame_equal(after[after["category"] == "workplaces"],
-                                      frozen[frozen["category"] == "workplaces"])
+        assert parks.loc[wd, "factor"] == pytest.approx(1 + wd / 10)
+        assert parks.loc[wd, "factor_lo"] == pytest.approx(1 + wd / 10 - 0.1)
+        assert parks.loc[wd, "factor_hi"] == pytest.approx(1 + wd / 10 + 0.1)
+        assert parks.loc[wd, "factor_alpha"] == pytest.approx(0.0125)
+        assert parks.loc[wd, "baseline"] == 100.0  # the baseline itself is not rescaled
+        work = after[after["category"] == "workplaces"]
+        assert (work[["factor", "factor_lo", "factor_hi"]] == 1.0).all(axis=None)
     pd.testing.assert_frame_equal(baseline, frozen)  # the stored baseline is never changed
 
 
 def test_a_scaled_group_without_a_factor_is_suppressed() -> None:
-    after, _ = apply_method_updates(_baseline(), _updates("v2", EFFECTIVE, {0: 1.2}), EFFECTIVE)
+    after = apply_method_updates(_baseline(), _updates("v2", EFFECTIVE, {0: 1.2}), EFFECTIVE)
     parks = after[after["category"] == "parks"].set_index("weekday")
-    assert parks.loc[0, "baseline"] == pytest.approx(120)
-    assert parks.loc[1:, "baseline"].isna().all()
+    assert parks.loc[0, "factor"] == pytest.approx(1.2)
+    assert parks.loc[1:, "factor"].isna().all()
 
 
 # -- the step, on a small data root --------------------------------------------------------

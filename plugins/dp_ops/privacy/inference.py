@@ -1,0 +1,339 @@
+r"""Exact noise laws and confidence sets for a ratio of noisy values, by test inversion.
+
+Everything here reads noisy values and public parameters only (epsilons, sensitivities,
+confidence levels), so the reliability rules built on it are post-processing: they cost
+no privacy budget.
+
+Laws
+----
+A :class:`Law` is a noise law on the real line held as buckets: ``mass[i]`` lies in
+``[lo[i], hi[i]]`` (``lo == hi`` for an exact integer atom), plus ``lost`` mass that may lie
+anywhere (the truncated tails; every bound below counts it against us). The law of a sum
+of ``n`` i.i.d. discrete Laplace draws is computed by numerical convolution
+(:func:`discrete_laplace`), the law of a maximum of ``k`` i.i.d. draws from the CDF
+(:func:`maximum`). Large supports are merged into at most ``MAX_BUCKETS`` buckets
+(:func:`coarsen`), which only widens what the bounds allow.
+
+Test inversion for a ratio
+--------------------------
+Observed: a numerator ``N = n + E_N`` and a denominator ``D = d + E_D`` (``D > 0``), with
+the true ratio ``rho = n / d`` known to lie in ``[edges[0], edges[-1]]`` (or above
+``edges[0]`` with no upper end). Under the hypothesis "the true ratio is ``rho``",
+
+    N - rho D = E_N - rho E_D.
+
+The caller supplies two laws: ``X``, the numerator's noise (symmetric), and ``Y``, which
+*dominates* the denominator's error in the sense that for every ``rho`` in the range and
+every ``t``
+
+    P(E_N - rho E_D > t) <= P(X + rho Y > t)   and   P(rho E_D - E_N > t) <= P(X + rho Y > t).
+
+(For an independent symmetric ``E_D`` that is just ``Y = E_D``; for the mobility baseline,
+a median of five noisy days, it is the positive part of a maximum of three draws, see
+:mod:`dp_ops.reports.mobility.estimates`.) The test of "ratio ``rho``" at level
+``alpha`` rejects when ``|N - rho D| > q(rho)``, with ``q(rho)`` chosen so each of the two
+tails above is ``<= alpha / 2``; its acceptance region therefore holds with probability
+``>= 1 - alpha`` when ``rho`` is the true ratio, *whatever the true values are*. The set of
+ratios not rejected is a ``1 - alpha`` confidence set for the true ratio.
+
+Computing that set exactly over a continuum of ``rho`` is replaced by a certified
+superset. The range is cut into cells ``[e_j, e_{j+1}]``. For ``rho`` in a cell,
+``rho y <= g_j(y) = max(e_j y, e_{j+1} y)`` (linear in ``rho``), so ``X + rho Y <= X +
+g_j(Y)`` pointwise, and ``Q_j``, the smallest ``t`` with ``P(X + g_j(Y) > t) <= alpha /
+2`` (computed exactly from the laws, truncated mass added), bounds ``q(rho)`` for every
+``rho`` in the cell. Within the cell, a ratio can only be accepted when
+``|N - rho D| <= Q_j``, i.e. ``rho in [(N - Q_j) / D, (N + Q_j) / D]``. The *hull* is the
+smallest interval holding every cell's possibly-accepted part; above the last edge (when
+the range is unbounded) ``X + rho Y <= rho (|X| / e_K + max(Y, 0))`` for ``rho >= e_K``, so
+with ``u`` that variable's upper ``alpha / 2`` quantile every ``rho >= e_K`` is rejected
+when ``D - max(N, 0) / e_K > u``; otherwise the hull is unbounded above.
+
+So, for every true configuration, ``P(true ratio outside the hull) <= alpha``. A rule that
+publishes only when every ratio of the hull gives a published value within its promise
+therefore breaks the promise with probability at most ``alpha``. The cells cost a little
+(``Q_j`` uses the cell's far end): with relative cell widths of ``CELL_STEP`` (0.5%) the
+hull is at most about that much wider than the exact set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from dp_ops.privacy.noise import discrete_laplace_a, discrete_laplace_margin
+
+# Each draw's pmf is cut where its two-sided tail is below TRUNCATED_MASS / n: the lost
+# mass of a sum of n draws is at most TRUNCATED_MASS and is counted against every bound.
+TRUNCATED_MASS = 1e-15
+MAX_BUCKETS = 1500
+CELL_STEP = 0.005
+_BISECTION_STEPS = 60
+_ROW_BLOCK = 4096
+
+Floats = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Law:
+    """A law on the real line: ``mass[i]`` in ``[lo[i], hi[i]]`` (sorted by ``hi``), and
+    ``lost`` mass that may lie anywhere."""
+
+    lo: Floats
+    hi: Floats
+    mass: Floats
+    lost: float
+
+    def upper_tail(self, x: ArrayLike) -> Floats:
+        """An upper bound on ``P(V > x)`` (a bucket counts when its upper end exceeds
+        ``x``; the lost mass always counts)."""
+        suffix = _suffix(self)
+        idx = np.searchsorted(self.hi, np.asarray(x, dtype=np.float64), side="right")
+        return np.asarray(suffix[idx] + self.lost, dtype=np.float64)
+
+
+def _suffix(law: Law) -> Floats:
+    # suffix[i] = mass of buckets i.. (sorted by hi); small terms summed first
+    return np.append(np.cumsum(law.mass[::-1])[::-1], 0.0)
+
+
+def exact(values: ArrayLike, mass: ArrayLike, lost: float = 0.0) -> Law:
+    """A law of atoms ``values`` (any order) with probabilities ``mass``."""
+    v = np.asarray(values, dtype=np.float64)
+    m = np.asarray(mass, dtype=np.float64)
+    order = np.argsort(v, kind="stable")
+    v, m = v[order], m[order]
+    keep = m > 0
+    return Law(v[keep].copy(), v[keep].copy(), m[keep].copy(), float(lost))
+
+
+@lru_cache(maxsize=128)
+def _discrete_laplace_pmf(epsilon: float, sensitivity: int, n: int
+                          ) -> tuple[int, NDArray[np.float64]]:
+    """(k, pmf) of the sum of ``n`` draws on ``-n k .. n k``."""
+    a = discrete_laplace_a(epsilon, sensitivity)
+    k = discrete_laplace_margin(TRUNCATED_MASS / n, epsilon=epsilon, sensitivity=sensitivity)
+    support = np.arange(-k, k + 1)
+    # a^|j| as exp(-|j| epsilon / sensitivity): no rounding error growing with |j|
+    pmf = (1 - a) / (1 + a) * np.exp(-np.abs(support) * (epsilon / sensitivity))
+    result: NDArray[np.float64] | None = None
+    power, rest = pmf, n
+    while rest:  # n-fold convolution by repeated squaring
+        if rest & 1:
+            result = power if result is None else np.convolve(result, power)
+        rest >>= 1
+        if rest:
+            power = np.convolve(power, power)
+    assert result is not None
+    result = np.clip(result, 0.0, None)
+    result.setflags(write=False)
+    return k, result
+
+
+def discrete_laplace(epsilon: float, sensitivity: int, n: int = 1) -> Law:
+    """The law of the sum of ``n`` i.i.d. discrete Laplace draws (``dp_ops.privacy.noise``),
+    exact up to a truncated tail of at most ``TRUNCATED_MASS`` (held as ``lost``)."""
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ValueError(f"n={n!r}: must be an integer >= 1")
+    k, pmf = _discrete_laplace_pmf(float(epsilon), int(sensitivity), int(n))
+    support = np.arange(-n * k, n * k + 1, dtype=np.float64)
+    return coarsen(exact(support, pmf, TRUNCATED_MASS))
+
+
+def convolve(*laws: Law) -> Law:
+    """The law of a sum of independent exact integer-atom laws."""
+    if not laws:
+        raise ValueError("convolve needs at least one law")
+    out = laws[0]
+    for law in laws[1:]:
+        for part in (out, law):
+            if np.any(part.lo != part.hi) or np.any(part.lo != np.round(part.lo)):
+                raise ValueError("convolve needs exact integer atoms (before coarsening)")
+        lo = int(out.lo[0]) + int(law.lo[0])
+        a = np.zeros(int(out.hi[-1] - out.lo[0]) + 1)
+        a[(out.lo - out.lo[0]).astype(np.int64)] = out.mass
+        b = np.zeros(int(law.hi[-1] - law.lo[0]) + 1)
+        b[(law.lo - law.lo[0]).astype(np.int64)] = law.mass
+        pmf = np.clip(np.convolve(a, b), 0.0, None)
+        out = exact(np.arange(lo, lo + pmf.size), pmf, out.lost + law.lost)
+    return out
+
+
+def discrete_laplace_sum(cells: tuple[tuple[float, int], ...]) -> Law:
+    """The law of a sum of independent discrete Laplace draws, one per
+    ``(epsilon, sensitivity)`` in ``cells`` (equal parameters are grouped and convolved
+    exactly)."""
+    if not cells:
+        raise ValueError("cells: at least one (epsilon, sensitivity)")
+    return _discrete_laplace_sum(tuple(sorted((float(e), int(s)) for e, s in cells)))
+
+
+@lru_cache(maxsize=128)
+def _discrete_laplace_sum(cells: tuple[tuple[float, int], ...]) -> Law:
+    groups: dict[tuple[float, int], int] = {}
+    for cell in cells:
+        groups[cell] = groups.get(cell, 0) + 1
+    parts = []
+    for (eps, sens), n in groups.items():
+        k, pmf = _discrete_laplace_pmf(eps, sens, n)
+        parts.append(exact(np.arange(-n * k, n * k + 1), pmf, TRUNCATED_MASS))
+    return coarsen(convolve(*parts))
+
+
+def maximum(law: Law, k: int) -> Law:
+    """The law of the maximum of ``k`` i.i.d. draws of an exact-atom ``law``; the lost
+    mass of each draw is put above every atom (so upper tails are never understated)."""
+    if np.any(law.lo != law.hi):
+        raise ValueError("maximum needs exact atoms (before coarsening)")
+    cdf = np.cumsum(law.mass)  # P(V <= v) on the support, lost mass left out (above)
+    cdf_k = cdf ** k
+    mass = np.diff(np.concatenate(([0.0], cdf_k)))
+    return exact(law.lo, np.clip(mass, 0.0, None), max(0.0, 1.0 - float(cdf_k[-1])))
+
+
+def positive_part(law: Law) -> Law:
+    """The law of ``max(V, 0)``."""
+    neg = law.hi <= 0
+    at_zero = float(law.mass[neg].sum())
+    lo = np.concatenate(([0.0], np.maximum(law.lo[~neg], 0.0)))
+    hi = np.concatenate(([0.0], law.hi[~neg]))
+    mass = np.concatenate(([at_zero], law.mass[~neg]))
+    return Law(lo, hi, mass, law.lost)
+
+
+def scaled(law: Law, factor: float) -> Law:
+    """The law of ``factor x V`` for ``factor > 0``."""
+    if not factor > 0:
+        raise ValueError(f"factor={factor!r}: must be > 0")
+    return Law(law.lo * factor, law.hi * factor, law.mass, law.lost)
+
+
+def coarsen(law: Law, max_buckets: int = MAX_BUCKETS) -> Law:
+    """Merge neighbouring buckets so at most ``max_buckets`` remain; a merged bucket spans
+    its parts, so every bound computed from it is still an upper bound."""
+    size = law.mass.size
+    if size <= max_buckets:
+        return law
+    width = math.ceil(size / max_buckets)
+    starts = np.arange(0, size, width)
+    lo = law.lo[starts]
+    hi = law.hi[np.minimum(starts + width, size) - 1]
+    mass = np.add.reduceat(law.mass, starts)
+    return Law(lo, hi, mass, law.lost)
+
+
+# -- the ratio test -----------------------------------------------------------------------
+
+def ratio_edges(lowest: float, start: float, highest: float, step: float = CELL_STEP
+                ) -> Floats:
+    """Cell edges: ``lowest`` (e.g. 0), then a geometric grid from ``start`` to at least
+    ``highest`` with relative step ``step``."""
+    if not 0 <= lowest < start < highest:
+        raise ValueError("need 0 <= lowest < start < highest")
+    n = math.ceil(math.log(highest / start) / math.log1p(step))
+    return np.concatenate(([lowest], start * (1 + step) ** np.arange(n + 1)))
+
+
+def uniform_edges(lowest: float, highest: float, width: float) -> Floats:
+    n = math.ceil((highest - lowest) / width)
+    return np.linspace(lowest, highest, n + 1)
+
+
+@dataclass(frozen=True)
+class RatioTest:
+    """Thresholds of the level-``alpha`` ratio test on the cells ``edges`` (module
+    docstring). ``tail_u`` is the bound used above the last edge, ``None`` when the true
+    ratio cannot exceed it."""
+
+    edges: Floats
+    thresholds: Floats
+    tail_u: float | None
+    alpha: float
+
+    def hull(self, numerator: ArrayLike, denominator: ArrayLike
+             ) -> tuple[Floats, Floats]:
+        """``[lower, upper]`` holding the level-``alpha`` confidence set of the true ratio
+        for each observed (numerator, denominator); ``(-inf, inf)`` where the denominator
+        is not positive or not finite."""
+        n = np.atleast_1d(np.asarray(numerator, dtype=np.float64))
+        d = np.atleast_1d(np.asarray(denominator, dtype=np.float64))
+        n, d = np.broadcast_arrays(n, d)
+        lower = np.full(n.shape, -np.inf)
+        upper = np.full(n.shape, np.inf)
+        ok = (d > 0) & np.isfinite(d) & np.isfinite(n)
+        idx = np.flatnonzero(ok)
+        e_lo, e_hi, q = self.edges[:-1], self.edges[1:], self.thresholds
+        for start in range(0, idx.size, _ROW_BLOCK):
+            rows = idx[start:start + _ROW_BLOCK]
+            nn, dd = n.flat[rows][:, None], d.flat[rows][:, None]
+            a = np.maximum(e_lo, (nn - q) / dd)   # possibly accepted part of each cell
+            b = np.minimum(e_hi, (nn + q) / dd)
+            live = a <= b
+            lo = np.where(live, a, np.inf).min(axis=1)
+            hi = np.where(live, b, -np.inf).max(axis=1)
+            if self.tail_u is not None:
+                rejected = dd[:, 0] - np.maximum(nn[:, 0], 0.0) / self.edges[-1] > self.tail_u
+                lo = np.where(rejected, lo, np.minimum(lo, self.edges[-1]))
+                hi = np.where(rejected, hi, np.inf)
+            lower.flat[rows] = lo
+            upper.flat[rows] = hi
+        return lower, upper
+
+
+def ratio_test(x: Law, y: Law, *, alpha: float, edges: Floats, bounded: bool) -> RatioTest:
+    """Build the level-``alpha`` test for numerator noise ``x`` and dominating denominator
+    law ``y`` on cells ``edges``; ``bounded`` says whether the true ratio is known to lie
+    at or below ``edges[-1]`` (module docstring)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha={alpha!r}: must be in (0, 1)")
+    target = alpha / 2
+    e_lo, e_hi = edges[:-1], edges[1:]
+    # g_j over each y bucket: max over the cell's two ends and the bucket's two ends
+    g = np.max(np.stack([np.outer(e_lo, y.lo), np.outer(e_lo, y.hi),
+                         np.outer(e_hi, y.lo), np.outer(e_hi, y.hi)]), axis=0)
+    thresholds = _quantiles(x, y.mass, y.lost, g, target)
+    tail_u: float | None = None
+    if not bounded:
+        # rho >= e_K: X + rho Y <= rho (|X| / e_K + max(Y, 0))
+        abs_x = _abs_law(x)
+        shrunk = Law(abs_x.lo / edges[-1], abs_x.hi / edges[-1], abs_x.mass, abs_x.lost)
+        y_pos = positive_part(y)
+        tail_u = float(_quantiles(shrunk, y_pos.mass, y_pos.lost, y_pos.hi[None, :],
+                                  target)[0])
+    return RatioTest(np.asarray(edges, dtype=np.float64), thresholds, tail_u, alpha)
+
+
+def _abs_law(law: Law) -> Law:
+    """A law dominating ``|V|`` from above: each bucket at its largest absolute value."""
+    top = np.maximum(np.abs(law.lo), np.abs(law.hi))
+    bottom = np.where((law.lo <= 0) & (law.hi >= 0), 0.0,
+                      np.minimum(np.abs(law.lo), np.abs(law.hi)))
+    order = np.argsort(top, kind="stable")
+    return Law(bottom[order], top[order], law.mass[order], law.lost)
+
+
+def _quantiles(x: Law, y_mass: Floats, y_lost: float, g: Floats, target: float) -> Floats:
+    """For each row of ``g`` (the shift of every y bucket): the smallest ``t`` (to
+    rounding, rounded up) with ``sum_i y_mass[i] P(X > t - g[i]) + lost <= target``."""
+    suffix = _suffix(x) + x.lost
+
+    def tail(t: Floats) -> Floats:
+        idx = np.searchsorted(x.hi, t[:, None] - g, side="right")
+        out: Floats = (suffix[idx] * y_mass[None, :]).sum(axis=1) + y_lost
+        return out
+
+    low = np.full(g.shape[0], x.lo[0] + g.min(axis=1) - 1.0)
+    high = np.full(g.shape[0], x.hi[-1] + g.max(axis=1))
+    if np.any(tail(high) > target):
+        raise ValueError(f"the laws' truncated mass exceeds the level {target!r}")
+    for _ in range(_BISECTION_STEPS):
+        mid = (low + high) / 2
+        fine = tail(mid) <= target
+        high = np.where(fine, mid, high)
+        low = np.where(fine, low, mid)
+        if np.all(high - low <= 1e-7 * np.maximum(1.0, np.abs(high))):
+            break
+    return high
