@@ -28,9 +28,8 @@ every ``t``
 
     P(E_N - rho E_D > t) <= P(X + rho Y > t)   and   P(rho E_D - E_N > t) <= P(X + rho Y > t).
 
-(For an independent symmetric ``E_D`` that is just ``Y = E_D``; for the mobility baseline,
-a median of five noisy days, it is the positive part of a maximum of three draws, see
-:mod:`dp_ops.reports.mobility.estimates`.) The test of "ratio ``rho``" at level
+(For an independent symmetric ``E_D`` that is just ``Y = E_D``; an error known only by its
+size is handled jointly, below.) The test of "ratio ``rho``" at level
 ``alpha`` rejects when ``|N - rho D| > q(rho)``, with ``q(rho)`` chosen so each of the two
 tails above is ``<= alpha / 2``; its acceptance region therefore holds with probability
 ``>= 1 - alpha`` when ``rho`` is the true ratio, *whatever the true values are*. The set of
@@ -48,11 +47,47 @@ the range is unbounded) ``X + rho Y <= rho (|X| / e_K + max(Y, 0))`` for ``rho >
 with ``u`` that variable's upper ``alpha / 2`` quantile every ``rho >= e_K`` is rejected
 when ``D - max(N, 0) / e_K > u``; otherwise the hull is unbounded above.
 
+A denominator error known by its size
+-------------------------------------
+When all that is known of the denominator's error ``E`` (independent of the numerator's
+symmetric noise ``Z``) is a law ``|E~|`` with ``P(|E| > m) <= P(|E~| > m)`` for every ``m``,
+the two tails are bounded *together*: with ``S(x) = P(Z > x)``, pointwise in ``E``,
+
+    S(q + rho E) + S(q - rho E) <= S(q) + S(q - rho |E|)
+
+(if ``E >= 0`` the first term is at most ``S(q)``; if ``E < 0`` the second is), and ``S(q -
+rho y)`` grows with ``y``, so
+
+    P(|Z - rho E| > q) <= S(q) + E[S(q - rho |E~|)]        (``magnitude=True``).
+
+Only one side can be near its worst case at a time, so this spends ``alpha`` once where
+two one-sided bounds at ``alpha / 2`` would spend it twice.
+
+The median of five noisy values
+-------------------------------
+``median_shift_magnitude`` gives such a law for ``E = median(t + W) - median(t)``, five
+i.i.d. symmetric integer noises ``W_j`` and *any* true integers ``t``. Label the days so that
+``t_1, t_2 <= t_3 = median(t) <= t_4, t_5`` and write ``g_j = t_j - t_3``. Then
+``E > m`` iff at least three days have ``W_j > m - g_j``, and ``E < -m`` iff at least three
+have ``W_j < -m - g_j``; for day ``j`` these events have probabilities ``x_j = S(m - g_j)``
+and ``y_j = S(m + g_j)``, the days are independent, and ``P(|E| > m)`` is a multilinear
+function of the pairs ``(x_j, y_j)``, non-decreasing in each ``x_j`` and each ``y_j``. As
+``g_j`` runs over ``[0, inf)`` (days 4, 5) the pair runs from ``(S(m), S(m))`` to ``(1, 0)``;
+when every such pair lies below the chord between those two ends (checked numerically for
+the law at hand by ``_holds_below_chord``; it holds for sums of discrete Laplace draws,
+whose pairs lie on the hyperbola ``x y = S(m)^2`` and then on a line), each pair is
+dominated componentwise by a mixture of the two ends, so replacing ``g_j`` by ``0`` or
+``+inf`` (whichever gives more) never lowers ``P(|E| > m)``; days 1, 2 likewise with ``0``
+or ``-inf``. So ``sup_t P(|E| > m)`` is the largest of nine extreme configurations (0, 1 or
+2 days far below, 0, 1 or 2 far above), each a binomial sum; the worst is essentially
+``b, b, b, 10b, 10b`` (``E`` = the maximum of three noises). If the check fails, the union
+bound ``2 (1 - F(m)^3)`` is used instead.
+
 So, for every true configuration, ``P(true ratio outside the hull) <= alpha``. A rule that
 publishes only when every ratio of the hull gives a published value within its promise
 therefore breaks the promise with probability at most ``alpha``. The cells cost a little
-(``Q_j`` uses the cell's far end): with relative cell widths of ``CELL_STEP`` (0.5%) the
-hull is at most about that much wider than the exact set.
+(``Q_j`` uses the cell's far end): with relative cell widths of ``CELL_STEP`` (1%) a
+threshold grows by at most 1% of the denominator's share of it.
 """
 
 from __future__ import annotations
@@ -70,7 +105,7 @@ from dp_ops.privacy.noise import discrete_laplace_a, discrete_laplace_margin
 # mass of a sum of n draws is at most TRUNCATED_MASS and is counted against every bound.
 TRUNCATED_MASS = 1e-15
 MAX_BUCKETS = 1500
-CELL_STEP = 0.005
+CELL_STEP = 0.01
 _BISECTION_STEPS = 60
 _ROW_BLOCK = 4096
 
@@ -225,6 +260,53 @@ def coarsen(law: Law, max_buckets: int = MAX_BUCKETS) -> Law:
     return Law(lo, hi, mass, law.lost)
 
 
+def median_shift_magnitude(w: Law) -> Law:
+    """A law dominating ``|median(t + W) - median(t)|`` over five days, for *any* true
+    integer values ``t`` and i.i.d. symmetric integer noises ``W_j`` of law ``w`` (module
+    docstring, "The median of five noisy values")."""
+    if np.any(w.lo != w.hi) or np.any(w.lo != np.round(w.lo)):
+        raise ValueError("median_shift_magnitude needs exact integer atoms")
+    support = w.lo.astype(np.int64)
+    top = int(max(abs(support[0]), abs(support[-1])))
+    m = np.arange(0, top + 1)
+    cdf = np.concatenate(([0.0], np.cumsum(w.mass)))
+
+    def at_most(k: NDArray[np.int64]) -> Floats:  # P(W <= k) on the support
+        return np.asarray(cdf[np.searchsorted(support, k, side="right")], dtype=np.float64)
+
+    f = at_most(m)          # P(W <= m)
+    above = 1.0 - f          # P(W > m) = P(W < -m) (symmetry)
+    if _holds_below_chord(at_most, top):
+        bound = np.zeros(m.size)
+        for below in range(3):        # days fixed far below the median: 0, 1 or 2
+            for far in range(3):      # days fixed far above it
+                n, r = 5 - below - far, 3 - below
+                up = sum(math.comb(n, i) * f ** i * above ** (n - i) for i in range(r))
+                down = sum(math.comb(n, i) * above ** i * f ** (n - i)
+                           for i in range(r, n + 1))
+                bound = np.maximum(bound, up + down)
+    else:  # the union of the two one-sided bounds, valid for any symmetric law
+        bound = 2 * (1 - f ** 3)
+    bound = np.minimum(np.maximum.accumulate(bound[::-1])[::-1], 1.0)
+    mass = np.concatenate(([1.0 - bound[0]], bound[:-1] - bound[1:]))
+    return exact(m.astype(np.float64), np.clip(mass, 0.0, None), 5 * w.lost + float(bound[-1]))
+
+
+def _holds_below_chord(at_most: object, top: int) -> bool:
+    """Whether every point ``(S(m - g), S(m + g))``, ``g >= 0``, lies below the chord from
+    ``(S(m), S(m))`` to ``(1, 0)`` (``S(k) = P(W > k)``), for every ``m >= 0``: the
+    condition under which the extreme configurations are the worst (module docstring)."""
+    assert callable(at_most)
+    m = np.arange(0, top + 1)[:, None]
+    g = np.arange(0, 2 * top + 2)[None, :]
+    s_m = 1.0 - at_most(m)
+    x = 1.0 - at_most(m - g)
+    y = 1.0 - at_most(m + g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        chord = np.where(s_m < 1, s_m * (1 - x) / (1 - s_m), 1.0)
+    return bool(np.all(y <= chord + 1e-12))
+
+
 # -- the ratio test -----------------------------------------------------------------------
 
 def ratio_edges(lowest: float, start: float, highest: float, step: float = CELL_STEP
@@ -283,12 +365,16 @@ class RatioTest:
         return lower, upper
 
 
-def ratio_test(x: Law, y: Law, *, alpha: float, edges: Floats, bounded: bool) -> RatioTest:
-    """Build the level-``alpha`` test for numerator noise ``x`` and dominating denominator
-    law ``y`` on cells ``edges``; ``bounded`` says whether the true ratio is known to lie
-    at or below ``edges[-1]`` (module docstring)."""
+def ratio_test(x: Law, y: Law, *, alpha: float, edges: Floats, bounded: bool,
+               magnitude: bool = False) -> RatioTest:
+    """Build the level-``alpha`` test for numerator noise ``x`` and denominator law ``y``
+    on cells ``edges``; ``bounded`` says whether the true ratio is known to lie at or
+    below ``edges[-1]`` (module docstring). With ``magnitude``, ``y`` is a law dominating
+    ``|E_D|`` (non-negative; module docstring, "A denominator error known by its size")."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha={alpha!r}: must be in (0, 1)")
+    if magnitude:
+        return _magnitude_test(x, y, alpha=alpha, edges=edges, bounded=bounded)
     target = alpha / 2
     e_lo, e_hi = edges[:-1], edges[1:]
     # g_j over each y bucket: max over the cell's two ends and the bucket's two ends
@@ -306,6 +392,23 @@ def ratio_test(x: Law, y: Law, *, alpha: float, edges: Floats, bounded: bool) ->
     return RatioTest(np.asarray(edges, dtype=np.float64), thresholds, tail_u, alpha)
 
 
+def _magnitude_test(x: Law, e_abs: Law, *, alpha: float, edges: Floats, bounded: bool
+                    ) -> RatioTest:
+    if np.any(e_abs.lo < 0):
+        raise ValueError("a magnitude law must be non-negative")
+    # rho in a cell: S(q - rho |E|) <= S(q - e_{j+1} |E|)
+    g = np.outer(edges[1:], e_abs.hi)
+    thresholds = _quantiles(x, e_abs.mass, e_abs.lost, g, alpha, own_tail=True)
+    tail_u: float | None = None
+    if not bounded:
+        # rho >= e_K: |X - rho E| <= rho (|X| / e_K + |E|), both sides together
+        abs_x = _abs_law(x)
+        shrunk = Law(abs_x.lo / edges[-1], abs_x.hi / edges[-1], abs_x.mass, abs_x.lost)
+        tail_u = float(_quantiles(shrunk, e_abs.mass, e_abs.lost, e_abs.hi[None, :],
+                                  alpha)[0])
+    return RatioTest(np.asarray(edges, dtype=np.float64), thresholds, tail_u, alpha)
+
+
 def _abs_law(law: Law) -> Law:
     """A law dominating ``|V|`` from above: each bucket at its largest absolute value."""
     top = np.maximum(np.abs(law.lo), np.abs(law.hi))
@@ -315,14 +418,18 @@ def _abs_law(law: Law) -> Law:
     return Law(bottom[order], top[order], law.mass[order], law.lost)
 
 
-def _quantiles(x: Law, y_mass: Floats, y_lost: float, g: Floats, target: float) -> Floats:
+def _quantiles(x: Law, y_mass: Floats, y_lost: float, g: Floats, target: float, *,
+               own_tail: bool = False) -> Floats:
     """For each row of ``g`` (the shift of every y bucket): the smallest ``t`` (to
-    rounding, rounded up) with ``sum_i y_mass[i] P(X > t - g[i]) + lost <= target``."""
+    rounding, rounded up) with ``sum_i y_mass[i] P(X > t - g[i]) + lost <= target``
+    (plus ``P(X > t)`` with ``own_tail``)."""
     suffix = _suffix(x) + x.lost
 
     def tail(t: Floats) -> Floats:
         idx = np.searchsorted(x.hi, t[:, None] - g, side="right")
         out: Floats = (suffix[idx] * y_mass[None, :]).sum(axis=1) + y_lost
+        if own_tail:
+            out = out + suffix[np.searchsorted(x.hi, t, side="right")]
         return out
 
     low = np.full(g.shape[0], x.lo[0] + g.min(axis=1) - 1.0)

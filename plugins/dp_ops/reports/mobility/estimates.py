@@ -23,32 +23,28 @@ sum of ``d`` independent discrete Laplace draws, whose law is computed exactly b
 convolution (``dp_ops.privacy.inference``; 1, 2 or 3 cells), not by adding per-cell margins.
 
 The baseline is ``B = median_j(t_j + W_j)`` over the five window days, with ``W_j`` i.i.d.
-with the law of one day's category noise. Its error ``E = B - median(t)`` is bounded for
-*any* true values ``t``: let ``L`` be the three days with the lowest true values (ranks 1..3)
-and ``H`` the three with the highest (ranks 3..5). For ``j`` in ``L``, ``t_j + W_j <=
-median(t) + max_L W``, so at least three noisy values are below that and
-``E <= max_L W``; likewise ``E >= min_H W``. The sets are fixed by the true values, the
-noises are independent of them, so ``max_L W`` has the law of the maximum ``M`` of three
-draws, and ``-min_H W`` too (``W`` is symmetric). In particular ``P(|E| > m) <= 2 (1 -
-F(m)^3)``, ``F`` the CDF of ``W``; the bound is attained (in the limit) by true values
-``b, b, b, 10b, 10b``.
+with the law of one day's category noise. Its error ``E = B - median(t)`` depends on the
+true values ``t``, but its size is bounded for *any* of them: for every ``m``, ``P(|E| >
+m)`` is at most the largest of nine extreme configurations (``dp_ops.privacy.inference``,
+"The median of five noisy values"); the worst is essentially ``b, b, b, 10b, 10b``, where
+``E`` is the maximum of three noises. (The simpler bound ``P(|E| > m) <= 2 (1 - F(m)^3)``,
+``F`` the CDF of ``W``, holds too, from ``max_L W >= E >= min_H W`` over the three lowest-
+and three highest-ranked days; the nine configurations halve it.)
 
 The change is decided by test inversion (``dp_ops.privacy.inference``): under "true ratio
-``rho = v / b``", ``V - rho B = Z - rho E``, and
-
-    P(Z - rho E > t) <= P(Z - rho min_H W > t) <= P(Z + rho M+ > t),
-
-and the same for ``rho E - Z`` (with ``M+ = max(M, 0)``, ``rho >= 0``): so ``X = Z``,
-``Y = M+`` is a valid pair of laws, and the test's acceptance region, ``|V - rho B| <=
-q(rho)``, holds with probability ``>= 1 - alpha`` at the true ratio whatever the true values
-are. Its hull ``[r_lo, r_hi]`` holds the true ratio with probability ``>= 1 - alpha``. With
-the integer ``C = round(100 (max(V, 0) / B - 1))`` the change is published iff
+``rho = v / b``", ``V - rho B = Z - rho E`` with ``Z`` and ``E`` independent (the window
+days are never public days), and ``P(|Z - rho E| > q) <= P(Z > q) + E[P(Z > q - rho
+|E~|)]`` with ``|E~|`` the bound above, both sides at once. The test's acceptance region,
+``|V - rho B| <= q(rho)``, therefore holds with probability ``>= 1 - alpha`` at the true
+ratio whatever the true values are, and its hull ``[r_lo, r_hi]`` holds the true ratio with
+probability ``>= 1 - alpha``. With the integer ``C = round(100 (max(V, 0) / B - 1))`` the
+change is published iff
 
     (C + 100 - T) / 100 <= r_lo   and   r_hi <= (C + 100 + T) / 100,     T = max_error_points,
 
 so on the event that the hull holds, ``|C - c| <= T``: the promise, for the integer that is
-published, whatever the true values are. Today's noise and the baseline's are independent
-(the window days are never public days), and the two are used jointly: no union bound.
+published, whatever the true values are. Today's noise and the baseline's are used
+jointly: no union bound.
 
 Residential
 -----------
@@ -91,8 +87,7 @@ import pandas as pd
 from dp_ops.privacy.inference import (
     RatioTest,
     discrete_laplace_sum,
-    maximum,
-    positive_part,
+    median_shift_magnitude,
     ratio_edges,
     ratio_test,
     scaled,
@@ -115,11 +110,13 @@ RESIDENTIAL_COUNT = "residential_users"
 CONTRIBUTORS = "contributors"
 BASELINE_DAYS_LOWEST = 3  # the median of five: three days on each side of it
 
-# The ratio grid of count categories: 0, then 0.005 .. 20 (change -99.5% .. +1900%) in
-# relative steps of 0.5%; above 20 the test's tail bound applies.
-RATIO_START, RATIO_HIGHEST = 0.005, 20.0
-# Residential offsets (hours from 12) lie in [-12, 12]; cells of 0.01 hour.
-OFFSET_CELL_HOURS = 0.01
+# The ratio grid of count categories: 0, then 0.01 .. 20 (change -99% .. +1900%) in
+# relative steps of 1% (the default CELL_STEP); above 20 the test's tail bound applies.
+RATIO_START, RATIO_HIGHEST = 0.01, 20.0
+# Residential offsets (hours from 12) lie in [-12, 12]; cells of 0.05 hour (three
+# minutes: the threshold's slack from a cell is ~0.05 x g x a count margin, under 1% of
+# the sum's margin).
+OFFSET_CELL_HOURS = 0.05
 
 # A noise key: (cells summed, smallest epsilon, largest sensitivity) of a category.
 NoiseKey = tuple[int, float, int]
@@ -134,10 +131,9 @@ def noise_law_cells(key: NoiseKey) -> tuple[tuple[float, int], ...]:
 def count_test(today: NoiseKey, baseline: NoiseKey, alpha: float) -> RatioTest:
     """The level-``alpha`` test of a count category's ratio (module docstring)."""
     x = discrete_laplace_sum(noise_law_cells(today))
-    window_day = discrete_laplace_sum(noise_law_cells(baseline))
-    y = positive_part(maximum(window_day, BASELINE_DAYS_LOWEST))
-    return ratio_test(x, y, alpha=alpha, edges=ratio_edges(0.0, RATIO_START, RATIO_HIGHEST),
-                      bounded=False)
+    e_abs = median_shift_magnitude(discrete_laplace_sum(noise_law_cells(baseline)))
+    return ratio_test(x, e_abs, alpha=alpha, edges=ratio_edges(0.0, RATIO_START, RATIO_HIGHEST),
+                      bounded=False, magnitude=True)
 
 
 @lru_cache(maxsize=64)

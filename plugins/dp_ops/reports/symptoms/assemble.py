@@ -6,7 +6,8 @@ Steps, each from noisy values and public parameters only (docs/design.md, Sympto
    are never published.
 2. Decide each (region, symptom) series daily or weekly: daily-unreliable when more than
    half of its daily values fail the reliability rule, then a rolling majority over the
-   regions ordered by mean noisy volume B (:mod:`dp_ops.reports.symptoms.granularity`). For an
+   regions of the same level ordered by mean noisy volume B
+   (:mod:`dp_ops.reports.symptoms.granularity`). For an
    on-call rerun of one region, every other region keeps the decision of the current
    release, so the rerun leaves the rest of the release untouched.
 3. Weekly A and B: Monday..Sunday sums of the daily noisy A and B over complete weeks,
@@ -87,19 +88,21 @@ def eligible_regions(regions: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame
 
 def decide(m: DailyMatrix, cfg: SymptomsConfig, frozen: pd.DataFrame | None = None,
            recompute: set[str] | None = None) -> pd.DataFrame:
-    """(region_id, symptom, resolution, failed_share) for every series (column) of ``m``.
+    """(region_id, symptom, level, resolution, failed_share, and the vote's voters and
+    unreliable_votes) for every series (column) of ``m``.
 
     With ``frozen`` (the current release's decisions) and ``recompute`` (region ids), only
     the regions in ``recompute`` (and any region the frozen table lacks) are decided
     afresh; the others keep their frozen decision.
     """
-    series = m.cells[["region_id", "symptom"]].copy()
+    series = m.cells[["region_id", "symptom", "level"]].copy()
     series["failed_share"] = 1.0 - m.reliable.mean(axis=0)
     series["daily_unreliable"] = series["failed_share"] > cfg.daily_unreliable_share
     volume = pd.Series(m.b.mean(axis=0), index=m.cells["region_id"].to_numpy())
     volume = volume.groupby(level=0).first()  # B is the same for every symptom of a region
-    decided = decide_resolution(series[["region_id", "symptom", "daily_unreliable"]], volume,
-                                cfg.granularity_neighbours)
+    decided = decide_resolution(
+        series[["region_id", "symptom", "level", "daily_unreliable"]], volume,
+        cfg.granularity_neighbours)
     decided["failed_share"] = series["failed_share"].to_numpy()
     if frozen is None or recompute is None:
         return decided

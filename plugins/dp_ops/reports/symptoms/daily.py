@@ -51,8 +51,9 @@ def pair_cells(cells: pd.DataFrame) -> pd.DataFrame:
 
 def with_reliability(rows: pd.DataFrame, cfg: SymptomsConfig, n_days: int | None = None
                      ) -> pd.DataFrame:
-    """Add ratio, lower, upper, reliable (docs/design.md, Symptoms dataset) to rows
-    holding a_noisy,
+    """Add ratio, lower, upper (the hull of the ratio test, NaN where the value is
+    rejected without it) and reliable (docs/design.md, Symptoms dataset;
+    :func:`dp_ops.reports.symptoms.reliability.reliability`) to rows holding a_noisy,
     b_noisy, the noise parameters and, unless ``n_days`` is given, an ``n_days`` column
     (how many daily noises each value sums)."""
     from dp_ops.reports.symptoms.reliability import reliability

@@ -1,6 +1,6 @@
 """Daily or weekly per series (dp_ops.reports.symptoms.granularity): the rolling majority over
-regions ordered by noisy volume, the "more than half" rule, and the weekly sums.
-All inputs are constructed, no randomness beyond fixed seeds."""
+regions of the same level ordered by noisy volume, the "more than half" rule, and the
+weekly sums. All inputs are constructed, no randomness beyond fixed seeds."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from dp_ops.reports.symptoms.granularity import decide_resolution
 
 def _series(unreliable_by_rank: list[bool], symptom: str = "Fever",
             seed: int = 0) -> tuple[pd.DataFrame, pd.Series]:
-    """Regions R00.. with volumes decreasing with rank; rows in shuffled order."""
+    """Regions R00.. of level 2 with volumes decreasing with rank; rows in shuffled
+    order."""
     n = len(unreliable_by_rank)
     regions = [f"R{i:02d}" for i in range(n)]
     volume = pd.Series(1000.0 - 10 * np.arange(n), index=regions)
-    series = pd.DataFrame({"region_id": regions, "symptom": symptom,
+    series = pd.DataFrame({"region_id": regions, "symptom": symptom, "level": 2,
                            "daily_unreliable": unreliable_by_rank})
     order = np.random.default_rng(seed).permutation(n)
     return series.iloc[order].reset_index(drop=True), volume
@@ -100,7 +101,7 @@ def test_window_is_shifted_at_the_ends() -> None:
 def test_volume_ties_are_broken_by_region_id() -> None:
     regions = ["B", "A", "D", "C"]
     volume = pd.Series(100.0, index=regions)
-    series = pd.DataFrame({"region_id": regions, "symptom": "Fever",
+    series = pd.DataFrame({"region_id": regions, "symptom": "Fever", "level": 1,
                            "daily_unreliable": [False, True, True, False]})
     # order A, B, C, D: flags T, F, F, T; window 2 (neighbours=1) starts at the rank
     decided = _by_region(decide_resolution(series, volume, neighbours=1))
@@ -109,12 +110,43 @@ def test_volume_ties_are_broken_by_region_id() -> None:
     assert shuffled == decided
 
 
-def test_missing_volume_or_duplicate_series_raise() -> None:
+def test_missing_volume_level_or_duplicate_series_raise() -> None:
     series, volume = _series([False] * 5)
     with pytest.raises(ValueError, match="R03"):
         decide_resolution(series, volume.drop("R03"), neighbours=20)
     with pytest.raises(ValueError, match="duplicate"):
         decide_resolution(pd.concat([series, series.iloc[:1]]), volume, neighbours=20)
+    with pytest.raises(ValueError, match="level"):
+        decide_resolution(series.drop(columns="level"), volume, neighbours=20)
+
+
+def _levels() -> tuple[pd.DataFrame, pd.Series]:
+    """A country (level 0, the largest volume), 15 states (level 1) and 40 districts
+    (level 2) whose volumes interleave the states'; Fever is daily-reliable in the
+    country and the states, unreliable in every district."""
+    rows = [("C", 0, 100_000.0, False)]
+    rows += [(f"S{i:02d}", 1, 5000.0 - 300 * i, False) for i in range(15)]
+    rows += [(f"D{i:02d}", 2, 4900.0 - 120 * i, True) for i in range(40)]
+    frame = pd.DataFrame(rows, columns=["region_id", "level", "volume", "daily_unreliable"])
+    series = frame.drop(columns="volume").assign(symptom="Fever")
+    return series, frame.set_index("region_id")["volume"]
+
+
+def test_each_level_votes_apart() -> None:
+    """Ordered all together, the country would vote with the 20 regions nearest to it
+    in volume, 14 of them districts, and go weekly; so would every state."""
+    series, volume = _levels()
+    decided = decide_resolution(series, volume, neighbours=20)
+    by_region = _by_region(decided)
+    assert by_region["C"] == "daily"
+    assert all(by_region[f"S{i:02d}"] == "daily" for i in range(15))
+    assert all(by_region[f"D{i:02d}"] == "weekly" for i in range(40))
+    voters = dict(zip(decided["region_id"], decided["voters"], strict=True))
+    assert voters["C"] == 1 and voters["S00"] == 15 and voters["D00"] == 21
+    assert decided["level"].tolist() == series["level"].tolist()
+    # the old vote over every level at once: the country and the states are outvoted
+    pooled = _by_region(decide_resolution(series.assign(level=0), volume, neighbours=20))
+    assert pooled["C"] == "weekly" and pooled["S00"] == "weekly"
 
 
 def test_all_symptoms_times_regions_is_fast() -> None:
@@ -124,6 +156,7 @@ def test_all_symptoms_times_regions_is_fast() -> None:
     series = pd.DataFrame({
         "region_id": np.tile(regions, len(symptoms)),
         "symptom": np.repeat(symptoms, len(regions)),
+        "level": np.tile(np.minimum(np.arange(100) // 30, 2), len(symptoms)),
         "daily_unreliable": rng.random(len(regions) * len(symptoms)) < 0.4,
     })
     volume = pd.Series(rng.random(len(regions)) * 1e5, index=regions)

@@ -130,6 +130,9 @@ def test_values_follow_the_rules(regions: pd.DataFrame, three_weeks: pd.DataFram
     assert np.allclose(peaks, 100.0, atol=0.006)
     # a common symptom is daily in the country; a rare one weekly in a small region
     assert decided[("DM", "Fever")] == "daily"
+    # the country votes alone: the regions of the other levels are not comparable to it
+    votes = candidate.resolutions.set_index(["region_id", "symptom"])
+    assert (votes.loc["DM", "voters"] == 1).all() and (votes.loc["DM", "level"] == 0).all()
     smallest = regions[(regions["level"] == 2) & (regions["area_km2"] >= 3)].sort_values(
         "area_km2").iloc[0]["region_id"]
     assert decided[(smallest, "Anosmia")] == "weekly"

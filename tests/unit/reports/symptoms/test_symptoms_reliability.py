@@ -1,20 +1,23 @@
-"""The symptoms reliability rule (dp_ops.reports.symptoms.reliability): exact margins of sums of
-discrete Laplace noise, and the rule's coverage checked by simulation.
+"""The symptoms reliability rule (dp_ops.reports.symptoms.reliability): the ratio test per
+parameter set, the coverage of its hull checked by simulation, the pre-test that spares
+the hull of values that cannot pass, and the verdict's edge cases.
+
+The promise itself (P(published and off by more than 25%) <= 50%) is checked by an
+adversarial search in ``test_symptoms_reliability_search.py``.
 
 False failures. Every statistical test draws from ``noise_generator(key=...)`` with a fixed
 key, so it is deterministic. Thresholds are still set as if the randomness were fresh:
 
-- CDF of a 7-day noise sum against 200,000 draws: the Dvoretzky-Kiefer-Wolfowitz
-  inequality P(sup |F_n - F| > e) <= 2 exp(-2 n e^2), with e chosen for 1e-7;
-- coverage of [l, r] in each of 30 grid cases: at least 0.5 minus 5 binomial standard
-  errors of 20,000 draws; if the coverage were exactly 0.5 a case would fail with
-  probability 2.9e-7 (8.6e-6 for the 30 cases), but the measured coverage is at least
-  ~0.75 everywhere, where the chance of falling to 0.48 is below 1e-300;
-- P(reliable and off by more than 25%) <= 0.5, measured <= 0.104 on 20,000 draws; the
-  share of reliable draws within +/-25% (where at least half the draws are reliable)
-  >= 0.5, measured >= 0.89 on >= 10,000 draws: false failures astronomically unlikely;
-- monotonicity in a uses the same noise draws for every a, and the rule is monotone in A
-  for fixed noise, so it holds for every key (no false failures).
+- coverage of the hull, ``COVERAGE_DRAWS`` = 4000 draws in each of 14 cases: at least
+  p - k sqrt(0.25 / 4000) with k = 5.8, so that a case whose true coverage is p = 0.5 falls
+  below with probability < exp(-k^2 / 2) (Hoeffding) and the 14 cases together with
+  probability < 1e-6. The true coverage is about 0.50-0.58 (the test is nearly exact:
+  each tail is 0.2485-0.2499 at small ratios), so this floor (0.454) is what a correct
+  construction must pass, not a measured figure;
+- the same check's power: a test that leaves out B's noise covers a true ratio of 1 in
+  about 0.32 of the draws, daily and weekly; it reaches the floor 0.454 with probability
+  < 1e-50 (Hoeffding, 4000 draws);
+- everything else is deterministic (exact comparisons on fixed inputs).
 """
 
 from __future__ import annotations
@@ -22,212 +25,207 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from dp_ops.privacy.noise import (
-    discrete_laplace_margin,
-    discrete_laplace_tail,
-    noise_generator,
-    sample_discrete_laplace,
-)
-from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.privacy.inference import RatioTest, discrete_laplace, exact, ratio_edges, ratio_test
+from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
+from dp_ops.reports.symptoms.config import SYMPTOM_METRIC, VOLUME_METRIC, SymptomsConfig
 from dp_ops.reports.symptoms.reliability import (
-    is_reliable,
-    ratio_interval,
+    MAX_RATIO,
+    RATIO_START,
+    apply_test,
+    ratio_test_for,
     reliability,
-    sum_noise_margin,
-    sum_noise_tail,
 )
 
 CFG = SymptomsConfig()
-A_EPSILON = CFG.budget("symptom_searches").cell_epsilon
-B_EPSILON = CFG.budget("search_users").cell_epsilon
-GAMMA = CFG.component_confidence
+A_EPSILON = CFG.budget(SYMPTOM_METRIC).cell_epsilon
+B_EPSILON = CFG.budget(VOLUME_METRIC).cell_epsilon
+ALPHA = CFG.reliability_test_level
 TOLERANCE = CFG.reliability_tolerance
 
-TRUE_A = (5, 20, 60, 200, 1000)
-TRUE_B = (300, 3000, 30000)
-DRAWS = 20_000
+
+def production_test(n: int) -> RatioTest:
+    return ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, n, ALPHA)
 
 
-# -- margins of a sum of n discrete Laplace draws ----------------------------------------
-
-@pytest.mark.parametrize("epsilon,sensitivity", [(A_EPSILON, 1), (B_EPSILON, 1), (0.5, 3),
-                                                 (2.0, 1)])
-@pytest.mark.parametrize("confidence", [0.05, 0.5, GAMMA, 0.9, 0.99, 0.999999])
-def test_single_day_margin_is_the_closed_form(epsilon: float, sensitivity: int,
-                                              confidence: float) -> None:
-    assert sum_noise_margin(confidence, epsilon=epsilon, sensitivity=sensitivity) == (
-        discrete_laplace_margin(1 - confidence, epsilon=epsilon, sensitivity=sensitivity))
-
-
-@pytest.mark.parametrize("epsilon", [A_EPSILON, 0.9])
-def test_convolution_of_one_draw_is_the_closed_form_tail(epsilon: float) -> None:
-    for m in range(0, 400, 7):
-        exact = float(discrete_laplace_tail(m, epsilon=epsilon, sensitivity=1))
-        assert sum_noise_tail(m, epsilon=epsilon, sensitivity=1, n=1) == pytest.approx(
-            exact, rel=1e-9, abs=2e-15)
+def full_verdict(a: np.ndarray, b: np.ndarray, n: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rule as written in the reliability module's docstring, from the hull of every
+    value: (reliable, lower, upper)."""
+    lo, hi = production_test(n).hull(a, b)
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(b > 0, a / b, np.nan)
+    reliable = ((b > 0) & (a > 0) & (lo <= hi) & (lo >= (1 - TOLERANCE) * r)
+                & (hi <= (1 + TOLERANCE) * r))
+    return reliable, lo, hi
 
 
-def test_weekly_sum_law_matches_monte_carlo() -> None:
-    n, draws = 7, 200_000
-    rng = noise_generator(key=0x5EED_0007)
-    z = sample_discrete_laplace(n * draws, epsilon=A_EPSILON, sensitivity=1, rng=rng)
-    s = np.abs(z.reshape(draws, n).sum(axis=1))
-    ms = np.arange(0, int(s.max()) + 1)
-    empirical = np.searchsorted(np.sort(s), ms, side="right") / draws  # P(|S| <= m)
-    exact = np.array([1 - sum_noise_tail(int(m), epsilon=A_EPSILON, sensitivity=1, n=n)
-                      for m in ms])
-    dkw = math.sqrt(math.log(2 / 1e-7) / (2 * draws))  # 0.0065
-    assert np.max(np.abs(empirical - exact)) <= dkw
-    # and the margin is the smallest m reaching the confidence
-    m = sum_noise_margin(GAMMA, epsilon=A_EPSILON, sensitivity=1, n=n)
-    assert exact[m] >= GAMMA > exact[m - 1]
-    # power: the law of a 6-day sum is told apart by the same test
-    wrong = np.array([1 - sum_noise_tail(int(m), epsilon=A_EPSILON, sensitivity=1, n=6)
-                      for m in ms])
-    assert np.max(np.abs(empirical - wrong)) > 5 * dkw
+# -- the test per parameter set -------------------------------------------------------------
+
+def test_the_test_is_cached_per_parameter_set() -> None:
+    daily = production_test(1)
+    assert ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, 1, ALPHA) is daily
+    assert ratio_test_for(np.float64(A_EPSILON), np.int64(1), B_EPSILON, 1, np.int64(1),
+                          ALPHA) is daily
+    weekly = production_test(7)
+    assert weekly is not daily
+    assert daily.alpha == ALPHA and daily.tail_u is None  # bounded: a <= b
+    assert daily.edges[0] == 0.0 and daily.edges[1] == RATIO_START
+    assert daily.edges[-1] >= MAX_RATIO
+    # a week's noise is a sum of 7 draws: every threshold is larger
+    assert np.all(weekly.thresholds > daily.thresholds)
 
 
-def test_margin_is_monotone_in_confidence_and_n() -> None:
-    confidences = [0.01, 0.1, 0.3, 0.5, GAMMA, 0.8, 0.9, 0.95, 0.99, 0.9999]
-    table = np.array([[sum_noise_margin(c, epsilon=A_EPSILON, sensitivity=1, n=n)
-                       for c in confidences] for n in range(1, 11)])
-    assert np.all(np.diff(table, axis=1) >= 0)
-    assert np.all(np.diff(table, axis=0) >= 0)
-    assert np.all(np.diff(table[:, confidences.index(GAMMA)]) > 0)  # strictly, in n
-    assert table[-1, -1] > table[0, -1]
-
-
-def test_margin_rejects_bad_arguments() -> None:
-    for bad in (0.0, 1.0, -0.1, 1.5):
-        with pytest.raises(ValueError, match="confidence"):
-            sum_noise_margin(bad, epsilon=1.0, sensitivity=1, n=3)
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, 1, 1.0)
     with pytest.raises(ValueError, match="n="):
-        sum_noise_margin(0.5, epsilon=1.0, sensitivity=1, n=0)
-    with pytest.raises(ValueError, match="epsilon"):
-        sum_noise_margin(0.5, epsilon=-1.0, sensitivity=1, n=2)
+        ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, 0, ALPHA)
+    with pytest.raises(ValueError, match="tolerance"):
+        apply_test(10, 100, production_test(1), 0.0)
+    with pytest.raises(ValueError, match="n_days"):
+        reliability(np.array([10]), np.array([100]), a_epsilon=A_EPSILON, a_sensitivity=1,
+                    b_epsilon=B_EPSILON, b_sensitivity=1, n_days=0, cfg=CFG)
 
 
-# -- coverage of the rule, by simulation ---------------------------------------------------
+# -- coverage of the hull, by simulation ------------------------------------------------------
 
-def _simulate(n: int, b: int, key: int) -> dict[int, dict[str, float]]:
-    """Rule statistics for every true a, with one common set of noise draws (n-day sums)."""
+COVERAGE_DRAWS = 4000
+# (true a, true b) per day: small and large counts, ratios 0 .. 1
+COVERAGE_CASES = [(0, 500), (5, 1000), (60, 3000), (1000, 20_000), (100, 200), (20, 20),
+                  (200, 200)]
+
+
+def _draws(n: int, a: int, b: int, draws: int, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """``draws`` noisy (A, B) of a value summing ``n`` days of true (a, b)."""
     rng = noise_generator(key=key)
-    z_a = sample_discrete_laplace(n * DRAWS, epsilon=A_EPSILON, sensitivity=1,
-                                  rng=rng).reshape(DRAWS, n).sum(axis=1)
-    z_b = sample_discrete_laplace(n * DRAWS, epsilon=B_EPSILON, sensitivity=1,
-                                  rng=rng).reshape(DRAWS, n).sum(axis=1)
-    out: dict[int, dict[str, float]] = {}
-    for a in TRUE_A:
-        true_ratio = a / b
-        rel = reliability(n * a + z_a, n * b + z_b, a_epsilon=A_EPSILON, a_sensitivity=1,
-                          b_epsilon=B_EPSILON, b_sensitivity=1, n_days=n, cfg=CFG)
-        covered = (rel["lower"] <= true_ratio) & (true_ratio <= rel["upper"])
-        reliable = rel["reliable"].to_numpy()
-        close = (np.abs(true_ratio - rel["ratio"]) <= TOLERANCE * rel["ratio"]).to_numpy()
-        out[a] = {
-            "coverage": float(covered.mean()),
-            "reliable_rate": float(reliable.mean()),
-            "reliable_count": int(reliable.sum()),
-            "reliable_close": float(close[reliable].mean()) if reliable.any() else math.nan,
-            "published_and_off": float((reliable & ~close).mean()),
-        }
-    return out
+    z_a = sample_discrete_laplace(n * draws, epsilon=A_EPSILON, sensitivity=1,
+                                  rng=rng).reshape(draws, n).sum(axis=1)
+    z_b = sample_discrete_laplace(n * draws, epsilon=B_EPSILON, sensitivity=1,
+                                  rng=rng).reshape(draws, n).sum(axis=1)
+    return n * a + z_a, n * b + z_b
 
 
-CASES = [(n, b) for n in (1, 7) for b in TRUE_B]
+def _coverage_floor() -> float:
+    cases = 2 * len(COVERAGE_CASES)
+    k = math.sqrt(2 * math.log(cases / 1e-6))  # 5.8
+    return 1 - ALPHA - k * math.sqrt(0.25 / COVERAGE_DRAWS)
 
 
-@pytest.fixture(scope="module")
-def simulation() -> dict[tuple[int, int], dict[int, dict[str, float]]]:
-    return {(n, b): _simulate(n, b, key=1000 * n + i) for i, (n, b) in enumerate(CASES)}
+@pytest.mark.parametrize("n", [1, 7])
+def test_hull_covers_the_true_ratio(n: int) -> None:
+    floor = _coverage_floor()
+    test = production_test(n)
+    for i, (a, b) in enumerate(COVERAGE_CASES):
+        big_a, big_b = _draws(n, a, b, COVERAGE_DRAWS, key=100 * n + i)
+        lower, upper = test.hull(big_a, big_b)
+        covered = float(((lower <= a / b) & (a / b <= upper)).mean())
+        assert covered >= floor, (n, a, b, covered)
 
 
-@pytest.mark.parametrize("n,b", CASES)
-def test_interval_covers_the_true_ratio(simulation: dict, n: int, b: int) -> None:
-    floor = CFG.reliability_probability - 5 * math.sqrt(0.25 / DRAWS)
-    for a, stats in simulation[(n, b)].items():
-        assert stats["coverage"] >= floor, (n, a, b, stats)
+@pytest.mark.parametrize("n", [1, 7])
+def test_coverage_check_catches_a_test_without_bs_noise(n: int) -> None:
+    """Power of the check above: leaving B's noise out of the test (``exact([0.0],
+    [1.0])`` as its law) makes the hull too narrow where rho Z_B matters, at ratio 1."""
+    naive = ratio_test(discrete_laplace(A_EPSILON, 1, n), exact([0.0], [1.0]), alpha=ALPHA,
+                       edges=ratio_edges(0.0, RATIO_START, MAX_RATIO), bounded=True)
+    big_a, big_b = _draws(n, 200, 200, COVERAGE_DRAWS, key=900 + n)
+    lower, upper = naive.hull(big_a, big_b)
+    covered = float(((lower <= 1.0) & (1.0 <= upper)).mean())
+    assert covered < _coverage_floor(), covered  # measured about 0.32
 
 
-@pytest.mark.parametrize("n,b", CASES)
-def test_reliable_values_are_within_tolerance(simulation: dict, n: int, b: int) -> None:
-    for a, stats in simulation[(n, b)].items():
-        # the guarantee itself: P(published and off by more than 25%) <= 1 - p
-        # (measured <= 0.104 over the grid)
-        assert stats["published_and_off"] <= 1 - CFG.reliability_probability, (n, a, b)
-        if stats["reliable_rate"] >= 0.5:
-            # a series the rule usually publishes is mostly right when published
-            # (measured >= 0.89 over the grid)
-            assert stats["reliable_close"] >= 0.5, (n, a, b, stats)
+# -- the verdict ----------------------------------------------------------------------------
+
+def _adversarial_values(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Noisy (A, B) over B = -20 .. 50,000 and A / B = -0.01 .. 1.5, dense where the
+    verdict changes (small A, and ratios near the top of the range)."""
+    rng = np.random.default_rng(20 + n)
+    b = np.concatenate([np.arange(-20, 400), np.round(np.geomspace(400, 50_000, 400))])
+    b = np.repeat(b, 60)
+    ratio = np.concatenate([rng.uniform(-0.01, 1.5, b.size // 2),
+                            np.exp(rng.uniform(np.log(1e-4), 0.0, b.size - b.size // 2))])
+    a = np.round(b * ratio) + rng.integers(-3, 4, b.size)
+    small = np.arange(-5, 150 * n)  # every small A against a few B
+    a = np.concatenate([a, np.tile(small, 4)])
+    b = np.concatenate([b, np.repeat([20 * n, 300 * n, 3000 * n, 40_000], small.size)])
+    return a.astype(np.int64), b.astype(np.int64)
 
 
-def test_the_guarantee_is_not_conditional_on_publication(simulation: dict) -> None:
-    """Selection effect: a true count well below the publication threshold is published
-    only when its noise pushes A up, so those few published values are all off. The rule
-    bounds P(published and off), not P(off | published): the latter needs a prior."""
-    stats = simulation[(1, 3000)][20]  # daily a = 20: reliable only if A >= ~33
-    assert stats["reliable_count"] >= 200 and stats["reliable_close"] < 0.01
-    assert stats["published_and_off"] < 0.1
+@pytest.mark.parametrize("n", [1, 7])
+def test_the_pre_test_drops_no_reliable_value(n: int) -> None:
+    a, b = _adversarial_values(n)
+    verdict = apply_test(a, b, production_test(n), TOLERANCE)
+    expected, lo, hi = full_verdict(a, b, n)
+    assert 0.2 < expected.mean() < 0.8
+    assert np.array_equal(verdict["reliable"], expected)
+    # where a hull was computed, it is the test's hull
+    kept = ~np.isnan(verdict["lower"])
+    assert np.array_equal(verdict["lower"][kept], lo[kept])
+    assert np.array_equal(verdict["upper"][kept], hi[kept])
+    assert kept.mean() < 0.9  # the pre-test does spare some hulls
 
 
-def test_some_values_are_reliable_and_some_not(simulation: dict) -> None:
-    rates = [s["reliable_rate"] for case in simulation.values() for s in case.values()]
-    assert min(rates) < 0.01 and max(rates) == 1.0
-    # the weekly sums make a rare symptom (a = 20 a day in b = 3000) reliable
-    assert simulation[(1, 3000)][20]["reliable_rate"] < 0.1
-    assert simulation[(7, 3000)][20]["reliable_rate"] > 0.5
+@pytest.mark.parametrize("n", [1, 7])
+def test_a_reliable_value_has_its_hull_in_the_band(n: int) -> None:
+    a, b = _adversarial_values(n)
+    v = apply_test(a, b, production_test(n), TOLERANCE)
+    ok = v["reliable"]
+    ratio, lower, upper = v["ratio"][ok], v["lower"][ok], v["upper"][ok]
+    assert np.all(lower >= (1 - TOLERANCE) * ratio) and np.all(upper <= (1 + TOLERANCE) * ratio)
+    assert np.all(lower <= upper) and np.all(ratio > 0)
+    # A / B is never rejected inside [0, 1]: the hull holds it
+    inside = ratio <= 1
+    assert np.all((lower[inside] <= ratio[inside]) & (ratio[inside] <= upper[inside]))
 
 
-@pytest.mark.parametrize("n,b", CASES)
-def test_reliability_is_monotone_in_a(simulation: dict, n: int, b: int) -> None:
-    rates = [simulation[(n, b)][a]["reliable_rate"] for a in TRUE_A]
-    assert all(x <= y for x, y in zip(rates, rates[1:], strict=False)), rates
-    assert rates[-1] > rates[0]
+def test_values_that_cannot_pass_get_no_hull() -> None:
+    a = np.array([-50, -1, 0, 100, 100, 100, 2000])
+    b = np.array([10_000, 10_000, 10_000, 0, -5, 60, 1000])  # A / B = 5/3, 2: over 4/3
+    v = apply_test(a, b, production_test(1), TOLERANCE)
+    assert not v["reliable"].any()
+    assert np.isnan(v["lower"]).all() and np.isnan(v["upper"]).all()
+    assert np.isnan(v["ratio"][3:5]).all() and v["ratio"][2] == 0.0
 
 
-# -- edge cases ------------------------------------------------------------------------------
-
-def test_non_positive_a_is_never_reliable() -> None:
-    a = np.array([-50, -1, 0])
-    assert not is_reliable(a, 10_000, 0, 0, TOLERANCE).any()
-    assert not is_reliable(a, 10_000, 8, 11, TOLERANCE).any()
-
-
-def test_denominator_not_bounded_away_from_zero() -> None:
-    b = np.array([-5, 0, 5, 11])
-    lower, upper = ratio_interval(100, b, 8, 11)
-    assert np.isnan(lower).all() and np.isnan(upper).all()
-    assert not is_reliable(100, b, 8, 11, TOLERANCE).any()
-    lower, upper = ratio_interval(100, 12, 8, 11)
-    assert lower == pytest.approx(92 / 23) and upper == pytest.approx(108 / 1)
+def test_weekly_sums_need_more_than_daily_values() -> None:
+    """At ratio 0.05 (B = 20 A) the smallest noisy A that passes: 19 for a day, 70 for a
+    week with CELL_STEP = 1% (the box of two sqrt(p) margins it replaced needed 35 and
+    109). Every larger A passes too."""
+    a = np.arange(1, 400)
+    first = {}
+    for n in (1, 7):
+        ok = apply_test(a, 20 * a, production_test(n), TOLERANCE)["reliable"]
+        first[n] = int(a[np.argmax(ok)])
+        assert ok[first[n] - 1:].all()
+    assert 10 <= first[1] < 35 and 40 <= first[7] < 109 and first[7] > 2 * first[1]
 
 
-def test_interval_clips_the_lower_end_at_zero() -> None:
-    lower, upper = ratio_interval(3, 1000, 8, 11)
-    assert lower == 0.0 and upper == pytest.approx(11 / 989)
+def test_reliability_uses_the_test_of_each_n() -> None:
+    n_days = np.array([1, 7, 7, 3, 1])
+    a = pd.Series(np.array([30, 90, 30, 60, 10]), index=list("vwxyz"))
+    b = np.array([600, 1800, 600, 1200, 200])
+    rel = reliability(a, b, a_epsilon=A_EPSILON, a_sensitivity=1, b_epsilon=B_EPSILON,
+                      b_sensitivity=1, n_days=n_days, cfg=CFG)
+    assert list(rel.columns) == ["ratio", "lower", "upper", "reliable"]
+    assert list(rel.index) == list("vwxyz") and rel["reliable"].dtype == bool
+    for i, n in enumerate(n_days):
+        one = apply_test(a.iloc[i], b[i], production_test(int(n)), TOLERANCE)
+        assert rel["reliable"].iloc[i] == one["reliable"][0]
+        np.testing.assert_equal(rel["lower"].iloc[i], one["lower"][0])
+    assert rel["ratio"].iloc[0] == pytest.approx(0.05)
+    # the same counts pass as a day and fail as a week's sum
+    assert rel["reliable"].iloc[0] and not rel["reliable"].iloc[2]
 
 
 def test_scalars_broadcast() -> None:
-    lower, upper = ratio_interval(np.array([100, 200, 300]), 3000, 8, np.array([11]))
-    assert lower.shape == upper.shape == (3,)
-    lower, upper = ratio_interval(100, 3000, 8, 11)
-    assert lower.shape == () and lower == pytest.approx(92 / 3011)
-    verdict = is_reliable(np.array([[10], [1000]]), np.array([3000, 30000]), 8, 11, TOLERANCE)
-    assert verdict.shape == (2, 2) and verdict.dtype == bool
-    assert verdict.tolist() == [[False, False], [True, True]]
-
-
-def test_reliability_uses_the_margin_of_each_n() -> None:
-    n_days = np.array([1, 7, 7, 3, 1])
-    rel = reliability(np.full(5, 500), np.full(5, 20_000), a_epsilon=A_EPSILON,
-                      a_sensitivity=1, b_epsilon=B_EPSILON, b_sensitivity=1,
-                      n_days=n_days, cfg=CFG)
-    for row, n in zip(rel.itertuples(), n_days, strict=True):
-        assert row.a_margin == sum_noise_margin(GAMMA, epsilon=A_EPSILON, sensitivity=1,
-                                                n=int(n))
-        assert row.b_margin == sum_noise_margin(GAMMA, epsilon=B_EPSILON, sensitivity=1,
-                                                n=int(n))
-    assert list(rel.columns[:4]) == ["ratio", "lower", "upper", "reliable"]
-    assert rel["ratio"].iloc[0] == pytest.approx(0.025)
+    rel = reliability(1000, np.array([20_000, 30_000, 0]), a_epsilon=A_EPSILON,
+                      a_sensitivity=1, b_epsilon=B_EPSILON, b_sensitivity=1, n_days=1,
+                      cfg=CFG)
+    assert rel["reliable"].tolist() == [True, True, False]
+    v = apply_test(np.array([[10], [1000]]), np.array([3000, 30_000]), production_test(1),
+                   TOLERANCE)
+    assert v["reliable"].shape == (4,) and v["reliable"].tolist() == [False, False, True, True]
