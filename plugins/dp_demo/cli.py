@@ -24,6 +24,16 @@ def _date(text: str) -> date:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from exc
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return value
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from dp_demo.generator import DEFAULT_USERS, generate
 
@@ -39,8 +49,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dp_demo.evaluation import evaluate_mobility, evaluate_symptoms
 
-    evaluate = evaluate_mobility if args.report == "mobility" else evaluate_symptoms
-    print(evaluate(settings.data_root()).describe())
+    t0 = time.monotonic()
+    root = settings.data_root()
+    if args.report == "mobility":
+        oracle = {k: v for k, v in (("draws", args.draws), ("seed", args.seed)) if v is not None}
+        print(evaluate_mobility(root, **oracle).describe())
+    else:
+        print(evaluate_symptoms(root).describe())
+    print(f"evaluated in {time.monotonic() - t0:.1f} s")
     return 0
 
 
@@ -60,6 +76,12 @@ def evaluate_command(sub: Any) -> None:
     ev = sub.add_parser("evaluate", help="compare the latest release with the synthetic "
                                          "truth (evaluation only)")
     ev.add_argument("report", choices=["mobility", "symptoms"])
+    # defaults: dp_demo.evaluation's (not imported here: the parser is built on every call)
+    ev.add_argument("--draws", type=_positive, default=None,
+                    help="mobility: simulated baselines per cell for the oracle "
+                         "(default 2000)")
+    ev.add_argument("--seed", type=int, default=None,
+                    help="mobility: seed of the oracle's simulation (default 2020)")
     ev.set_defaults(func=cmd_evaluate)
 
 
