@@ -39,7 +39,7 @@ def weekly_sums(daily: pd.DataFrame, first_day: date, last_day: date) -> pd.Data
     is noised, zeros included, so a gap is lost data, not an empty cell). Raises
     ValueError, naming the region, symptom and week, if a complete week lacks a day or
     has a day twice, or if a noise parameter is not constant within the week (the weekly
-    margin assumes 7 draws of one law).
+    rule assumes 7 draws of one law).
 
     Summing noisy values is post-processing: no extra privacy budget.
     """

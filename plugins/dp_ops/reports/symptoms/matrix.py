@@ -108,7 +108,7 @@ def weekly(m: DailyMatrix) -> tuple[list[date], NDArray[np.int64], NDArray[np.in
     A week's A and B are the sums of its seven daily noisy values (post-processing: no
     extra budget); a partial first or last week is left out. Raises ValueError naming
     the week and a cell whose noise parameters change within the week (the weekly
-    interval assumes seven draws of one law)."""
+    rule assumes seven draws of one law)."""
     mondays = complete_weeks(m.days[0], m.days[-1])
     n = len(m.cells)
     a_w = np.zeros((len(mondays), n), dtype=np.int64)
