@@ -8,7 +8,9 @@ so a region's first re-noise is generation 0 of the region-scoped slot, with kin
 ``renoise``, and the next re-noise of that region generation 1), the epsilon it costs
 each user-day of that date, the kind (``noise``, ``renoise``, ``method_update``), the
 method version, the run id, the reason and the time. Rows are only ever inserted: an
-event, once written, never changes meaning.
+event, once written, never changes meaning. Only noise draws are spends: what is
+computed from stored noisy values and public parameters (baselines, the reliability
+rules, suppression, weekly sums, scaling factors) is post-processing and costs nothing.
 
 Accounting: a user-day's data is read by every slot of its date, so the composed epsilon
 per user-day of a date is the plain sum of the epsilons of that date's spends for the
