@@ -88,6 +88,11 @@ class BaselineMissing(DpOpsError, RuntimeError):
     """A report needs the baseline before it exists."""
 
 
+class BaselineIncompatible(Refusal, RuntimeError):
+    """The frozen baseline was written by a version whose rule needs other columns; it is
+    never recomputed in place, so a retry cannot help."""
+
+
 class GateFailed(Refusal, RuntimeError):
     """The candidate release failed the gate; nothing may be published from it."""
 

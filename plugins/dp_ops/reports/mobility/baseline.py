@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_ops.engine.files import store_first_wins
-from dp_ops.errors import BaselineMissing
+from dp_ops.errors import BaselineIncompatible, BaselineMissing
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
@@ -161,7 +161,7 @@ def read_baseline(root: DataRoot) -> pd.DataFrame:
                               "of the baseline window must be noised first")
     baseline = pq.read_table(target).to_pandas()
     if "noise_cells" not in baseline.columns:
-        raise BaselineMissing(
+        raise BaselineIncompatible(
             f"the mobility baseline {target} was frozen by a version before the exact "
             "reliability rule and lacks its noise key (noise_cells, noise_epsilon, "
             "noise_sensitivity, baseline_miss); rebuild this data root's releases from "

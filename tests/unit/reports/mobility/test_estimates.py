@@ -5,15 +5,21 @@ The adversarial search over true values is in test_reliability_search.py."""
 from __future__ import annotations
 
 from datetime import date, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.errors import BaselineIncompatible, Refusal
+from dp_ops.layout import DataRoot
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.reports.mobility.baseline import (
     compute_baseline,
     long_estimates,
+    read_baseline,
     residential_miss,
     residential_window_alpha,
 )
@@ -233,3 +239,17 @@ def test_baseline_refuses_incomplete_weekday_groups() -> None:
     rows = _window_rows([1.0] * len(WINDOW)).iloc[:-1]
     with pytest.raises(ValueError, match="expected 5"):
         compute_baseline(rows, residential_miss_per_side=0.0125)
+
+
+def test_a_baseline_frozen_before_the_exact_rule_is_refused(tmp_path: Path) -> None:
+    """A baseline without the noise key cannot feed the rule and is never recomputed in
+    place: the report refuses it (no retry) and says what to do."""
+    root = DataRoot(tmp_path / "data")
+    old = pd.DataFrame({"level": [0], "region_id": ["DM"], "category": ["parks"],
+                        "weekday": [0], "baseline": [100.0], "baseline_lo": [90.0],
+                        "baseline_hi": [110.0]})
+    write_parquet_atomic(pa.Table.from_pandas(old, preserve_index=False),
+                         root.baseline_file("mobility"))
+    with pytest.raises(BaselineIncompatible, match="noise_cells") as info:
+        read_baseline(root)
+    assert isinstance(info.value, Refusal)
