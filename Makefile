@@ -84,3 +84,4 @@ $(PEERS_VENV)/.installed: benchmarks/requirements-peers.txt
 
 bench: venv bench-peers
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+	$(PY) benchmarks/sampler.py

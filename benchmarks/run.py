@@ -523,8 +523,10 @@ def markdown(report: dict[str, Any]) -> str:
     if noise.get("result"):
         res = noise["result"]
         lines.append(f"- noise sampler: AES-CTR raw {res['aes_ctr_raw_u64_per_s'] / 1e6:.0f}M "
-                     f"u64/s, one numpy geometric draw {res['geometric_per_s'] / 1e6:.0f}M/s "
-                     "(a discrete Laplace draw is two geometric draws)")
+                     f"u64/s, one numpy float geometric draw "
+                     f"{res['geometric_per_s'] / 1e6:.0f}M/s (the exact sampler uses about "
+                     "one raw word per draw; benchmarks/sampler.py compares it with "
+                     "numpy's float sampler at every epsilon / sensitivity)")
     if report["sum_checks"]:
         lines += ["", "## Same computation? (sum of noisy place counts vs exact bounded sum)",
                   "", "Per level, (noisy sum - exact sum of min(pairs, 4) per user) / sd of "

@@ -1,0 +1,199 @@
+"""The exact discrete Laplace sampler: its thresholds against exact rational arithmetic,
+its tie and tail paths with scripted random words, and its law (the chi-square tests of
+test_noise.py run through it too)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dp_ops.privacy.noise import (
+    ExactSampler,
+    discrete_laplace_pmf,
+    exact_sampler,
+    noise_generator,
+    sample_discrete_laplace,
+)
+
+PARAMETERS = [(0.44, 1), (0.22, 1), (0.1493, 1), (0.112, 1), (0.22, 720)]
+GRID = Fraction(1, 2 ** 400)  # outward rounding grid of the rational enclosures
+
+
+def _down(x: Fraction) -> Fraction:
+    return Fraction(math.floor(x / GRID)) * GRID
+
+
+def _up(x: Fraction) -> Fraction:
+    return Fraction(math.ceil(x / GRID)) * GRID
+
+
+def exp_enclosure(y: Fraction) -> tuple[Fraction, Fraction]:
+    """Rational ``lo <= exp(-y) <= hi`` for ``y > 0``: the alternating Taylor series of
+    ``exp(-y / 2^s)`` brackets it (partial sums alternate around the limit once the
+    terms decrease), then ``s`` squarings, rounding outward on a 2^-400 grid."""
+    s = max(0, math.ceil(math.log2(float(y))) + 12)
+    r = y / 2 ** s
+    term, total, sums = Fraction(1), Fraction(0), []
+    for i in range(30):
+        total += term
+        sums.append(total)
+        term = term * (-r) / (i + 1)
+    lo, hi = _down(min(sums[-1], sums[-2])), _up(max(sums[-1], sums[-2]))
+    for _ in range(s):
+        lo, hi = _down(lo * lo), _up(hi * hi)
+    return lo, hi
+
+
+def power_enclosure(lo: Fraction, hi: Fraction, m: int) -> tuple[Fraction, Fraction]:
+    rlo, rhi, blo, bhi = Fraction(1), Fraction(1), lo, hi
+    while m:
+        if m & 1:
+            rlo, rhi = _down(rlo * blo), _up(rhi * bhi)
+        m >>= 1
+        blo, bhi = _down(blo * blo), _up(bhi * bhi)
+    return rlo, rhi
+
+
+def exact_threshold(sampler: ExactSampler, k: int) -> int:
+    """floor(2^64 F(k)) from rational enclosures; fails if they cannot decide it."""
+    a_lo, a_hi = exp_enclosure(Fraction(sampler.y))
+    m = -k if k < 0 else k + 1
+    p_lo, p_hi = power_enclosure(a_lo, a_hi, m)
+    if k < 0:
+        f_lo, f_hi = p_lo / (1 + a_hi), p_hi / (1 + a_lo)
+    else:
+        f_lo, f_hi = 1 - p_hi / (1 + a_lo), 1 - p_lo / (1 + a_hi)
+    lo, hi = math.floor(f_lo * 2 ** 64), math.floor(f_hi * 2 ** 64)
+    assert lo == hi, f"enclosure too wide at k={k}"
+    return lo
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), PARAMETERS)
+def test_thresholds_match_exact_rational_arithmetic(epsilon: float, sensitivity: int) -> None:
+    sampler = exact_sampler(epsilon, sensitivity)
+    table = sampler.two_sided
+    n = table.thresholds.size
+    rng = np.random.default_rng(7)
+    picks = {0, 1, n // 2 - 1, n // 2, n // 2 + 1, n - 2, n - 1}
+    picks |= set(rng.integers(0, n, 12).tolist())
+    for i in sorted(picks):
+        k = table.first + i
+        assert int(table.thresholds[i]) == exact_threshold(sampler, k), (epsilon, k)
+    # the mechanism's epsilon is never above the nominal one: y rounds down
+    assert Fraction(sampler.y) <= Fraction(epsilon) / sensitivity
+    assert Fraction(epsilon) / sensitivity - Fraction(sampler.y) < Fraction(1, 10 ** 90)
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), PARAMETERS)
+def test_geometric_thresholds_match_exact_rational_arithmetic(epsilon: float,
+                                                              sensitivity: int) -> None:
+    sampler = exact_sampler(epsilon, sensitivity)
+    a_lo, a_hi = exp_enclosure(Fraction(sampler.y))
+    table = sampler.geometric
+    for j in sorted({0, 1, 2, table.thresholds.size // 3, table.thresholds.size - 1}):
+        p_lo, p_hi = power_enclosure(a_lo, a_hi, j + 1)
+        lo, hi = math.floor((1 - p_hi) * 2 ** 64), math.floor((1 - p_lo) * 2 ** 64)
+        assert lo == hi and int(table.thresholds[j]) == lo
+
+
+class ScriptedBits:
+    """A bit generator that returns scripted 64-bit words (then fails): to drive the
+    sampler down its rare paths."""
+
+    def __init__(self, words: list[int]) -> None:
+        self.words = list(words)
+
+    def random_raw(self, size: int | None = None) -> object:
+        if size is None:
+            return np.uint64(self.words.pop(0))
+        out = np.array(self.words[:size], dtype=np.uint64)
+        if out.size != size:
+            raise AssertionError("the sampler asked for more words than scripted")
+        del self.words[:size]
+        return out
+
+
+class ScriptedRng:
+    def __init__(self, words: list[int]) -> None:
+        self.bit_generator = ScriptedBits(words)
+
+
+def _fraction_word(sampler: ExactSampler, k: int) -> int:
+    """The 64 bits after the first 64 of 2^64 F(k)."""
+    return sampler._cdf_bits(k, 128) & (2 ** 64 - 1)
+
+
+def test_a_tie_is_settled_by_the_next_word() -> None:
+    sampler = exact_sampler(0.44, 1)
+    table = sampler.two_sided
+    i = table.thresholds.size // 2 + 3          # k = 3
+    k = table.first + i
+    tie = int(table.thresholds[i])
+    fraction = _fraction_word(sampler, k)
+    assert 0 < fraction < 2 ** 64 - 1
+    # continuation below the fraction: V < F(k), so Z = k
+    below = sampler.sample(1, ScriptedRng([tie, fraction - 1]))  # type: ignore[arg-type]
+    assert below.tolist() == [k]
+    # above it: V > F(k) (and below F(k + 1), whose threshold is larger), so Z = k + 1
+    above = sampler.sample(1, ScriptedRng([tie, fraction + 1]))  # type: ignore[arg-type]
+    assert above.tolist() == [k + 1]
+
+
+def test_away_from_ties_one_word_decides() -> None:
+    sampler = exact_sampler(0.22, 1)
+    table = sampler.two_sided
+    i = table.thresholds.size // 2
+    t = int(table.thresholds[i])
+    words = [t - 1, t + 1, 0, 2 ** 64 // 2, 0]  # the last: the lower tail's geometric
+    z = sampler.sample(4, ScriptedRng(words))  # type: ignore[arg-type]
+    first = table.first
+    assert z[0] == first + i        # U < T_i: V < F(first + i), and V > F(first + i - 1)
+    assert z[1] == first + i + 1
+    assert z[2] == sampler.low      # below every threshold: low - G, G = 0
+    assert z[3] == 0                # the middle of [0, 2^64): the median, 0
+
+
+def test_both_tails_continue_exactly_past_the_table() -> None:
+    """No cap: the largest word goes past the table, and the geometric continuation
+    (memoryless) carries on; the smallest word goes below it."""
+    sampler = exact_sampler(0.44, 1)
+    top = 2 ** 64 - 1
+    g_table = sampler.geometric.thresholds
+    # U past the two-sided table, then a geometric draw past its own table, then G' = 0
+    z = sampler.sample(1, ScriptedRng([top, top, 0]))  # type: ignore[arg-type]
+    assert z.tolist() == [sampler.high + 1 + g_table.size + 0]
+    z = sampler.sample(1, ScriptedRng([0, 0]))  # type: ignore[arg-type]
+    assert z.tolist() == [sampler.low - 0]
+    assert sampler.high + 1 + g_table.size > 82  # beyond the old float sampler's cap
+
+
+def test_far_tail_frequency_matches_the_law() -> None:
+    """P(|Z| > 40) at epsilon 1.0 is 2 e^-41 / (1 + e^-1) ~ 2.3e-18: never seen; at
+    epsilon 0.44 P(|Z| > 30) = 1.2e-6: in 2e7 draws the count is Poisson(24.3); the
+    bounds [5, 55] fail with probability < 1e-6 for a correct sampler."""
+    rng = noise_generator(key=11)
+    z = sample_discrete_laplace(20_000_000, epsilon=0.44, sensitivity=1, rng=rng)
+    a = math.exp(-0.44)
+    expected = 20_000_000 * 2 * a ** 31 / (1 + a)
+    count = int((np.abs(z) > 30).sum())
+    assert 5 <= count <= 55, (count, expected)
+
+
+def test_small_sample_fits_the_pmf_at_the_residential_sum() -> None:
+    """epsilon / sensitivity = 0.22 / 720: bucketed chi-square against the exact pmf
+    (200,000 draws, 30 equal-width buckets over +/- 4 scales; fixed key)."""
+    rng = noise_generator(key=12)
+    z = sample_discrete_laplace(200_000, epsilon=0.22, sensitivity=720, rng=rng)
+    scale = 720 / 0.22
+    edges = np.linspace(-4 * scale, 4 * scale, 31).round().astype(np.int64)
+    observed = np.histogram(z, bins=edges)[0]
+    support = np.arange(edges[0], edges[-1] + 1)
+    pmf = discrete_laplace_pmf(support, epsilon=0.22, sensitivity=720)
+    expected = np.array([pmf[(support >= lo) & (support < hi)].sum()
+                         for lo, hi in zip(edges[:-1], edges[1:], strict=True)]) * z.size
+    stat = float(((observed - expected) ** 2 / expected).sum())
+    # 29 degrees of freedom: P(chi2 > 70) < 3e-5
+    assert stat < 70, stat
