@@ -18,7 +18,8 @@ DEMO = "dp_demo"
 # Third-party and standard-library roots the privacy kernel may import: no files, no
 # engine, no Airflow, no dataframes.
 KERNEL_THIRD_PARTY = frozenset({
-    "__future__", "collections", "dataclasses", "datetime", "enum", "functools", "math",
+    "__future__", "collections", "dataclasses", "datetime", "decimal", "enum", "functools",
+    "math",
     "random",
     "secrets", "sqlite3", "time", "typing", "numpy", "randomgen", "sqlalchemy",
 })
