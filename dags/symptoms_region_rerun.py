@@ -31,6 +31,7 @@ from dp_ops.airflow.defaults import (
     RERUN_REASON,
     RERUN_REGION,
     RERUN_RENOISE,
+    RERUN_REPEAT_RENOISE,
     rerun_params,
 )
 from dp_ops.airflow.operators import (
@@ -67,7 +68,8 @@ def symptoms_region_rerun() -> None:
         task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, region=REGION,
-                                       renoise=RENOISE, reason=REASON, report=REPORT)
+                                       renoise=RENOISE, reason=REASON,
+                                       repeat_renoise=RERUN_REPEAT_RENOISE, report=REPORT)
     report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT, region=REGION)
     publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)

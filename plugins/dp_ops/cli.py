@@ -19,7 +19,8 @@ from datetime import date, timedelta
 from importlib import metadata
 from pathlib import Path
 
-from dp_ops import settings
+from dp_ops import requests, settings
+from dp_ops.errors import BadRequest
 from dp_ops.reports.protocol import ReportName
 
 log = logging.getLogger("dp_ops")
@@ -27,9 +28,30 @@ log = logging.getLogger("dp_ops")
 
 def _date(text: str) -> date:
     try:
-        return date.fromisoformat(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from exc
+        return requests.iso_day(text, field="date")
+    except BadRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _region(text: str) -> str:
+    try:
+        return requests.region_id(text.strip())
+    except BadRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _reason(text: str) -> str:
+    try:
+        return requests.reason(text)
+    except BadRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _run_id(text: str) -> str:
+    try:
+        return requests.run_id(text)
+    except BadRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _days(start: date, end: date) -> list[date]:
@@ -56,7 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[{done}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
 
     results = report.run_days(days, run_id=run_id, region=args.region,
-                              renoise=args.renoise, reason=args.reason, on_day=progress)
+                              renoise=args.renoise, repeat_renoise=args.repeat_renoise,
+                              reason=args.reason, on_day=progress)
     for result in results[-2:]:  # gate and publish
         print(result.summary)
     return 0
@@ -102,11 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("report", choices=[name.value for name in ReportName])
     run.add_argument("--start", type=_date, required=True)
     run.add_argument("--end", type=_date, required=True)
-    run.add_argument("--region", default=None, help="rerun one region (stored noise reused)")
+    run.add_argument("--region", type=_region, default=None,
+                     help="rerun one region (stored noise reused)")
     run.add_argument("--renoise", action="store_true",
                      help="draw fresh noise for --region (spends budget, needs --reason)")
-    run.add_argument("--reason", default="", help="why; recorded in the ledger")
-    run.add_argument("--run-id", default=None, help="ledger run id (default: a new one)")
+    run.add_argument("--repeat-renoise", action="store_true",
+                     help="allow a second re-noise of the same region and day (recorded)")
+    run.add_argument("--reason", type=_reason, default="",
+                     help="why; recorded in the ledger (at most 500 characters, no control "
+                          "characters)")
+    run.add_argument("--run-id", type=_run_id, default=None,
+                     help="ledger run id (default: a new one)")
     run.set_defaults(func=cmd_run)
 
     led = sub.add_parser("ledger", help="print privacy spends and composed epsilon")

@@ -143,12 +143,14 @@ def test_rerun_graph_and_params(dagbag: DagBag, dag_id: str, report: str) -> Non
     _assert_chain(dag, RERUN_CHAIN)
     assert isinstance(dag.timetable, NullTimetable)  # schedule=None: manual runs only
     assert dag.max_active_runs == 1
-    assert set(dag.params.keys()) == {"date", "region", "renoise", "reason"}
+    assert set(dag.params.keys()) == {"date", "region", "renoise", "reason", "repeat_renoise"}
     schema = {k: dag.params.get_param(k).schema for k in dag.params.keys()}
     assert schema["date"]["type"] == "string" and schema["date"]["format"] == "date"
     assert schema["region"]["type"] == "string"
     assert schema["renoise"]["type"] == "boolean"
     assert dag.params.get_param("renoise").value is False
+    assert dag.params.get_param("repeat_renoise").value is False
+    assert schema["reason"]["maxLength"] == 500
     assert schema["reason"]["type"] == "string" and schema["reason"]["minLength"] >= 3
     for required in ("date", "region", "reason"):
         assert not dag.params.get_param(required).has_value, f"{required} must be required"
@@ -202,7 +204,7 @@ def test_rendered_categories_are_parsed(value: object, expected: list[str]) -> N
 
 def test_operators_declare_their_templates() -> None:
     assert set(BudgetCheckedNoiseOperator.template_fields) == {"day", "region", "renoise",
-                                                               "reason"}
+                                                               "reason", "repeat_renoise"}
 
 
 @pytest.mark.parametrize("value,expected", [(True, True), (False, False), ("True", True),

@@ -127,15 +127,20 @@ def check(root: Path) -> list[Violation]:
             out.append(Violation("only dp_ops.airflow imports Airflow", where, ""))
         if _within(imp.module, f"{PACKAGE}.privacy"):
             own = _within(imp.target, f"{PACKAGE}.privacy") or _within(
-                imp.target, f"{PACKAGE}.errors")
+                imp.target, f"{PACKAGE}.errors") or _within(imp.target, f"{PACKAGE}.requests")
             if top == PACKAGE and not own:
-                out.append(Violation("the privacy kernel imports only itself and errors",
-                                     where, ""))
+                out.append(Violation("the privacy kernel imports only itself, errors and "
+                                     "requests", where, ""))
             elif top != PACKAGE and top not in KERNEL_THIRD_PARTY:
                 out.append(Violation("the privacy kernel imports no file, engine, dataframe "
                                      "or Airflow code", where, f"{top} is not allowed"))
         if imp.module == f"{PACKAGE}.errors" and top not in ("__future__",):
             out.append(Violation("dp_ops.errors imports nothing", where, ""))
+        if imp.module == f"{PACKAGE}.requests" and top not in (
+                "__future__", "re", "unicodedata", "datetime") and imp.target != \
+                f"{PACKAGE}.errors.BadRequest":
+            out.append(Violation("dp_ops.requests imports only errors and the standard "
+                                 "library's text and dates", where, ""))
         if top in ENGINE_LIBRARIES and _within(imp.module, PACKAGE) and not any(
                 _within(imp.module, r) for r in ROW_READERS):
             out.append(Violation("only the engines and ingest run SQL over private rows",

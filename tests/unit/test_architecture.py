@@ -64,7 +64,7 @@ def test_a_clean_synthetic_tree_passes(tmp_path: Path) -> None:
     ({"dp_ops/privacy/noise.py": "import pandas\n"},
      "the privacy kernel imports no file, engine, dataframe or Airflow code"),
     ({"dp_ops/privacy/noise.py": "def f():\n    from dp_ops.engine import duckdb\n"},
-     "the privacy kernel imports only itself and errors"),
+     "the privacy kernel imports only itself, errors and requests"),
     ({"dp_ops/steps/bound.py": "from airflow.sdk import task\n"},
      "only dp_ops.airflow imports Airflow"),
     ({"dp_ops/reports/mobility.py": "import dp_demo.gen\n"}, "dp_ops never imports dp_demo"),

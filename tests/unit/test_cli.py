@@ -52,7 +52,34 @@ def test_a_bad_argument_names_it(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "mobility", "--start", "2020-02-30", "--end", "2020-03-01"])
     assert exit_info.value.code == 2
-    assert "'2020-02-30' is not a date (YYYY-MM-DD)" in capsys.readouterr().err
+    assert "date='2020-02-30': not a calendar date" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--start", "20200216", "--end", "2020-02-16"],
+     "date='20200216': expected a date as YYYY-MM-DD"),
+    (["--start", "2020-02-16", "--end", "2020-02-16", "--reason", "a\nforged line"],
+     "control characters are not allowed"),
+    (["--start", "2020-02-16", "--end", "2020-02-16", "--reason", "\x1b[31mred"],
+     "control characters are not allowed"),
+    (["--start", "2020-02-16", "--end", "2020-02-16", "--reason", "x" * 100_000],
+     "at most 500 characters"),
+    (["--start", "2020-02-16", "--end", "2020-02-16", "--run-id", "daily\n3 forged"],
+     "control characters are not allowed"),
+    (["--start", "2020-02-16", "--end", "2020-02-16", "--region", "R" * 1_000_000],
+     "a region_id is 1-64"),
+])
+def test_typed_values_are_checked_before_anything_runs(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14, finding 10: a date like 20200216, a reason or run id holding a newline or
+    an escape or 100 KB, a 1 MB region id: each is refused by the CLI, and the error
+    echoes at most a short prefix of the value."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "mobility", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err) < 2000
 
 
 # -- the installed commands ----------------------------------------------------------------

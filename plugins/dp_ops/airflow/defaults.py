@@ -25,6 +25,7 @@ RERUN_DAY = "{{ params.date }}"
 RERUN_REGION = "{{ params.region }}"
 RERUN_RENOISE = "{{ params.renoise }}"
 RERUN_REASON = "{{ params.reason }}"
+RERUN_REPEAT_RENOISE = "{{ params.repeat_renoise }}"
 
 
 def rerun_params(daily_dag_id: str) -> dict[str, Param]:
@@ -39,7 +40,11 @@ def rerun_params(daily_dag_id: str) -> dict[str, Param]:
                          description="Spend privacy budget again for this region and day "
                                      "(recorded in the ledger). Leave off to reuse the "
                                      "stored noise."),
-        "reason": Param(type="string", minLength=3, title="Reason",
+        "reason": Param(type="string", minLength=3, maxLength=500, title="Reason",
                         description="Why this rerun is needed (incident or ticket); recorded "
-                                    "with any spend."),
+                                    "with any spend. At most 500 characters, one line."),
+        "repeat_renoise": Param(False, type="boolean", title="Re-noise again",
+                                description="Only with 'Draw fresh noise': allow a second "
+                                            "re-noise of this region and day (refused "
+                                            "otherwise; recorded in the ledger)."),
     }

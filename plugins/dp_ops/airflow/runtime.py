@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from dp_ops import requests
 from dp_ops.errors import BadRequest, BudgetExceeded, GateFailed, Refusal
 
 if TYPE_CHECKING:
@@ -67,10 +68,7 @@ def parse_day(value: Any, *, field: str = "day") -> date:
         return value.date()
     if isinstance(value, date):
         return value
-    try:
-        return date.fromisoformat(str(value).strip())
-    except ValueError as exc:
-        raise BadRequest(f"{field}={value!r}: expected a date as YYYY-MM-DD") from exc
+    return requests.iso_day(value, field=field)
 
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
@@ -91,8 +89,9 @@ def parse_bool(value: Any, *, field: str) -> bool:
 
 
 def parse_region(value: Any) -> str | None:
-    """A rendered region id, or ``None`` for "every region"."""
+    """A rendered region id (plain, short: :func:`dp_ops.requests.region_id`), or
+    ``None`` for "every region"."""
     if value is None:
         return None
     text = str(value).strip()
-    return text or None
+    return requests.region_id(text) if text else None

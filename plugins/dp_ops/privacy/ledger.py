@@ -39,6 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from dp_ops import requests as requests_check
 from dp_ops.errors import BudgetExceeded
 
 KINDS = ("noise", "renoise", "method_update")
@@ -242,6 +243,10 @@ class Ledger:
         """
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
+        # what a person typed reaches the ledger's rows and `ledger --spends`: refuse
+        # control characters and floods before anything is written
+        requests_check.run_id(run_id)
+        requests_check.reason(reason)
         if not requests:
             return Reservation((), frozenset())
         seen: set[Slot] = set()

@@ -17,7 +17,7 @@ def check(cond: bool, name: str, value: Any, why: str) -> None:
 
 def mapping_kwargs(cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for config ``cls`` from a plain mapping: unknown keys are errors,
-    ISO strings become dates for the date fields, lists become tuples for ``levels``."""
+    ISO strings become dates for the date fields, lists become tuples for tuple fields."""
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
@@ -28,7 +28,7 @@ def mapping_kwargs(cls: type, values: dict[str, Any]) -> dict[str, Any]:
                 value = date.fromisoformat(value)
             except ValueError as exc:
                 raise ConfigError(f"config field {key}={value!r}: not a date") from exc
-        if key == "levels":
+        if isinstance(known[key].default, tuple) and isinstance(value, list):
             value = tuple(value)
         kwargs[key] = value
     return kwargs

@@ -86,7 +86,7 @@ class ReportSteps(Protocol[C]):
         ...
 
     def noise(self, root: DataRoot, cfg: C, day: date, *, run_id: str, ledger_url: str,
-              region: str | None = None, renoise: bool = False,
+              region: str | None = None, renoise: bool = False, repeat_renoise: bool = False,
               reason: str = "") -> StepResult:
         """Reserve budget in the ledger (refusing past the cap before any draw), then draw
         and store, or reuse, the noisy value of every cell of the public domain."""
@@ -108,6 +108,7 @@ class ReportSteps(Protocol[C]):
 
     def run_days(self, root: DataRoot, cfg: C, days: list[date], *, run_id: str,
                  ledger_url: str, region: str | None = None, renoise: bool = False,
+                 repeat_renoise: bool = False,
                  reason: str = "",
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:

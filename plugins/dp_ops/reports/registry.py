@@ -57,21 +57,23 @@ class BoundReport(Generic[C]):
         return calls[step](day)
 
     def noise(self, day: date, *, run_id: str, region: str | None = None,
-              renoise: bool = False, reason: str = "") -> StepResult:
+              renoise: bool = False, repeat_renoise: bool = False, reason: str = "") -> StepResult:
         return self.steps.noise(self.root, self.cfg, day, run_id=run_id,
                                 ledger_url=self.ledger_url, region=region, renoise=renoise,
+                                repeat_renoise=repeat_renoise,
                                 reason=reason)
 
     def gate(self, *, run_id: str, region: str | None = None) -> StepResult:
         return self.steps.gate(self.root, self.cfg, run_id=run_id, region=region)
 
     def run_days(self, days: list[date], *, run_id: str, region: str | None = None,
-                 renoise: bool = False, reason: str = "",
+                 renoise: bool = False, repeat_renoise: bool = False, reason: str = "",
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:
         return self.steps.run_days(self.root, self.cfg, days, run_id=run_id,
                                    ledger_url=self.ledger_url, region=region,
-                                   renoise=renoise, reason=reason, on_day=on_day)
+                                   renoise=renoise,
+                                   repeat_renoise=repeat_renoise, reason=reason, on_day=on_day)
 
     def first_noised_date(self) -> date:
         return self.steps.first_noised_date(self.cfg)

@@ -11,7 +11,9 @@ import csv
 from datetime import date
 from pathlib import Path
 
-from dp_ops.errors import RerunRequestError
+from dp_ops import requests
+from dp_ops.errors import BadRequest, RerunRequestError
+from dp_ops.requests import shown
 from dp_ops.reports.registry import AnyReport
 
 
@@ -31,7 +33,8 @@ def check_rerun_request(report: AnyReport, day: date, region: str | None, renois
         known = {row["region_id"] for row in csv.DictReader(f)}
     if region not in known:
         raise RerunRequestError(
-            f"region={region!r}: not a region_id of {regions_csv} ({len(known)} regions)")
+            f"region={shown(region)}: not a region_id of {regions_csv} ({len(known)} "
+            "regions)")
     first = report.first_noised_date()
     if day < first:
         raise RerunRequestError(f"date={day}: before the first metric date {first}")
@@ -44,6 +47,14 @@ def check_rerun_request(report: AnyReport, day: date, region: str | None, renois
         raise RerunRequestError(
             f"date={day}: the {name} baseline is not frozen yet, nothing to report against")
     if len(reason.strip()) < 3:
-        raise RerunRequestError(f"reason={reason!r}: say why (at least 3 characters)")
+        raise RerunRequestError(f"reason={shown(reason)}: say why (at least 3 characters)")
+    try:
+        requests.reason(reason)
+    except BadRequest as exc:
+        raise RerunRequestError(str(exc)) from exc
+    if renoise and day < report.cfg.first_public_date:
+        raise RerunRequestError(
+            f"date={day}: before the first public date {report.cfg.first_public_date}; its "
+            "values are never published, so a re-noise would spend budget for nothing")
     action = "re-noise (spends budget again)" if renoise else "reuse stored noise"
     return f"rerun {name} {day} region {region}: {action}"

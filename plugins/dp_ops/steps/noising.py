@@ -30,8 +30,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops import requests
 from dp_ops.engine.files import store_first_wins
-from dp_ops.errors import NoiseNotStored
+from dp_ops.errors import BadRequest, NoiseNotStored
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
@@ -70,6 +71,8 @@ class NoisePlan:
     levels: tuple[int, ...]
     cap: float
     method_version: str
+    # the first date that is ever published: a re-noise before it spends for nothing
+    first_public_date: date
 
     def budget(self, name: str) -> MetricBudget:
         for b in self.budgets:
@@ -162,23 +165,43 @@ def _read_true_cells(root: DataRoot, report: str, day: date) -> pd.DataFrame:
 
 def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
               ledger_url: str, region: str | None = None, renoise: bool = False,
-              reason: str = "") -> StepResult:
+              repeat_renoise: bool = False, reason: str = "") -> StepResult:
     """Reserve, then draw and store (or reuse) the noisy values of one day.
 
-    Reads the day's bounded aggregates file, which must be whole: a report's noise task
-    calls :func:`dp_ops.steps.bound.finish_bounding` first."""
+    A re-noise (one region, with a reason) is refused before anything is spent when the
+    day is never published (before ``plan.first_public_date``), or when the region was
+    already re-noised that day by another run, unless ``repeat_renoise`` (recorded in the
+    ledger's reason). Reads the day's bounded aggregates file, which must be whole: a
+    report's noise task calls :func:`dp_ops.steps.bound.finish_bounding` first."""
     from dp_ops.regions import read_regions
 
     if renoise and region is None:
-        raise ValueError("renoise=True needs a region: re-noising a whole day is a new "
+        raise BadRequest("renoise=True needs a region: re-noising a whole day is a new "
                          "release of it; rerun one region at a time")
     if renoise and not reason.strip():
-        raise ValueError("renoise=True needs a reason; it is recorded in the ledger")
+        raise BadRequest("renoise=True needs a reason; it is recorded in the ledger")
+    if renoise and day < plan.first_public_date:
+        raise BadRequest(
+            f"date={day}: before the first public date {plan.first_public_date}; its values "
+            "are never published (for mobility: the baseline window, frozen once), so a "
+            "re-noise would spend budget for nothing")
     regions = read_regions(root.regions_csv)
     if region is not None:
         region_chain(regions, region)  # validates the region id
     ledger = Ledger(ledger_url)
     try:
+        if renoise:
+            earlier = sorted({s.run_id for s in ledger.spends(plan.report, day)
+                              if s.kind == "renoise" and s.slot.region_scope == region
+                              and s.run_id != run_id})
+            if earlier and not repeat_renoise:
+                raise BadRequest(
+                    f"region={region!r} date={day}: already re-noised by run(s) "
+                    f"{', '.join(requests.shown(r) for r in earlier[:3])}; each re-noise "
+                    "publishes another noisy version of the same cells. To re-noise again, "
+                    "set repeat_renoise (recorded in the ledger with the reason)")
+            if repeat_renoise:
+                reason = f"[repeat re-noise] {reason}"
         reservation = ledger.reserve(
             plan_requests(plan, regions, day, region if renoise else None),
             run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,

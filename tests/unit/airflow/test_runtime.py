@@ -83,3 +83,18 @@ def test_rendered_values_are_parsed_strictly() -> None:
         parse_day("2020-02-30", field="date")
     with pytest.raises(BadRequest, match="renoise='maybe'"):
         parse_bool("maybe", field="renoise")
+
+
+@pytest.mark.parametrize("value", ["20200216", "2020-2-16", "2020-02-16T00:00", "16/02/2020"])
+def test_dates_from_forms_are_iso_only(value: str) -> None:
+    """Issue 14, finding 10: `20200216` was read as a date."""
+    with pytest.raises(BadRequest, match="expected a date as YYYY-MM-DD"):
+        parse_day(value, field="date")
+
+
+def test_a_huge_or_odd_region_id_is_refused_and_echoed_short() -> None:
+    with pytest.raises(BadRequest, match="a region_id is 1-64") as info:
+        parse_region("R" * 1_000_000)
+    assert len(str(info.value)) < 300
+    with pytest.raises(BadRequest):
+        parse_region("DM-01\nforged")

@@ -34,18 +34,22 @@ class BudgetCheckedNoiseOperator(BaseOperator):
     :param renoise: draw fresh noise for already-noised slots, spending budget again;
         templated, so ``"True"``/``"False"`` strings are accepted.
     :param reason: why a re-noise was asked for, recorded in the ledger (templated).
+    :param repeat_renoise: allow a second re-noise of the same region and day (refused
+        otherwise); recorded in the ledger's reason (templated).
     """
 
-    template_fields: Sequence[str] = ("day", "region", "renoise", "reason")
+    template_fields: Sequence[str] = ("day", "region", "renoise", "reason", "repeat_renoise")
     ui_color = "#fbe8e8"
 
     def __init__(self, *, report: ReportName | str, day: str, region: str | None = None,
-                 renoise: bool | str = False, reason: str = "", **kwargs: Any) -> None:
+                 renoise: bool | str = False, reason: str = "",
+                 repeat_renoise: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.day = day
         self.region = region
         self.renoise = renoise
         self.reason = reason
+        self.repeat_renoise = repeat_renoise
         self.report = ReportName(report).value
 
     def execute(self, context: Context) -> str:
@@ -56,7 +60,9 @@ class BudgetCheckedNoiseOperator(BaseOperator):
             if renoise and not str(self.reason).strip():
                 raise AirflowFailException(
                     "renoise=True needs a reason (it is recorded in the ledger)")
+            repeat = parse_bool(self.repeat_renoise, field="repeat_renoise")
             result = load(self.report).noise(day, run_id=context["run_id"], region=region,
-                                             renoise=renoise, reason=str(self.reason or ""))
+                                             renoise=renoise, repeat_renoise=repeat,
+                                             reason=str(self.reason or ""))
         self.log.info("noise: %s", result.summary)
         return result.summary

@@ -43,7 +43,7 @@ class ValidateRerunRequestOperator(BaseOperator):
         with refusals_fail_without_retry(self.log, "rerun request"):
             from dp_ops.reports.rerun import check_rerun_request
 
-        summary = check_rerun_request(
+            summary = check_rerun_request(
                 load(self.report), parse_day(self.day, field="date"),
                 parse_region(self.region), parse_bool(self.renoise, field="renoise"),
                 str(self.reason or ""))

@@ -57,6 +57,9 @@ class MobilityConfig:
     max_error_probability: float = 0.05
     method_version: str = "v1"
     method_update_fraction: float = 0.10
+    # The demo method (ScaledCounts) scales counts by a factor in this range (inclusive);
+    # the form's value is refused outside it before anything is spent.
+    method_update_factor_range: tuple[float, float] = (0.2, 5.0)
     # Headroom in the per-user-day cap: one method update (at method_update_fraction of
     # the normal cost) and one region re-noise (at most the normal cost again).
     cap_renoises: int = 1
@@ -94,6 +97,10 @@ class MobilityConfig:
                "must be > 0")
         check(0 < self.method_update_fraction <= 1, "method_update_fraction",
                self.method_update_fraction, "must be in (0, 1]")
+        low, high = self.method_update_factor_range
+        check(math.isfinite(low) and math.isfinite(high) and 0 < low <= 1 <= high,
+               "method_update_factor_range", self.method_update_factor_range,
+               "must be (low, high) with 0 < low <= 1 <= high, both finite")
         check(self.cap_renoises >= 0 and self.cap_method_updates >= 0, "cap_renoises",
                (self.cap_renoises, self.cap_method_updates), "headroom counts must be >= 0")
         check(tuple(sorted(set(self.levels))) == tuple(self.levels)

@@ -53,4 +53,5 @@ class ScaledCounts:
         return max(1, math.ceil(self._factor(metric) * old_sensitivity - 1e-12))
 
     def describe(self) -> str:
-        return "scaled counts: " + ", ".join(f"{m} x {f:g}" for m, f in self.factors)
+        return ("demo method (scaled counts, not a real change of computation): "
+                + ", ".join(f"{m} x {f:g}" for m, f in self.factors))

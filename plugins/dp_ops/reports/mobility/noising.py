@@ -31,7 +31,8 @@ def noise_plan(cfg: MobilityConfig) -> noising.NoisePlan:
     return noising.NoisePlan(
         report=REPORT, budgets=cfg.metric_budgets, group_cells=GROUP_CELLS,
         ledger_epsilons={b.name: b.epsilon for b in cfg.metric_budgets},
-        levels=cfg.levels, cap=cfg.cap, method_version=cfg.method_version)
+        levels=cfg.levels, cap=cfg.cap, method_version=cfg.method_version,
+        first_public_date=cfg.first_public_date)
 
 
 def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,
@@ -41,10 +42,12 @@ def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,
 
 def noise_day(root: DataRoot, cfg: MobilityConfig, day: date, *, run_id: str,
               ledger_url: str, region: str | None = None, renoise: bool = False,
+              repeat_renoise: bool = False,
               reason: str = "") -> StepResult:
     finish_bounding(root, REPORT, day)
     return noising.noise_day(root, noise_plan(cfg), day, run_id=run_id, ledger_url=ledger_url,
-                             region=region, renoise=renoise, reason=reason)
+                             region=region, renoise=renoise,
+                             repeat_renoise=repeat_renoise, reason=reason)
 
 
 def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:

@@ -12,9 +12,11 @@ step spends budget at most once per slot.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import date
 
+from dp_ops import requests
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig, load_mobility_config
 from dp_ops.steps.result import StepResult
@@ -67,7 +69,7 @@ def noise(
     run_id: str,
     ledger_url: str,
     region: str | None = None,
-    renoise: bool = False,
+    renoise: bool = False, repeat_renoise: bool = False,
     reason: str = "",
 ) -> StepResult:
     """Reserve budget in the ledger (refusing past the cap before any draw), then draw and
@@ -75,7 +77,7 @@ def noise(
     from dp_ops.reports.mobility.noising import noise_day
 
     return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                     renoise=renoise, reason=reason)
+                     renoise=renoise, repeat_renoise=repeat_renoise, reason=reason)
 
 
 def build_baseline(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str) -> StepResult:
@@ -109,10 +111,17 @@ def method_update(
     factors and spends nothing), then re-report the days from the effective date that
     already have report rows. The new method here is the demo's stand-in: the counts of the
     ``categories``' source cells are ``factor`` times the old ones."""
+    from dp_ops.errors import MethodUpdateError
     from dp_ops.reports.mobility.method_update import MethodUpdate
     from dp_ops.reports.mobility.method_update_step import run_method_update
     from dp_ops.reports.mobility.new_methods import ScaledCounts
 
+    low, high = cfg.method_update_factor_range
+    if not (math.isfinite(factor) and low <= factor <= high):
+        raise MethodUpdateError(
+            f"factor={requests.shown(factor)}: the demo method scales counts by a factor "
+            f"in [{low:g}, {high:g}] (method_update_factor_range); a factor outside it is "
+            "not a plausible change of method")
     update = MethodUpdate(method_version=method_version, effective_date=effective_date,
                           categories=tuple(categories),
                           method=ScaledCounts.for_categories(categories, factor),
@@ -146,7 +155,7 @@ def run_days(
     run_id: str,
     ledger_url: str,
     region: str | None = None,
-    renoise: bool = False,
+    renoise: bool = False, repeat_renoise: bool = False,
     reason: str = "",
     on_day: Callable[[date, list[StepResult]], None] | None = None,
 ) -> list[StepResult]:
@@ -158,7 +167,7 @@ def run_days(
             ingest(root, cfg, day),
             bound_contributions(root, cfg, day),
             noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                  renoise=renoise, reason=reason),
+                  renoise=renoise, repeat_renoise=repeat_renoise, reason=reason),
             build_baseline(root, cfg, ledger_url=ledger_url),
             report(root, cfg, day, ledger_url=ledger_url),
         ]

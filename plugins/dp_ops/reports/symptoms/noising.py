@@ -35,16 +35,18 @@ def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:
         group_cells={SYMPTOM_METRIC: tuple(SYMPTOM_CELL_PREFIX + s for s in symptoms),
                      VOLUME_METRIC: (VOLUME_CELL,)},
         ledger_epsilons=cfg.ledger_epsilons, levels=cfg.levels, cap=cfg.cap,
-        method_version=cfg.method_version)
+        method_version=cfg.method_version, first_public_date=cfg.first_public_date)
 
 
 def noise_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str,
               ledger_url: str, region: str | None = None, renoise: bool = False,
+              repeat_renoise: bool = False,
               reason: str = "") -> StepResult:
     plan = noise_plan(cfg, read_symptoms(root.symptoms_txt))
     finish_bounding(root, REPORT, day)
     return noising.noise_day(root, plan, day, run_id=run_id, ledger_url=ledger_url,
-                             region=region, renoise=renoise, reason=reason)
+                             region=region, renoise=renoise,
+                             repeat_renoise=repeat_renoise, reason=reason)
 
 
 def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:

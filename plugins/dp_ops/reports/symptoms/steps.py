@@ -57,13 +57,14 @@ def bound_contributions(root: DataRoot, cfg: SymptomsConfig, day: date, *,
 
 
 def noise(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str, ledger_url: str,
-          region: str | None = None, renoise: bool = False, reason: str = "") -> StepResult:
+          region: str | None = None, renoise: bool = False,
+          repeat_renoise: bool = False, reason: str = "") -> StepResult:
     """Reserve budget (refused past the cap before any draw), then draw and store noisy A
     and B for every cell of the public domain, or reuse the stored ones."""
     from dp_ops.reports.symptoms.noising import noise_day
 
     return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                     renoise=renoise, reason=reason)
+                     renoise=renoise, repeat_renoise=repeat_renoise, reason=reason)
 
 
 def report(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: str) -> StepResult:
@@ -98,7 +99,7 @@ def run_days(
     run_id: str,
     ledger_url: str,
     region: str | None = None,
-    renoise: bool = False,
+    renoise: bool = False, repeat_renoise: bool = False,
     reason: str = "",
     on_day: Callable[[date, list[StepResult]], None] | None = None,
 ) -> list[StepResult]:
@@ -109,7 +110,7 @@ def run_days(
             ingest(root, cfg, day),
             bound_contributions(root, cfg, day),
             noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                  renoise=renoise, reason=reason),
+                  renoise=renoise, repeat_renoise=repeat_renoise, reason=reason),
             report(root, cfg, day, ledger_url=ledger_url),
         ]
         results.extend(day_results)

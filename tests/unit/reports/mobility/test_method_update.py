@@ -14,12 +14,12 @@ import pytest
 from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
-from dp_ops.errors import BudgetExceeded, MethodUpdateError, NoiseNotStored
+from dp_ops.errors import BadRequest, BudgetExceeded, MethodUpdateError, NoiseNotStored
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 from dp_ops.regions import write_regions
-from dp_ops.reports.mobility import noising
+from dp_ops.reports.mobility import noising, steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.method_update import (
     GROUP_KEYS,
@@ -35,7 +35,7 @@ from dp_ops.reports.mobility.method_update import (
 from dp_ops.reports.mobility.method_update_step import run_method_update
 from dp_ops.reports.mobility.new_methods import ScaledCounts
 
-EFFECTIVE = date(2020, 2, 3)  # a Monday; window 2020-01-06 .. 2020-02-02
+EFFECTIVE = date(2020, 3, 9)  # a Monday; window 2020-02-10 .. 2020-03-08 (after the baseline)
 FACTOR = 1.3
 
 
@@ -335,3 +335,93 @@ def test_a_window_that_is_not_noised_is_refused_before_any_spend(tmp_path: Path)
     with pytest.raises(NoiseNotStored):
         run_method_update(root, MobilityConfig(), parks_update(), run_id="mu", ledger_url=url)
     assert Ledger(url).spends() == []
+
+
+# -- requests refused before any spend (issue 14, findings 7, 8, 10) -----------------------
+
+def _spend_count(url: str) -> int:
+    ledger = Ledger(url)
+    try:
+        return len(ledger.spends("mobility"))
+    finally:
+        ledger.dispose()
+
+
+@pytest.mark.parametrize("factor", [1e10, 1e308, 0.01, float("nan")])
+def test_an_implausible_factor_is_refused_before_any_spend(
+        noised_window: dict[str, object], factor: float) -> None:
+    """Finding 7: factor 1e10 published -100 everywhere, 1e308 crashed after spending."""
+    root, cfg, url = _unpack(noised_window)
+    before = _spend_count(url)
+    with pytest.raises(MethodUpdateError, match="method_update_factor_range"):
+        steps.method_update(root, cfg, method_version="v9", effective_date=EFFECTIVE,
+                            categories=["parks"], factor=factor, reason="test",
+                            run_id="mu", ledger_url=url)
+    assert _spend_count(url) == before
+    assert not root.method_update_file("mobility", "v9").exists()
+
+
+def test_the_demo_method_says_it_is_a_demo() -> None:
+    assert ScaledCounts.for_categories(["parks"], 1.2).describe().startswith("demo method")
+
+
+def _renoise(env: dict[str, object], day: date, *, run_id: str, repeat: bool = False,
+             cfg: MobilityConfig | None = None) -> str:
+    root, default, url = _unpack(env)
+    return noising.noise_day(root, cfg or default, day, run_id=run_id, ledger_url=url,
+                             region="DM-01",
+                             renoise=True, repeat_renoise=repeat,
+                             reason="test: bad source file").summary
+
+
+def test_a_renoise_of_a_day_never_published_is_refused(noised_window: dict[str, object]
+                                                       ) -> None:
+    """Finding 8: a re-noise inside the baseline window spent 8.58 for values that are
+    never published. Any day before the first public date is refused, nothing spent."""
+    _, _, url = _unpack(noised_window)
+    before = _spend_count(url)
+    with pytest.raises(BadRequest, match="before the first public date"):
+        _renoise(noised_window, date(2020, 2, 3), run_id="oncall-1")
+    assert _spend_count(url) == before
+
+
+def test_a_second_renoise_of_a_region_day_needs_the_recorded_override(
+        noised_window: dict[str, object]) -> None:
+    """Finding 8: the country was re-noised 3 times on one day. The second re-noise of a
+    region-day is refused unless asked for explicitly, and the override is recorded."""
+    _, _, url = _unpack(noised_window)
+    day = EFFECTIVE - timedelta(days=7)
+    _renoise(noised_window, day, run_id="oncall-1")
+    after_first = _spend_count(url)
+    _renoise(noised_window, day, run_id="oncall-1")  # a retry of the same run: reused
+    assert _spend_count(url) == after_first
+    with pytest.raises(BadRequest, match="already re-noised"):
+        _renoise(noised_window, day, run_id="oncall-2")
+    assert _spend_count(url) == after_first
+    # the override passes the check; the cap (room for one re-noise by default) still
+    # applies, so this test allows two
+    _renoise(noised_window, day, run_id="oncall-2", repeat=True,
+             cfg=MobilityConfig(cap_renoises=2))
+    ledger = Ledger(url)
+    try:
+        second = [s for s in ledger.spends("mobility", day) if s.run_id == "oncall-2"]
+    finally:
+        ledger.dispose()
+    assert second and all(s.reason.startswith("[repeat re-noise] ") for s in second)
+
+
+def test_the_ledger_refuses_forged_run_ids_and_reasons(noised_window: dict[str, object]
+                                                       ) -> None:
+    """Finding 10: a run id with a newline forged lines in `ledger --spends`; a reason
+    could hold escapes and 100 KB. The ledger refuses them before writing anything,
+    whoever calls it."""
+    _, _, url = _unpack(noised_window)
+    before = _spend_count(url)
+    day = EFFECTIVE - timedelta(days=6)
+    root, cfg, _ = _unpack(noised_window)
+    for run_id, reason in (("daily\n2 | forged", "ok"), ("oncall", "\x1b[2Jcleared"),
+                           ("oncall", "x" * 100_000)):
+        with pytest.raises(BadRequest, match="run_id|reason"):
+            noising.noise_day(root, cfg, day, run_id=run_id, ledger_url=url,
+                              region="DM-01", renoise=True, reason=reason)
+    assert _spend_count(url) == before
