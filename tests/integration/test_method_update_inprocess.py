@@ -24,8 +24,10 @@ from dp_ops.steps.result import StepResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-START, END = date(2020, 1, 1), date(2020, 3, 10)
-EFFECTIVE = date(2020, 3, 2)  # a Monday; the generator's lockdown starts 2020-03-11
+START, END = date(2020, 1, 1), date(2020, 4, 19)
+# a Monday whose comparison window (2020-03-16..04-12) is after the baseline window and
+# whose week before and week after both fall in the generator's lockdown (from 2020-03-11)
+EFFECTIVE = date(2020, 4, 13)
 FACTOR = 1.3
 NEW_METHOD = ScaledCounts.for_categories(["parks"], FACTOR)
 

@@ -21,7 +21,7 @@ from dagrun_helpers import _days, _delete_runs, _logical_date, _run_day, _task_s
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
-START, END = date(2020, 1, 1), date(2020, 2, 20)
+START, END = date(2020, 1, 1), date(2020, 3, 9)
 USERS = 1500
 SEED = 11
 
@@ -195,15 +195,16 @@ def test_region_rerun_rejects_unknown_region(dags: dict, backfilled: Path) -> No
 
 
 def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled: Path) -> None:
-    """``mobility_method_update`` from the UI form: factors for parks from Monday 17 Feb
-    (comparison window 20 Jan..16 Feb, all noised by the backfill), ledger spends of kind
-    method_update, and a release whose manifest names the update."""
+    """``mobility_method_update`` from the UI form: factors for parks from Monday 9 March
+    (comparison window 10 Feb..8 Mar, after the baseline window and all noised by the
+    backfill), ledger spends of kind method_update, and a release whose manifest names the
+    update."""
     from dp_ops.layout import DataRoot, ledger_url
     from dp_ops.privacy.ledger import Ledger
 
     dag_run = dags["mobility_method_update"].test(
         logical_date=None,
-        run_conf={"method_version": "v2-e2e", "effective_date": "2020-02-17",
+        run_conf={"method_version": "v2-e2e", "effective_date": "2020-03-09",
                   "categories": ["parks"], "factor": 1.2,
                   "reason": "integration test: new parks classifier"})
     assert dag_run.state == "success", _task_states(dag_run)
@@ -213,8 +214,8 @@ def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled
     finally:
         ledger.dispose()
     assert updates and {s.method_version for s in updates} == {"v2-e2e"}
-    assert min(s.slot.day for s in updates) == date(2020, 1, 20)
-    assert max(s.slot.day for s in updates) == date(2020, 2, 16)
+    assert min(s.slot.day for s in updates) == date(2020, 2, 10)
+    assert max(s.slot.day for s in updates) == date(2020, 3, 8)
     manifest = json.loads((backfilled / "published" / "mobility" / "latest"
                            / "manifest.json").read_text())
     assert [u["method_version"] for u in manifest["method_updates"]] == ["v2-e2e"]

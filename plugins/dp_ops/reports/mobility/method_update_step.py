@@ -27,6 +27,7 @@ from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import strictly_below
 from dp_ops.reports.mobility.method_update import (
+    COMPARISON_WEEKS,
     FACTOR_SHARE,
     KIND,
     MethodUpdate,
@@ -163,10 +164,13 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         raise MethodUpdateError("reason='': say why the method changed; it is recorded in "
                                 "the ledger")
     window = comparison_window(update.effective_date)
-    if window[0] < cfg.first_metric_date:
+    if window[0] <= cfg.baseline_end:
+        earliest = cfg.baseline_end + timedelta(days=7 * COMPARISON_WEEKS + 1)
         raise MethodUpdateError(
             f"effective_date={update.effective_date}: its comparison window starts "
-            f"{window[0]}, before the first metric date {cfg.first_metric_date}")
+            f"{window[0]}, not after the baseline window (which ends {cfg.baseline_end}): "
+            "the factor would be estimated from days that also make the baseline; the "
+            f"earliest effective date is {earliest}")
     target = root.method_update_file(REPORT, update.method_version)
     spent_now = 0.0
     if target.exists():

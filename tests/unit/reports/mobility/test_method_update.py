@@ -425,3 +425,17 @@ def test_the_ledger_refuses_forged_run_ids_and_reasons(noised_window: dict[str, 
             noising.noise_day(root, cfg, day, run_id=run_id, ledger_url=url,
                               region="DM-01", renoise=True, reason=reason)
     assert _spend_count(url) == before
+
+
+def test_an_effective_date_whose_window_overlaps_the_baseline_is_refused(
+        noised_window: dict[str, object]) -> None:
+    """Finding 7: an effective date whose 4-week comparison window overlaps the baseline
+    window (2020-01-03..02-06) was accepted. Refused before any spend, naming the earliest
+    effective date."""
+    root, cfg, url = _unpack(noised_window)
+    before = _spend_count(url)
+    with pytest.raises(MethodUpdateError, match="earliest effective date is 2020-03-06"):
+        steps.method_update(root, cfg, method_version="v8", effective_date=date(2020, 3, 2),
+                            categories=["parks"], factor=1.2, reason="test", run_id="mu",
+                            ledger_url=url)
+    assert _spend_count(url) == before
