@@ -13,8 +13,8 @@ from pathlib import Path
 
 from dp_ops import requests
 from dp_ops.errors import BadRequest, RerunRequestError
-from dp_ops.requests import shown
 from dp_ops.reports.registry import AnyReport
+from dp_ops.requests import shown
 
 
 def check_rerun_request(report: AnyReport, day: date, region: str | None, renoise: bool,
