@@ -14,12 +14,11 @@ promoted (the manifest's figures are known only then) and is listed in the manif
 with its checksum like every other file.
 
 A rerun that reproduces a release must reproduce this page byte for byte, so it holds
-nothing that names a run or a place: no run id, no time, no absolute path. The gate's
-Data Docs are linked by a relative path from the release's permanent directory
-(``published/<report>/releases/<id>/``) to the Data Docs site index of the GX project,
-which is stable; the run's own validation page is not linked (its path names the run,
-and the site keeps only the latest results a suite). The page itself states the gate's
-outcome (expectations evaluated, all passed).
+nothing that names a run or a place: no run id, no time, no absolute path. The page
+links nothing outside the release directory: whoever serves releases must not be invited
+to serve the data root, where the private areas live. So the gate's Data Docs site is
+*named* (its path under the data root, for the operators who have it), not linked; the
+page itself states the gate's outcome (expectations evaluated, all passed).
 
 Every text is escaped; the page has no script and loads nothing from elsewhere.
 """
@@ -172,13 +171,12 @@ def _gate(manifest: Mapping[str, Any], data_docs_href: str | None,
            f"{number(gate.get('evaluated'))} expectations evaluated, {escape(outcome)} "
            "(schema, area and contributor rules, value ranges, unique keys, every date "
            "present, nothing from before the public start).</p>"]
-    if data_docs_href:
-        where = (f"; under the data root the site is <code>{escape(data_docs_path)}</code>"
-                 if data_docs_path else "")
-        out.append(f'<p><a href="{_href(data_docs_href)}">GX Data Docs</a> (validation '
-                   "results of the latest gate runs, on the machine that publishes). "
-                   "The link is relative to this release's permanent directory, "
-                   f"<code>releases/{escape(manifest.get('release_id', ''))}/</code>{where}.</p>")
+    if data_docs_href or data_docs_path:
+        where = (f"<code>{escape(data_docs_path)}</code> under the data root"
+                 if data_docs_path else "the data root's <code>gx/</code> directory")
+        out.append(f"<p>The validation results (GX Data Docs) are kept with the data, at "
+                   f"{where}, on the machine that publishes. They are not published with "
+                   "the release and this page does not link to them.</p>")
     else:
         out.append("<p>No Data Docs site was recorded for this gate run.</p>")
     out.append("</section>")

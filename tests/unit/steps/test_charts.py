@@ -110,7 +110,9 @@ def test_index_holds_the_reports_section_links_every_file_and_names_no_run(
                    "2020-02-15", "2020-03-07", "method v1", m["release_id"]):
         assert figure in page, figure
     assert 'href="data%20file.csv"' in page and '<img src="charts/DM-01.png"' in page
-    assert "../../../../gx/uncommitted/data_docs/local_site/index.html" in page
+    # the Data Docs are named under the data root, never linked out of the release
+    assert "gx/uncommitted/data_docs/local_site/index.html" in page
+    assert "../" not in page
     assert "Demoland / &lt;b&gt;" in page and 'alt="a &quot;b&quot;"' in page
     assert "Demoland / <b>" not in page and "<b></a>" not in page
     assert '">&lt;b&gt;</a>' in page  # the region's own name, linked to its chart
