@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_ops.engine.base import ContributionsSql, aggregate_sql, shard_relation
-from dp_ops.engine.files import atomic_copy_to_parquet
+from dp_ops.engine.files import atomic_copy_to_parquet, make_dirs
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
 from dp_ops.settings import ExecutionSettings
@@ -37,7 +37,7 @@ def register_ancestors(con: duckdb.DuckDBPyConnection, ancestors: pd.DataFrame) 
 def duckdb_connection(root: DataRoot, settings: ExecutionSettings) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection capped at the configured memory, spilling under ``work/tmp``."""
     spill = root.root / "work" / "tmp"
-    spill.mkdir(parents=True, exist_ok=True)
+    make_dirs(spill)  # private (0700): the spill files hold raw rows
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.execute("SET memory_limit = $limit", {"limit": settings.duckdb_memory_limit})

@@ -1,4 +1,13 @@
-"""Atomic file writes: nothing half-written is ever visible under its final name."""
+"""Atomic file writes: nothing half-written is ever visible under its final name.
+
+Permissions follow what a file holds, whatever the process's umask. Under a data root the
+private areas (docs/design.md, Data root) are ``work/clean``, ``work/bounded`` (raw rows
+and true aggregates), ``work/tmp`` (DuckDB's spill files), ``quarantine/<source>``
+(rejected raw rows) and ``noise/<report>`` (noisy values before publication): their
+directories are created 0700 and their files 0600. Everything else (reports, releases, the baseline) is 0644 in
+0755 directories, for readers. The area is recognised from the path itself
+(:func:`private_anchor`), so every writer gets it right without being told.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +20,54 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.contract import LOCATION_SOURCE, SEARCH_SOURCE
+
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+PUBLIC_FILE_MODE = 0o644
+_PRIVATE_CHILDREN = {
+    "work": ("clean", "bounded", "tmp"),
+    "quarantine": (LOCATION_SOURCE, SEARCH_SOURCE),
+    "noise": ("mobility", "symptoms"),
+}
+
+
+def private_anchor(path: Path) -> int | None:
+    """Index in ``path.parts`` of the private area (``work``, ``quarantine``, ``noise``)
+    that holds ``path``, or None for a public path. The last such area wins, so a data
+    root that itself sits under a directory called ``work`` is read right."""
+    parts = path.parts
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i + 1] in _PRIVATE_CHILDREN.get(parts[i], ()):
+            return i
+    return None
+
+
+def is_private(path: Path) -> bool:
+    return private_anchor(Path(os.path.abspath(path))) is not None
+
+
+def make_dirs(directory: Path) -> None:
+    """``mkdir -p`` that creates a private area's directories 0700 (whatever the umask)
+    and fixes the mode of the area's existing directories on the way."""
+    directory = Path(os.path.abspath(directory))
+    anchor = private_anchor(directory / "x")
+    directory.mkdir(parents=True, exist_ok=True)
+    if anchor is None:
+        return
+    parts = directory.parts
+    for end in range(anchor + 1, len(parts) + 1):
+        d = Path(*parts[:end])
+        if d.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
+            os.chmod(d, PRIVATE_DIR_MODE)
+
+
+def file_mode(target: Path) -> int:
+    return PRIVATE_FILE_MODE if is_private(target) else PUBLIC_FILE_MODE
+
 
 def _tmp_beside(target: Path, suffix: str) -> str:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=suffix)
     os.close(fd)
     return tmp
@@ -29,6 +83,7 @@ def atomic_copy_to_parquet(con: duckdb.DuckDBPyConnection, query: str, target: P
     tmp = _tmp_beside(target, ".parquet")
     try:
         con.execute(f"COPY ({query}) TO {sql_literal_path(tmp)} (FORMAT parquet)", params or {})
+        os.chmod(tmp, file_mode(target))
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -39,7 +94,7 @@ def write_parquet_atomic(table: pa.Table, target: Path) -> None:
     tmp = _tmp_beside(target, ".parquet")
     try:
         pq.write_table(table, tmp)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, file_mode(target))
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -52,7 +107,7 @@ def write_json_atomic(target: Path, payload: object) -> None:
         with open(tmp, "w") as fh:
             json.dump(payload, fh, indent=2, sort_keys=True)
             fh.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; published files are for readers
+        os.chmod(tmp, file_mode(target))  # mkstemp makes 0600; public files are for readers
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -69,6 +124,7 @@ def store_first_wins(table: pa.Table, target: Path) -> bool:
     tmp = _tmp_beside(target, ".parquet")
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, file_mode(target))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         try:

@@ -46,6 +46,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dp_ops.engine.base import ContributionsSql, aggregate_sql, shard_relation
+from dp_ops.engine.files import file_mode, make_dirs
 from dp_ops.errors import SparkEngineError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import ExecutionSettings
@@ -157,7 +158,7 @@ def _register_ancestors(spark: SparkSession, ancestors: pd.DataFrame) -> None:
 
 @contextmanager
 def _temp_dir_beside(target: Path) -> Iterator[Path]:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-spark-"))
     try:
         yield tmp
@@ -199,7 +200,7 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
             if len(parts) != 1:
                 raise SparkEngineError(f"Spark wrote {len(parts)} Parquet part files under "
                                        f"{out}, expected exactly one")
-            os.chmod(parts[0], 0o644)
+            os.chmod(parts[0], file_mode(target))
             os.replace(parts[0], target)
     finally:
         for view in views:
