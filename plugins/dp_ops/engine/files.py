@@ -4,9 +4,9 @@ Permissions follow what a file holds, whatever the process's umask. Under a data
 private areas (docs/design.md, Data root) are ``work/clean``, ``work/bounded`` (raw rows
 and true aggregates), ``work/tmp`` (DuckDB's spill files), ``quarantine/<source>``
 (rejected raw rows) and ``noise/<report>`` (noisy values before publication): their
-directories are created 0700 and their files 0600. Everything else (reports, releases, the baseline) is 0644 in
-0755 directories, for readers. The area is recognised from the path itself
-(:func:`private_anchor`), so every writer gets it right without being told.
+directories are created 0700 and their files 0600. Everything else (reports, releases,
+the baseline) is 0644 in 0755 directories, for readers. The area is recognised from the
+path itself (:func:`private_anchor`), so every writer gets it right without being told.
 """
 
 from __future__ import annotations
