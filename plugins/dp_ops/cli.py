@@ -104,6 +104,16 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from dp_ops.prune import RETENTION_DAYS, describe, prune
+
+    root = settings.data_root()
+    retention = RETENTION_DAYS if args.retention_days is None else args.retention_days
+    found = prune(root, retention, apply=args.apply)
+    print(describe(found, root, retention, args.apply))
+    return 0
+
+
 # Commands other installed packages add to this one (the demo package adds ``generate`` and
 # ``evaluate``): each entry point is a function that adds its subparser. dp_ops itself
 # never imports those packages.
@@ -144,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     led.add_argument("--spends", action="store_true",
                      help="list every spend (id, generation, run id) instead of the summary")
     led.set_defaults(func=cmd_ledger)
+
+    pru = sub.add_parser("prune", help="remove private intermediate files past their "
+                                       "retention (dry run unless --apply)")
+    pru.add_argument("--retention-days", type=float, default=None,
+                     help="keep partitions written within this many days (default 30)")
+    pru.add_argument("--apply", action="store_true", help="remove them (default: list only)")
+    pru.set_defaults(func=cmd_prune)
 
     for command in plugin_commands():
         command.load()(sub)
