@@ -69,10 +69,44 @@ def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
 
 
 def current_release(root: DataRoot, report: str) -> dict[str, Any] | None:
-    manifest = root.latest_release(report) / "manifest.json"
-    if not manifest.is_file():
+    """The manifest of the release ``latest`` points to, verified; ``None`` before the
+    first release.
+
+    ``latest`` must be a symlink to a directory directly under ``releases/`` whose
+    manifest names that directory and whose files all match the manifest's checksums.
+    Anything else (a fake or edited release, a link out of ``releases/``) raises
+    :class:`PublishRefused` naming what is wrong: publishing decides what to do from this
+    manifest (a newer release already out is kept), so a forged one must not silently
+    turn every later publish into a no-op."""
+    latest = root.latest_release(report)
+    if not latest.is_symlink():
+        if latest.exists():
+            raise PublishRefused(f"{latest} is not a symlink to a release; remove it and "
+                                 "rerun publish (OPERATIONS.md, 'latest does not verify')")
         return None
-    return dict(json.loads(manifest.read_text()))
+    releases = (root.published_dir(report) / "releases").resolve()
+    target = latest.resolve()
+    remedy = ("repoint it to the newest release that verifies (ln -sfn releases/<id> "
+              f"{latest}) or remove it, then rerun publish (OPERATIONS.md, 'latest does not "
+              "verify')")
+    if target.parent != releases or not target.is_dir():
+        raise PublishRefused(f"{latest} points outside {releases}: {remedy}")
+    manifest_path = target / "manifest.json"
+    try:
+        manifest = dict(json.loads(manifest_path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise PublishRefused(f"{manifest_path} cannot be read ({exc}): {remedy}") from exc
+    if manifest.get("release_id") != target.name:
+        raise PublishRefused(f"{manifest_path} names release "
+                             f"{str(manifest.get('release_id'))[:40]!r}, not {target.name}: "
+                             f"{remedy}")
+    for name, meta in dict(manifest.get("files") or {}).items():
+        path = target / name
+        if not path.is_file() or sha256_file(path) != meta.get("sha256"):
+            raise PublishRefused(f"{path} does not match the release's manifest: {remedy}")
+    if not manifest.get("files"):
+        raise PublishRefused(f"{manifest_path} lists no files: {remedy}")
+    return manifest
 
 
 def content_release_id(last: date, *parts: Any) -> str:
