@@ -82,6 +82,15 @@ class NoiseNotStored(DpOpsError, RuntimeError):
     """The ledger holds a spend whose noisy values are not stored (yet)."""
 
 
+class NoiseRecordConflict(LedgerError):
+    """A spend's stored noise was already recorded with another checksum."""
+
+
+class NoiseTampered(Refusal, RuntimeError):
+    """A spend's stored noisy values are missing or differ from what the ledger recorded
+    when they were stored: never redrawn silently, never read."""
+
+
 # -- reports and releases ---------------------------------------------------------------
 
 class BaselineMissing(DpOpsError, RuntimeError):

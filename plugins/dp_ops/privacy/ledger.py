@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dp_ops import requests as requests_check
-from dp_ops.errors import BudgetExceeded
+from dp_ops.errors import BudgetExceeded, NoiseRecordConflict
 
 KINDS = ("noise", "renoise", "method_update")
 ALL_REGIONS = "*"
@@ -66,6 +66,19 @@ budget_spend = sa.Table(
     sa.Column("created_at", sa.String(32), nullable=False),
     sa.UniqueConstraint("report", "day", "level", "metric", "region_scope", "generation",
                         name="uq_budget_spend_slot_generation"),
+)
+
+# The stored noisy values of a spend: their file's sha256 and cell count, recorded once
+# when the file is stored (insert-only, one row per spend). Every read verifies the file
+# against it, so stored noise cannot be deleted (to get a free redraw) or overwritten (to
+# publish other values) without the pipeline refusing.
+noise_store = sa.Table(
+    "noise_store",
+    metadata,
+    sa.Column("spend_id", sa.Integer, sa.ForeignKey("budget_spend.id"), primary_key=True),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("cells", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.String(32), nullable=False),
 )
 
 budget_lock = sa.Table(
@@ -111,13 +124,18 @@ class Spend:
     run_id: str
     reason: str
     created_at: str
+    # the recorded sha256 and cell count of the stored noisy values (None: not stored yet)
+    stored_sha256: str | None = None
+    stored_cells: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Spend:
         slot = Slot(row.report, date.fromisoformat(row.day), row.level, row.metric,
                     row.region_scope)
+        mapping = row._mapping
         return cls(row.id, slot, row.generation, row.epsilon, row.kind, row.method_version,
-                   row.run_id, row.reason, row.created_at)
+                   row.run_id, row.reason, row.created_at,
+                   mapping.get("stored_sha256"), mapping.get("stored_cells"))
 
 
 @dataclass(frozen=True)
@@ -202,13 +220,43 @@ class Ledger:
 
     # -- reading ------------------------------------------------------------------
     def spends(self, report: str | None = None, day: date | None = None) -> list[Spend]:
-        q = sa.select(budget_spend).order_by(budget_spend.c.id)
+        q = (sa.select(budget_spend, noise_store.c.sha256.label("stored_sha256"),
+                       noise_store.c.cells.label("stored_cells"))
+             .select_from(budget_spend.outerjoin(
+                 noise_store, noise_store.c.spend_id == budget_spend.c.id))
+             .order_by(budget_spend.c.id))
         if report is not None:
             q = q.where(budget_spend.c.report == report)
         if day is not None:
             q = q.where(budget_spend.c.day == day.isoformat())
         with self.read_engine.connect() as conn:
             return [Spend.from_row(r) for r in conn.execute(q)]
+
+    def record_stored(self, spend_id: int, sha256: str, cells: int) -> None:
+        """Record the sha256 and cell count of a spend's stored noisy values, once. A
+        second record of the same values is a no-op; of other values, a refusal."""
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise ValueError(f"sha256={sha256[:70]!r}: expected 64 lowercase hex digits")
+        try:
+            with self.engine.begin() as conn:
+                found = conn.execute(sa.select(noise_store).where(
+                    noise_store.c.spend_id == spend_id)).first()
+                if found is None:
+                    conn.execute(noise_store.insert().values(
+                        spend_id=spend_id, sha256=sha256, cells=int(cells),
+                        created_at=datetime.now(UTC).isoformat(timespec="seconds")))
+                    return
+        except sa.exc.IntegrityError:  # another process recorded it first: compare below
+            with self.read_engine.connect() as conn:
+                found = conn.execute(sa.select(noise_store).where(
+                    noise_store.c.spend_id == spend_id)).first()
+            if found is None:
+                raise
+        if found.sha256 != sha256 or found.cells != cells:
+            raise NoiseRecordConflict(
+                f"ledger spend {spend_id}: its stored noise was recorded with sha256 "
+                f"{found.sha256} ({found.cells} cells), not {sha256} ({cells} cells); "
+                "noise is drawn once and never replaced")
 
     def spent(self, report: str, day: date) -> float:
         """Composed epsilon per user-day of ``day`` for ``report``."""

@@ -20,6 +20,7 @@ Order of operations, which is what makes reruns and crashes safe:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -32,7 +33,7 @@ import pyarrow.parquet as pq
 
 from dp_ops import requests
 from dp_ops.engine.files import store_first_wins
-from dp_ops.errors import BadRequest, NoiseNotStored
+from dp_ops.errors import BadRequest, NoiseNotStored, NoiseTampered
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
@@ -83,6 +84,34 @@ class NoisePlan:
 
 def noise_file(root: DataRoot, spend: Spend) -> Path:
     return root.noise_dir(spend.slot.report, spend.slot.day) / f"spend-{spend.id:09d}.parquet"
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """(sha256, cell count) of a stored noise file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest(), pq.ParquetFile(path).metadata.num_rows
+
+
+def verify_stored(path: Path, spend: Spend) -> None:
+    """The stored noise of ``spend`` is the file the ledger recorded, or
+    :class:`NoiseTampered` naming the slot and the remedy."""
+    what = (f"ledger spend {spend.id} ({spend.slot.describe()}, {spend.kind}, run "
+            f"{spend.run_id[:40]!r})")
+    remedy = ("noise is never redrawn silently (a redraw would be a free second release): "
+              "restore the file from a backup of the data root, or re-noise that "
+              "region-day explicitly with a reason (it is paid again); OPERATIONS.md, "
+              "'stored noise does not verify'")
+    if not path.is_file():
+        raise NoiseTampered(f"{what}: its stored noise {path} is missing; {remedy}")
+    digest, cells = file_digest(path)
+    if (digest, cells) != (spend.stored_sha256, spend.stored_cells):
+        raise NoiseTampered(f"{what}: {path} is not the file stored for it (sha256 "
+                            f"{digest[:16]}..., {cells} cells; recorded "
+                            f"{str(spend.stored_sha256)[:16]}..., {spend.stored_cells}); "
+                            f"{remedy}")
 
 
 def region_chain(regions: pd.DataFrame, region_id: str) -> list[tuple[int, str]]:
@@ -207,12 +236,23 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
             run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
             method_version=plan.method_version, reason=reason)
         fault_point("noise.after_reserve")
-        pending = [s for s in reservation.spends if not noise_file(root, s).exists()]
+        recorded = {s.id: s for s in ledger.spends(plan.report, day)}
+        pending = []
+        for spend in reservation.spends:
+            known = recorded.get(spend.id, spend)
+            path = noise_file(root, spend)
+            if known.stored_sha256 is not None:
+                verify_stored(path, known)  # stored before: never drawn again
+            elif path.exists():  # stored, not yet recorded (a crash in between)
+                ledger.record_stored(spend.id, *file_digest(path))
+            else:
+                pending.append(spend)
         if pending:
             true_cells = _read_true_cells(root, plan.report, day)
             rng = noise_generator()
             for spend in pending:
                 draw_and_store(root, plan, regions, spend, true_cells, rng)
+                ledger.record_stored(spend.id, *file_digest(noise_file(root, spend)))
             del true_cells
         spent = ledger.spent(plan.report, day)
     finally:
@@ -242,7 +282,9 @@ def load_noisy_cells(root: DataRoot, report: str, day: date,
         path = noise_file(root, spend)
         if not path.is_file() and spend.generation < latest[spend.slot]:
             continue
-        if not path.is_file():
+        if spend.stored_sha256 is not None:
+            verify_stored(path, spend)
+        elif not path.is_file():
             raise NoiseNotStored(f"ledger spend {spend.id} ({spend.slot.describe()}) has no "
                                  f"stored noisy values at {path}: rerun the noise step for "
                                  f"{day} (it reuses the spend and costs nothing more)")

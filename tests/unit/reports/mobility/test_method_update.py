@@ -10,11 +10,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
-from dp_ops.errors import BadRequest, BudgetExceeded, MethodUpdateError, NoiseNotStored
+from dp_ops.errors import (
+    BadRequest,
+    BudgetExceeded,
+    LedgerError,
+    MethodUpdateError,
+    NoiseNotStored,
+    NoiseTampered,
+)
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
@@ -439,3 +447,67 @@ def test_an_effective_date_whose_window_overlaps_the_baseline_is_refused(
                             categories=["parks"], factor=1.2, reason="test", run_id="mu",
                             ledger_url=url)
     assert _spend_count(url) == before
+
+
+# -- stored noise bound to the ledger (issue 14, findings 1 and 2) ---------------------------
+
+def test_deleted_noise_is_never_redrawn(noised_window: dict[str, object]) -> None:
+    """Finding 1: deleting a date's noise files and running the pipeline drew fresh noise
+    with no new spend. Now the noise step and every reader refuse, nothing is drawn or
+    spent, and the message names the remedy."""
+    root, cfg, url = _unpack(noised_window)
+    day = EFFECTIVE - timedelta(days=3)
+    files = sorted(root.noise_dir("mobility", day).glob("spend-*.parquet"))
+    assert files
+    before = _spend_count(url)
+    for f in files:
+        f.unlink()
+    with pytest.raises(NoiseTampered, match="is missing; noise is never redrawn"):
+        noising.noise_day(root, cfg, day, run_id="daily", ledger_url=url)
+    assert not any(root.noise_dir("mobility", day).glob("spend-*.parquet"))
+    assert _spend_count(url) == before
+    ledger = Ledger(url)
+    try:
+        with pytest.raises(NoiseTampered):
+            noising.load_noisy_cells(root, day, ledger.spends("mobility", day))
+    finally:
+        ledger.dispose()
+
+
+def test_overwritten_noise_is_refused(noised_window: dict[str, object]) -> None:
+    """Finding 2: overwriting the stored noise with the true bounded sums published
+    them. Now any file that is not the one stored for the spend is refused on read."""
+    root, cfg, url = _unpack(noised_window)
+    day = EFFECTIVE - timedelta(days=3)
+    target = sorted(root.noise_dir("mobility", day).glob("spend-*.parquet"))[0]
+    table = pq.read_table(target).to_pandas()
+    bounded = pq.read_table(root.bounded_file("mobility", day)).to_pandas()
+    swapped = table.drop(columns=["noisy_value"]).merge(
+        bounded.rename(columns={"value": "noisy_value"}).astype({"level": "int8"}),
+        on=["level", "region_id", "metric"], how="left")
+    swapped["noisy_value"] = swapped["noisy_value"].fillna(0).astype("int64")
+    pq.write_table(pa.Table.from_pandas(swapped[table.columns], preserve_index=False),
+                   target)
+    ledger = Ledger(url)
+    try:
+        with pytest.raises(NoiseTampered, match="is not the file stored for it"):
+            noising.load_noisy_cells(root, day, ledger.spends("mobility", day))
+    finally:
+        ledger.dispose()
+    with pytest.raises(NoiseTampered):
+        noising.noise_day(root, cfg, day, run_id="daily", ledger_url=url)
+
+
+def test_the_ledger_records_each_stored_noise_once(noised_window: dict[str, object]) -> None:
+    _, _, url = _unpack(noised_window)
+    ledger = Ledger(url)
+    try:
+        spends = ledger.spends("mobility")
+        assert spends and all(s.stored_sha256 and s.stored_cells for s in spends
+                              if s.kind == "noise")
+        first = spends[0]
+        ledger.record_stored(first.id, str(first.stored_sha256), int(first.stored_cells or 0))
+        with pytest.raises(LedgerError, match="never replaced"):
+            ledger.record_stored(first.id, "0" * 64, 1)
+    finally:
+        ledger.dispose()
