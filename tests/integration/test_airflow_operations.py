@@ -431,8 +431,11 @@ def reruns(deployment: Deployment) -> dict[str, RerunOutcome]:
     root = deployment.data_root
     region, chain = _rerun_region(root)
     outcomes: dict[str, RerunOutcome] = {}
+    # the third asks for a second re-noise of the same region-day explicitly (the
+    # recorded override): past the repeat check, the cap refuses it
     for name, renoise in (("reuse", False), ("renoise", True), ("renoise_again", True)):
         conf = {"date": RERUN_DAY.isoformat(), "region": region, "renoise": renoise,
+                "repeat_renoise": name == "renoise_again",
                 "reason": f"integration test {name}: raw data corrected, INC-{SEED}"}
         run_id = f"ops_test__{name}"
         before = _snapshot(root)
