@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dp_ops import requests as requests_check
-from dp_ops.errors import BudgetExceeded, NoiseRecordConflict
+from dp_ops.errors import BadRequest, BudgetExceeded, NoiseRecordConflict
 
 KINDS = ("noise", "renoise", "method_update")
 ALL_REGIONS = "*"
@@ -278,6 +278,7 @@ class Ledger:
         cap: float,
         method_version: str,
         reason: str = "",
+        refuse_repeat_of: str | None = None,
     ) -> Reservation:
         """Atomically cover every requested slot with a spend, or refuse before any noise.
 
@@ -287,7 +288,10 @@ class Ledger:
         latest spend has that kind and this ``run_id``: that is a retry of the same run
         (Airflow keeps the run id across retries), which reuses it. Spends that
         would take any date past ``cap`` raise :class:`BudgetExceeded` naming the date, the
-        slot, the spent and requested epsilon and the cap; nothing is written then.
+        slot, the spent and requested epsilon and the cap; nothing is written then. With
+        ``refuse_repeat_of`` (a region id), a re-noise of that region's own slot that
+        another run already re-noised is refused (:class:`BadRequest`), under the same
+        lock as the spend, so two runs racing cannot both pass.
         """
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
@@ -315,6 +319,17 @@ class Ledger:
             to_insert: list[dict[str, Any]] = []
             for r in requests:
                 existing = self._slot_spends(conn, r.slot)
+                if kind == "renoise" and refuse_repeat_of == r.slot.region_scope:
+                    earlier = sorted({s.run_id for s in existing
+                                      if s.kind == "renoise" and s.run_id != run_id})
+                    if earlier:
+                        raise BadRequest(
+                            f"region={refuse_repeat_of!r} date={r.slot.day}: already "
+                            f"re-noised by run(s) "
+                            f"{', '.join(requests_check.shown(x) for x in earlier[:3])}; "
+                            "each re-noise publishes another noisy version of the same "
+                            "cells. To re-noise again, set repeat_renoise (recorded in the "
+                            "ledger with the reason)")
                 if kind == "noise" and existing:
                     chosen.append(existing[0])
                     continue

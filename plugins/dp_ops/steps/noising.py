@@ -31,7 +31,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops import requests
 from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import BadRequest, NoiseNotStored, NoiseTampered
 from dp_ops.faults import fault_point
@@ -219,22 +218,13 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
         region_chain(regions, region)  # validates the region id
     ledger = Ledger(ledger_url)
     try:
-        if renoise:
-            earlier = sorted({s.run_id for s in ledger.spends(plan.report, day)
-                              if s.kind == "renoise" and s.slot.region_scope == region
-                              and s.run_id != run_id})
-            if earlier and not repeat_renoise:
-                raise BadRequest(
-                    f"region={region!r} date={day}: already re-noised by run(s) "
-                    f"{', '.join(requests.shown(r) for r in earlier[:3])}; each re-noise "
-                    "publishes another noisy version of the same cells. To re-noise again, "
-                    "set repeat_renoise (recorded in the ledger with the reason)")
-            if repeat_renoise:
-                reason = f"[repeat re-noise] {reason}"
+        if renoise and repeat_renoise:
+            reason = f"[repeat re-noise] {reason}"
         reservation = ledger.reserve(
             plan_requests(plan, regions, day, region if renoise else None),
             run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
-            method_version=plan.method_version, reason=reason)
+            method_version=plan.method_version, reason=reason,
+            refuse_repeat_of=region if renoise and not repeat_renoise else None)
         fault_point("noise.after_reserve")
         recorded = {s.id: s for s in ledger.spends(plan.report, day)}
         pending = []
