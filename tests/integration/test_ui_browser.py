@@ -451,7 +451,7 @@ def test_on_call_rerun_from_the_trigger_form_succeeds(airflow_ui: AirflowUI,
     state, run_type, triggered_by, conf = run
     assert (state, run_type, triggered_by) == ("success", "manual", "UI")
     assert conf == {"date": NOISED_THROUGH.isoformat(), "region": airflow_ui.region,
-                    "renoise": False, "reason": REASON}
+                    "renoise": False, "reason": REASON, "repeat_renoise": False}
     assert set(airflow_ui.task_states(run_id).values()) == {("success", 1)}
 
 
