@@ -105,5 +105,17 @@ class DataRoot:
 
 
 def ledger_url(root: DataRoot) -> str:
-    """``DP_LEDGER_URL`` if set, else a SQLite file under the data root."""
-    return os.environ.get("DP_LEDGER_URL") or root.default_ledger_url
+    """``DP_LEDGER_URL`` if set, else a SQLite file under the data root, which is made
+    private (0600, and its ``-wal``/``-shm`` files, which SQLite creates with the same
+    mode) whatever the umask."""
+    url = os.environ.get("DP_LEDGER_URL")
+    if url:
+        return url
+    path = root.root / "ledger.sqlite"
+    if path.parent.is_dir():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)  # no O_TRUNC: contents kept
+        os.close(fd)
+        for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if f.exists() and f.stat().st_mode & 0o777 != 0o600:
+                os.chmod(f, 0o600)
+    return root.default_ledger_url

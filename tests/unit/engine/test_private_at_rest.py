@@ -86,3 +86,23 @@ def test_an_existing_private_area_is_tightened(tmp_path: Path) -> None:
     os.chmod(old.parent, 0o755)
     write_parquet_atomic(pa.table({"x": [1]}), old / "mobility" / "date=2020-01-01" / "a.p")
     assert mode(old.parent) == 0o700 and mode(old) == 0o700
+
+
+def test_the_default_ledger_file_is_private(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
+
+    monkeypatch.delenv("DP_LEDGER_URL", raising=False)
+    root = DataRoot(tmp_path / "data")
+    root.root.mkdir()
+    ledger = Ledger(ledger_url(root))
+    try:
+        assert ledger.spends() == []
+    finally:
+        ledger.dispose()
+    for f in root.root.glob("ledger.sqlite*"):
+        assert mode(f) == 0o600, f
+    os.chmod(root.root / "ledger.sqlite", 0o644)  # an older data root
+    ledger_url(root)
+    assert mode(root.root / "ledger.sqlite") == 0o600
