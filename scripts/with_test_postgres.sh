@@ -14,6 +14,9 @@
 #      without PostgreSQL's server programs, Debian's `postgresql` package is installed
 #      first with apt-get. As root the cluster belongs to the `postgres` user (initdb
 #      refuses to run as root); otherwise to the calling user.
+# With 3., DP_TEST_POSTGRES_APP_URL is set too: a second role of the same database, for the
+# tests that check what the pipeline's role may not do (with 1. set it yourself; with 2.
+# those tests create it as the superuser).
 # With none of these, the PostgreSQL cases are skipped with one line saying how to enable
 # them, except under CI (CI set, not false/0), where that is an error: CI must never
 # silently skip them. The wrapped command's exit status is this script's.
@@ -186,9 +189,15 @@ if ! as_owner "$pg_bin/pg_ctl" -D "$pgdata" -l "$dir/server.log" -w -t 60 -o \
     cat "$dir/server.log" >&2 || true
     no_server "the PostgreSQL server did not start" "$@"
 fi
+app_pw=$(secret)
+# dp_test owns the test database (the ledger's owner role); dp_test_app is a second role
+# with no rights of its own, which the role tests grant what the pipeline's role gets
+# (SELECT and INSERT) and then try UPDATE and DELETE as
 as_owner "$pg_bin/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
     -c "CREATE ROLE dp_test LOGIN PASSWORD '$test_pw'" \
+    -c "CREATE ROLE dp_test_app LOGIN PASSWORD '$app_pw'" \
     -c "CREATE DATABASE dp_test OWNER dp_test" >/dev/null
 export DP_TEST_POSTGRES_URL="postgresql+psycopg://dp_test:$test_pw@127.0.0.1:$port/dp_test"
+export DP_TEST_POSTGRES_APP_URL="postgresql+psycopg://dp_test_app:$app_pw@127.0.0.1:$port/dp_test"
 say "PostgreSQL $("$pg_bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (throwaway, $dir)"
 "$@"

@@ -88,20 +88,134 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_ledger(args: argparse.Namespace) -> int:
     from dp_ops.privacy.ledger import Ledger, format_ledger, format_ledger_summary
 
+    action = getattr(args, "action", None)
+    if action is not None:
+        return int(args.ledger_func(args))
+    if args.verify:
+        return cmd_ledger_verify(args)
     root = settings.data_root()
     ledger = Ledger(settings.ledger(root))
     try:
         spends = ledger.spends(args.report, args.date)
+        caps = {}
+        for name in ReportName:
+            policy = ledger.policy(name.value)
+            if policy is not None:
+                caps[name.value] = policy.cap
     finally:
         ledger.dispose()
     if args.spends:
         print(format_ledger(spends))
     else:
-        from dp_ops.reports.registry import load_report
-
-        caps = {name.value: load_report(name).cap for name in ReportName}
         print(format_ledger_summary(spends, caps))
     return 0
+
+
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when the hash chain, the append-only guards and the data root's identity
+    record all check; else 1, naming the first problem."""
+    from dp_ops.privacy.ledger import Ledger, safe_url
+    from dp_ops.steps.ledger_binding import IDENTITY_FILE, recorded_ledger_id
+
+    root = settings.data_root()
+    url = settings.ledger(root)
+    ledger = Ledger(url)
+    try:
+        check = ledger.verify()
+        recorded = recorded_ledger_id(root)
+    finally:
+        ledger.dispose()
+    print(f"ledger {ledger.ledger_id} at {safe_url(url)}: {check.entries} chain entries, "
+          f"head {check.head[:16]}")
+    problem = check.problem
+    if problem is None and recorded is not None and recorded != ledger.ledger_id:
+        problem = (f"{root.root / IDENTITY_FILE} names ledger {recorded}, not this one: "
+                   "DP_LEDGER_URL points at another ledger than the data root's")
+    if problem is not None:
+        print(f"FAILED: {problem}")
+        return 1
+    print("OK: every row matches its chain entry, the chain is unbroken, the append-only "
+          "guards are in place" + ("" if recorded is None else
+                                   ", and the data root names this ledger"))
+    return 0
+
+
+def cmd_ledger_init(args: argparse.Namespace) -> int:
+    """Create the schema and its append-only guards (as the owner role); on PostgreSQL,
+    grant the pipeline's role SELECT and INSERT only."""
+    import os
+
+    from dp_ops.privacy.ledger import Ledger, safe_url
+    from dp_ops.privacy.ledger_schema import grant_pipeline_role, missing_guards
+
+    url = os.environ.get("DP_LEDGER_OWNER_URL") or settings.ledger(settings.data_root())
+    ledger = Ledger(url)
+    try:
+        with ledger.engine.begin() as conn:
+            gone = missing_guards(conn)
+            if args.grant:
+                grant_pipeline_role(conn, args.grant)
+    finally:
+        ledger.dispose()
+    print(f"ledger {ledger.ledger_id} at {safe_url(url)}: schema ready; append-only guards "
+          + ("in place" if not gone else f"MISSING: {', '.join(gone)}"))
+    if args.grant:
+        print(f"granted {args.grant} SELECT and INSERT on the ledger's tables, nothing else")
+    return 0 if not gone else 1
+
+
+def _set_policy(args: argparse.Namespace, **change: object) -> int:
+    from dp_ops.privacy.ledger import Ledger
+
+    ledger = Ledger(settings.ledger(settings.data_root()))
+    try:
+        before = ledger.policy(args.report)
+        after = ledger.set_policy(args.report, reason=args.reason,
+                                  run_id=f"cli__{args.action}__{uuid.uuid4().hex[:8]}",
+                                  **change)  # type: ignore[arg-type]
+    finally:
+        ledger.dispose()
+    assert before is not None
+    print(f"{args.report}: policy recorded ({after.created_at}, reason: {after.reason})")
+    for line in before.differences(after.cap, after.terms):
+        print(f"  {line.replace('configured', 'now')}")
+    print("runs must now be configured to match (see OPERATIONS.md, Changing the cap)")
+    return 0
+
+
+def cmd_ledger_set_cap(args: argparse.Namespace) -> int:
+    return _set_policy(args, cap=args.value)
+
+
+def cmd_ledger_set_epsilon(args: argparse.Namespace) -> int:
+    return _set_policy(args, terms={args.term: args.value})
+
+
+def cmd_ledger_policy(args: argparse.Namespace) -> int:
+    from dp_ops.privacy.ledger import Ledger
+
+    ledger = Ledger(settings.ledger(settings.data_root()))
+    try:
+        history = ledger.policies()
+    finally:
+        ledger.dispose()
+    if not history:
+        print("(no policy recorded yet: the first spend of a report records its configured "
+              "one)")
+    for p in history:
+        terms = ", ".join(f"{k}={v!r}" for k, v in sorted(p.terms.items()))
+        print(f"{p.created_at} {p.report:<10} cap={p.cap!r} {terms}  [{p.run_id}: {p.reason}]")
+    return 0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: not a number") from exc
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: must be a finite number > 0")
+    return value
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -148,12 +262,37 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ledger run id (default: a new one)")
     run.set_defaults(func=cmd_run)
 
-    led = sub.add_parser("ledger", help="print privacy spends and composed epsilon")
+    led = sub.add_parser("ledger", help="print privacy spends and composed epsilon; verify, "
+                                        "initialise the ledger, change its recorded policy")
     led.add_argument("--report", default=None)
     led.add_argument("--date", type=_date, default=None)
     led.add_argument("--spends", action="store_true",
                      help="list every spend (id, generation, run id) instead of the summary")
+    led.add_argument("--verify", action="store_true",
+                     help="check the hash chain, the append-only guards and the data root's "
+                          "identity record; exit 1 naming the first problem")
     led.set_defaults(func=cmd_ledger)
+    actions = led.add_subparsers(dest="action", required=False)
+    init = actions.add_parser("init", help="create the schema and its append-only guards "
+                                           "(run as the owner role: DP_LEDGER_OWNER_URL)")
+    init.add_argument("--grant", default=None, metavar="ROLE",
+                      help="PostgreSQL: grant this role SELECT and INSERT, nothing else")
+    init.set_defaults(ledger_func=cmd_ledger_init)
+    reports = [name.value for name in ReportName]
+    cap = actions.add_parser("set-cap", help="record a new per-user-day cap for a report")
+    cap.add_argument("report", choices=reports)
+    cap.add_argument("value", type=_positive)
+    cap.add_argument("--reason", type=_reason, required=True)
+    cap.set_defaults(ledger_func=cmd_ledger_set_cap)
+    eps = actions.add_parser("set-epsilon", help="record a new value of a policy term "
+                                                 "(e.g. epsilon.places) for a report")
+    eps.add_argument("report", choices=reports)
+    eps.add_argument("term")
+    eps.add_argument("value", type=_positive)
+    eps.add_argument("--reason", type=_reason, required=True)
+    eps.set_defaults(ledger_func=cmd_ledger_set_epsilon)
+    pol = actions.add_parser("policy", help="print every recorded policy, oldest first")
+    pol.set_defaults(ledger_func=cmd_ledger_policy)
 
     pru = sub.add_parser("prune", help="remove private intermediate files past their "
                                        "retention (dry run unless --apply)")

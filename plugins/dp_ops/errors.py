@@ -86,6 +86,28 @@ class NoiseRecordConflict(LedgerError):
     """A spend's stored noise was already recorded with another checksum."""
 
 
+class LedgerSchemaError(LedgerError):
+    """The ledger's schema is missing and this role may not create it, or it was written
+    by a version without the hash chain."""
+
+
+class LedgerMismatch(LedgerError):
+    """The data root was first used with another ledger (or lost its identity record)."""
+
+
+class PolicyMismatch(LedgerError):
+    """This process's cap or epsilons differ from the policy recorded in the ledger."""
+
+
+class DerivedStateConflict(LedgerError):
+    """A derived file's new version does not follow the version the ledger recorded."""
+
+
+class DerivedStateTampered(Refusal, RuntimeError):
+    """A derived file (frozen baseline, scaling factors, method-update factors) is missing
+    or differs from the sha256 the ledger recorded when it was written."""
+
+
 class NoiseTampered(Refusal, RuntimeError):
     """A spend's stored noisy values are missing or differ from what the ledger recorded
     when they were stored: never redrawn silently, never read."""

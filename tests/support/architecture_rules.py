@@ -19,7 +19,7 @@ DEMO = "dp_demo"
 # engine, no Airflow, no dataframes.
 KERNEL_THIRD_PARTY = frozenset({
     "__future__", "collections", "dataclasses", "datetime", "decimal", "enum", "functools",
-    "math",
+    "hashlib", "json", "math", "uuid",
     "random",
     "secrets", "sqlite3", "time", "typing", "numpy", "randomgen", "sqlalchemy",
 })

@@ -27,12 +27,14 @@ refused by the cap.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -40,54 +42,32 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dp_ops import requests as requests_check
-from dp_ops.errors import BadRequest, BudgetExceeded, NoiseRecordConflict
+from dp_ops.errors import (
+    BadRequest,
+    BudgetExceeded,
+    DerivedStateConflict,
+    LedgerSchemaError,
+    NoiseRecordConflict,
+    PolicyMismatch,
+)
+from dp_ops.privacy.ledger_schema import (
+    SCHEMA_VERSION,
+    ChainCheck,
+    append,
+    budget_spend,
+    derived_state,
+    install_guards,
+    ledger_meta,
+    metadata,
+    missing_guards,
+    noise_store,
+    report_policy,
+    verify_chain,
+)
 
 KINDS = ("noise", "renoise", "method_update")
 ALL_REGIONS = "*"
 _EPS_TOLERANCE = 1e-9
-
-metadata = sa.MetaData()
-
-budget_spend = sa.Table(
-    "budget_spend",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("report", sa.String(64), nullable=False),
-    sa.Column("day", sa.String(10), nullable=False),
-    sa.Column("level", sa.Integer, nullable=False),
-    sa.Column("metric", sa.String(64), nullable=False),
-    sa.Column("region_scope", sa.String(128), nullable=False),
-    sa.Column("generation", sa.Integer, nullable=False),
-    sa.Column("epsilon", sa.Float, nullable=False),
-    sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("method_version", sa.String(64), nullable=False),
-    sa.Column("run_id", sa.String(250), nullable=False),
-    sa.Column("reason", sa.Text, nullable=False, default=""),
-    sa.Column("created_at", sa.String(32), nullable=False),
-    sa.UniqueConstraint("report", "day", "level", "metric", "region_scope", "generation",
-                        name="uq_budget_spend_slot_generation"),
-)
-
-# The stored noisy values of a spend: their file's sha256 and cell count, recorded once
-# when the file is stored (insert-only, one row per spend). Every read verifies the file
-# against it, so stored noise cannot be deleted (to get a free redraw) or overwritten (to
-# publish other values) without the pipeline refusing.
-noise_store = sa.Table(
-    "noise_store",
-    metadata,
-    sa.Column("spend_id", sa.Integer, sa.ForeignKey("budget_spend.id"), primary_key=True),
-    sa.Column("sha256", sa.String(64), nullable=False),
-    sa.Column("cells", sa.Integer, nullable=False),
-    sa.Column("created_at", sa.String(32), nullable=False),
-)
-
-budget_lock = sa.Table(
-    "budget_lock",
-    metadata,
-    sa.Column("report", sa.String(64), primary_key=True),
-    sa.Column("day", sa.String(10), primary_key=True),
-)
-
 
 @dataclass(frozen=True, order=True)
 class Slot:
@@ -198,21 +178,91 @@ def _make_engine(url: str) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True)
 
 
+# One PostgreSQL advisory lock serialises every write to a ledger (any role may take it;
+# SELECT ... FOR UPDATE would need UPDATE rights the pipeline's role does not have).
+_PG_LOCK_KEY = 0x6470_6C65_6467  # "dpledg"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A report's recorded privacy policy (the row of ``report_policy`` in force)."""
+
+    report: str
+    cap: float
+    terms: dict[str, float] = field(default_factory=dict)
+    run_id: str = ""
+    reason: str = ""
+    created_at: str = ""
+
+    def differences(self, cap: float, terms: Mapping[str, float]) -> list[str]:
+        """What a process's configuration says that differs from this record."""
+        out = []
+        if not _same(self.cap, cap):
+            out.append(f"cap: recorded {self.cap!r}, configured {cap!r}")
+        for key in sorted(set(self.terms) | set(terms)):
+            have, want = self.terms.get(key), terms.get(key)
+            if have is None or want is None or not _same(have, want):
+                out.append(f"{key}: recorded {have!r}, configured {want!r}")
+        return out
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 class Ledger:
-    """Append-only budget ledger behind a SQLAlchemy URL (SQLite file or PostgreSQL)."""
+    """Append-only, hash-chained budget ledger behind a SQLAlchemy URL (SQLite file or
+    PostgreSQL). Opening it creates the schema and its append-only guards if they are
+    missing (which needs the owner role on PostgreSQL: ``python -m dp_ops ledger init``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = _make_engine(url)
-        self._create_schema()
         self.read_engine = _make_read_engine(url)
-
-    def _create_schema(self) -> None:
         try:
-            metadata.create_all(self.engine, checkfirst=True)
-        except sa.exc.DBAPIError:
-            # another process created it between the check and the create
-            metadata.create_all(self.engine, checkfirst=True)
+            self.ledger_id = self._existing_id() or self._open_schema()
+        except Exception:
+            self.dispose()
+            raise
+
+    def _existing_id(self) -> str | None:
+        """The ledger's id when its schema is complete (the common case: no write lock)."""
+        with self.read_engine.connect() as conn:
+            if not set(metadata.tables) <= set(sa.inspect(conn).get_table_names()):
+                return None
+            meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
+        return None if meta is None else str(meta.ledger_id)
+
+    def _open_schema(self) -> str:
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            have = set(sa.inspect(conn).get_table_names())
+            if "budget_spend" in have and "ledger_chain" not in have:
+                raise LedgerSchemaError(
+                    f"the ledger at {safe_url(self.url)} was written by a version without "
+                    "the hash chain and cannot be verified; keep it for the record and "
+                    "start a new ledger with a new data root")
+            if not set(metadata.tables) <= have:
+                try:
+                    metadata.create_all(conn, checkfirst=True)
+                    install_guards(conn)
+                except sa.exc.ProgrammingError as exc:
+                    raise LedgerSchemaError(
+                        f"the ledger at {safe_url(self.url)} has no schema and this role "
+                        "may not create it: run `python -m dp_ops ledger init` once as the "
+                        "ledger's owner role (docs/deploy.md)") from exc
+            meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
+            if meta is not None:
+                return str(meta.ledger_id)
+            ledger_id = str(uuid.uuid4())
+            append(conn, "ledger_meta", {"ledger_id": ledger_id,
+                                         "schema_version": SCHEMA_VERSION,
+                                         "created_at": _now()})
+            return ledger_id
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -232,32 +282,6 @@ class Ledger:
         with self.read_engine.connect() as conn:
             return [Spend.from_row(r) for r in conn.execute(q)]
 
-    def record_stored(self, spend_id: int, sha256: str, cells: int) -> None:
-        """Record the sha256 and cell count of a spend's stored noisy values, once. A
-        second record of the same values is a no-op; of other values, a refusal."""
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise ValueError(f"sha256={sha256[:70]!r}: expected 64 lowercase hex digits")
-        try:
-            with self.engine.begin() as conn:
-                found = conn.execute(sa.select(noise_store).where(
-                    noise_store.c.spend_id == spend_id)).first()
-                if found is None:
-                    conn.execute(noise_store.insert().values(
-                        spend_id=spend_id, sha256=sha256, cells=int(cells),
-                        created_at=datetime.now(UTC).isoformat(timespec="seconds")))
-                    return
-        except sa.exc.IntegrityError:  # another process recorded it first: compare below
-            with self.read_engine.connect() as conn:
-                found = conn.execute(sa.select(noise_store).where(
-                    noise_store.c.spend_id == spend_id)).first()
-            if found is None:
-                raise
-        if found.sha256 != sha256 or found.cells != cells:
-            raise NoiseRecordConflict(
-                f"ledger spend {spend_id}: its stored noise was recorded with sha256 "
-                f"{found.sha256} ({found.cells} cells), not {sha256} ({cells} cells); "
-                "noise is drawn once and never replaced")
-
     def spent(self, report: str, day: date) -> float:
         """Composed epsilon per user-day of ``day`` for ``report``."""
         return math.fsum(s.epsilon for s in self.spends(report, day))
@@ -268,7 +292,108 @@ class Ledger:
             out.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
         return {k: math.fsum(v) for k, v in sorted(out.items())}
 
+    def policy(self, report: str) -> Policy | None:
+        with self.read_engine.connect() as conn:
+            return _policy(conn, report)
+
+    def policies(self) -> list[Policy]:
+        """Every policy row ever recorded, oldest first (the history of set-cap etc.)."""
+        with self.read_engine.connect() as conn:
+            return [_to_policy(r) for r in conn.execute(
+                sa.select(report_policy).order_by(report_policy.c.id))]
+
+    def derived_sha256(self, report: str, name: str) -> str | None:
+        """The sha256 of the current version of derived file ``name``, if recorded."""
+        with self.read_engine.connect() as conn:
+            row = _derived(conn, report, name)
+        return None if row is None else str(row.sha256)
+
+    def verify(self) -> ChainCheck:
+        """Recompute the hash chain and check the append-only guards are in place."""
+        with self.read_engine.connect() as conn:
+            check = verify_chain(conn)
+            if check.ok:
+                gone = missing_guards(conn)
+                if gone:
+                    return ChainCheck(check.entries, check.head,
+                                      f"append-only trigger(s) missing or disabled: "
+                                      f"{', '.join(gone)}")
+        return check
+
     # -- writing ------------------------------------------------------------------
+    def record_stored(self, spend_id: int, sha256: str, cells: int) -> None:
+        """Record the sha256 and cell count of a spend's stored noisy values, once. A
+        second record of the same values is a no-op; of other values, a refusal."""
+        _check_sha(sha256)
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            found = conn.execute(sa.select(noise_store).where(
+                noise_store.c.spend_id == spend_id)).first()
+            if found is None:
+                append(conn, "noise_store", {"spend_id": spend_id, "sha256": sha256,
+                                             "cells": int(cells), "created_at": _now()})
+                return
+        if found.sha256 != sha256 or found.cells != cells:
+            raise NoiseRecordConflict(
+                f"ledger spend {spend_id}: its stored noise was recorded with sha256 "
+                f"{found.sha256} ({found.cells} cells), not {sha256} ({cells} cells); "
+                "noise is drawn once and never replaced")
+
+    def record_derived(self, report: str, name: str, sha256: str, *,
+                       replaces: str | None = None) -> None:
+        """Record a version of a derived file. ``replaces=None``: the first and only
+        version (a frozen file); recording the same sha256 again is a no-op. Otherwise
+        ``replaces`` must be the current version's sha256 (the file grows by appends)."""
+        _check_sha(sha256)
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            current = _derived(conn, report, name)
+            have = None if current is None else str(current.sha256)
+            if have == sha256:
+                return
+            if have != replaces:
+                raise DerivedStateConflict(
+                    f"{report}/{name}: the ledger's current version is sha256 {have}, not "
+                    f"{replaces}; a derived file is never replaced behind the ledger's back")
+            append(conn, "derived_state", {"report": report, "name": name, "sha256": sha256,
+                                           "replaces": replaces or "", "created_at": _now()})
+
+    def set_policy(self, report: str, *, reason: str, run_id: str, cap: float | None = None,
+                   terms: Mapping[str, float] | None = None) -> Policy:
+        """Record a new policy for ``report`` (an explicit command, with a reason): the
+        current one with ``cap`` and/or the given ``terms`` replaced. A cap below what a
+        date has already spent is refused: no state over the cap can arise."""
+        requests_check.run_id(run_id)
+        requests_check.reason(reason)
+        if not reason.strip():
+            raise BadRequest("reason='': say why the policy changes; it is recorded")
+        if cap is not None and not (math.isfinite(cap) and cap > 0):
+            raise BadRequest(f"cap={cap!r}: must be a finite number > 0")
+        for key, value in (terms or {}).items():
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise BadRequest(f"{key}={value!r}: must be a finite number > 0")
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            current = _policy(conn, report)
+            if current is None:
+                raise BadRequest(f"report {report!r} has no recorded policy yet: its first "
+                                 "spend records the configured one")
+            unknown = sorted(set(terms or {}) - set(current.terms))
+            if unknown:
+                raise BadRequest(f"{', '.join(unknown)}: not a term of {report}'s policy "
+                                 f"(known: {', '.join(sorted(current.terms))})")
+            new_cap = current.cap if cap is None else float(cap)
+            worst = _most_spent(conn, report)
+            if worst is not None and worst[1] > new_cap + _EPS_TOLERANCE:
+                raise BudgetExceeded(
+                    f"cap={new_cap!r}: date {worst[0]} of {report} has already spent "
+                    f"{worst[1]:.6f} per user-day; a cap below that would leave it over")
+            new_terms = {**current.terms, **{k: float(v) for k, v in (terms or {}).items()}}
+            self._insert_policy(conn, report, new_cap, new_terms, run_id, reason)
+            found = _policy(conn, report)
+        assert found is not None
+        return found
+
     def reserve(
         self,
         requests: Sequence[SpendRequest],
@@ -279,6 +404,7 @@ class Ledger:
         method_version: str,
         reason: str = "",
         refuse_repeat_of: str | None = None,
+        terms: Mapping[str, float] | None = None,
     ) -> Reservation:
         """Atomically cover every requested slot with a spend, or refuse before any noise.
 
@@ -292,6 +418,11 @@ class Ledger:
         ``refuse_repeat_of`` (a region id), a re-noise of that region's own slot that
         another run already re-noised is refused (:class:`BadRequest`), under the same
         lock as the spend, so two runs racing cannot both pass.
+
+        ``cap`` and ``terms`` are this process's configured policy for each report
+        requested: the first spend of a report records them; afterwards a process whose
+        cap or terms differ from the recorded policy is refused
+        (:class:`PolicyMismatch`), before anything is written.
         """
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
@@ -310,11 +441,13 @@ class Ledger:
         for r in requests:
             if not (r.epsilon > 0 and math.isfinite(r.epsilon)):
                 raise ValueError(f"epsilon={r.epsilon!r} for {r.slot.describe()}: must be > 0")
-        days = sorted({(r.slot.report, r.slot.day) for r in requests})
-        now = datetime.now(UTC).isoformat(timespec="seconds")
+        if not (math.isfinite(cap) and cap > 0):
+            raise ValueError(f"cap={cap!r}: must be a finite number > 0")
+        now = _now()
         with self.engine.begin() as conn:
-            for report, day in days:
-                self._lock_day(conn, report, day)
+            self._lock(conn)
+            for report in sorted({r.slot.report for r in requests}):
+                self._ensure_policy(conn, report, cap, terms or {}, run_id)
             chosen: list[Spend] = []
             to_insert: list[dict[str, Any]] = []
             for r in requests:
@@ -350,9 +483,7 @@ class Ledger:
             self._check_cap(conn, to_insert, cap)
             new_ids: set[int] = set()
             for row in to_insert:
-                key = conn.execute(budget_spend.insert().values(**row)).inserted_primary_key
-                assert key is not None
-                new_id = int(key[0])
+                new_id = append(conn, "budget_spend", row)
                 new_ids.add(new_id)
                 chosen.append(Spend(id=new_id, slot=Slot(
                     row["report"], date.fromisoformat(row["day"]), row["level"],
@@ -362,19 +493,37 @@ class Ledger:
         return Reservation(tuple(sorted(chosen, key=lambda s: s.id)), frozenset(new_ids))
 
     # -- internals ----------------------------------------------------------------
-    def _lock_day(self, conn: Connection, report: str, day: date) -> None:
-        key = {"report": report, "day": day.isoformat()}
-        if conn.dialect.name == "sqlite":
-            return  # BEGIN IMMEDIATE already holds the database's write lock
+    def _lock(self, conn: Connection) -> None:
+        """Serialise writers: SQLite's BEGIN IMMEDIATE already holds the database's write
+        lock; on PostgreSQL, one advisory lock per transaction."""
         if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
 
-            conn.execute(pg_insert(budget_lock).values(**key).on_conflict_do_nothing())
-        else:
-            exists = conn.execute(sa.select(budget_lock).filter_by(**key)).first()
-            if not exists:
-                conn.execute(budget_lock.insert().values(**key))
-        conn.execute(sa.select(budget_lock).filter_by(**key).with_for_update())
+    def _ensure_policy(self, conn: Connection, report: str, cap: float,
+                       terms: Mapping[str, float], run_id: str) -> None:
+        current = _policy(conn, report)
+        if current is None:
+            self._insert_policy(conn, report, float(cap), {k: float(v) for k, v in
+                                                           terms.items()},
+                                run_id, "first use: the configured policy")
+            return
+        differs = current.differences(cap, terms)
+        if differs:
+            raise PolicyMismatch(
+                f"report {report!r}: this process's configuration differs from the privacy "
+                f"policy recorded in the ledger ({'; '.join(differs)}); recorded "
+                f"{current.created_at} by {requests_check.shown(current.run_id)} "
+                f"({requests_check.shown(current.reason)}). Nothing was spent. To change "
+                "the policy, record it first with `python -m dp_ops ledger set-cap` or "
+                "`set-epsilon` (with a reason), then run with the matching configuration")
+
+    @staticmethod
+    def _insert_policy(conn: Connection, report: str, cap: float, terms: Mapping[str, float],
+                       run_id: str, reason: str) -> None:
+        append(conn, "report_policy", {
+            "report": report, "cap": float(cap),
+            "terms": json.dumps(dict(sorted(terms.items())), separators=(",", ":")),
+            "run_id": run_id, "reason": reason, "created_at": _now()})
 
     def _slot_spends(self, conn: Connection, slot: Slot) -> list[Spend]:
         q = (sa.select(budget_spend)
@@ -405,6 +554,46 @@ class Ledger:
                     f"per-user-day cap {cap:.4f} for report {row['report']!r}; no noise "
                     "was drawn")
             pending[key] = spent + row["epsilon"]
+
+
+def _to_policy(row: Any) -> Policy:
+    return Policy(str(row.report), float(row.cap), json.loads(row.terms), str(row.run_id),
+                  str(row.reason), str(row.created_at))
+
+
+def _policy(conn: Connection, report: str) -> Policy | None:
+    row = conn.execute(sa.select(report_policy).where(report_policy.c.report == report)
+                       .order_by(report_policy.c.id.desc()).limit(1)).first()
+    return None if row is None else _to_policy(row)
+
+
+def _derived(conn: Connection, report: str, name: str) -> Any:
+    return conn.execute(sa.select(derived_state).where(
+        derived_state.c.report == report, derived_state.c.name == name)
+        .order_by(derived_state.c.id.desc()).limit(1)).first()
+
+
+def _most_spent(conn: Connection, report: str) -> tuple[str, float] | None:
+    per_day: dict[str, list[float]] = {}
+    for day, eps in conn.execute(sa.select(budget_spend.c.day, budget_spend.c.epsilon)
+                                 .where(budget_spend.c.report == report)):
+        per_day.setdefault(day, []).append(eps)
+    if not per_day:
+        return None
+    return max(((d, math.fsum(v)) for d, v in per_day.items()), key=lambda t: t[1])
+
+
+def _check_sha(sha256: str) -> None:
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError(f"sha256={sha256[:70]!r}: expected 64 lowercase hex digits")
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages and records."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "(the configured ledger URL)"
 
 
 def format_ledger(spends: Sequence[Spend]) -> str:

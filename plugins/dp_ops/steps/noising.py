@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -35,9 +35,10 @@ from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import BadRequest, NoiseNotStored, NoiseTampered
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
+from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend, SpendRequest
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.privacy.plan import MetricBudget
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
 # Spend kinds whose noisy values are the cells' current values (method-update spends
@@ -73,6 +74,9 @@ class NoisePlan:
     method_version: str
     # the first date that is ever published: a re-noise before it spends for nothing
     first_public_date: date
+    # what the ledger's recorded policy holds besides the cap (the report config's
+    # policy_terms): a process whose terms differ is refused before any spend
+    policy_terms: Mapping[str, float] = field(default_factory=dict)
 
     def budget(self, name: str) -> MetricBudget:
         for b in self.budgets:
@@ -216,13 +220,14 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
     regions = read_regions(root.regions_csv)
     if region is not None:
         region_chain(regions, region)  # validates the region id
-    ledger = Ledger(ledger_url)
+    ledger = open_ledger(root, ledger_url)
     try:
         if renoise and repeat_renoise:
             reason = f"[repeat re-noise] {reason}"
         reservation = ledger.reserve(
             plan_requests(plan, regions, day, region if renoise else None),
             run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
+            terms=plan.policy_terms,
             method_version=plan.method_version, reason=reason,
             refuse_repeat_of=region if renoise and not repeat_renoise else None)
         fault_point("noise.after_reserve")

@@ -246,7 +246,7 @@ def test_renoise_is_capped(ledger: Ledger, ledger_url: str) -> None:
 def test_budget_exceeded_names_date_slot_spent_requested_and_cap(ledger: Ledger,
                                                                  ledger_url: str) -> None:
     reserve_noise(ledger, [SpendRequest(slot("retail"), 0.4),
-                           SpendRequest(slot("parks"), 0.25)])
+                           SpendRequest(slot("parks"), 0.25)], cap=0.9)
     rows = raw_rows(ledger_url)
     refused = slot("residential", level=2, region="EE-37")
     with pytest.raises(BudgetExceeded) as info:

@@ -36,6 +36,7 @@ from dp_ops.reports.mobility.estimates import (
     strictly_below,
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
 WINDOW_DAYS_PER_WEEKDAY = 5
@@ -131,7 +132,7 @@ def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str)
     target = root.baseline_file(REPORT)
     if target.exists():
         return StepResult(f"baseline already frozen at {target}", (str(target),))
-    ledger = Ledger(ledger_url)
+    ledger = open_ledger(root, ledger_url)
     try:
         missing = window_days_missing(ledger, cfg)
         if missing:

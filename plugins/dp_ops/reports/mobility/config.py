@@ -148,6 +148,15 @@ class MobilityConfig:
         )
 
     @property
+    def policy_terms(self) -> dict[str, float]:
+        """What the ledger records of this configuration besides the cap, at the first
+        spend; a process whose terms differ is refused (docs/design.md, Privacy budget
+        ledger). Changing them is `python -m dp_ops ledger set-epsilon`."""
+        terms = {f"epsilon.{b.name}": b.epsilon for b in self.metric_budgets}
+        terms["method_update_fraction"] = self.method_update_fraction
+        return terms
+
+    @property
     def baseline_dates(self) -> list[date]:
         from datetime import timedelta
 

@@ -41,6 +41,7 @@ from dp_ops.reports.mobility.method_update import (
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.reports.mobility.report import report_day
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
 
@@ -178,7 +179,7 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         state = "reused the stored factors"
     else:
         requests = plan_requests(cfg, update)
-        ledger = Ledger(ledger_url)
+        ledger = open_ledger(root, ledger_url)
         try:
             # s_g reads only stored noisy values: check them before spending anything
             s_g = _noisy_s_g(root, ledger, window, update)
@@ -190,7 +191,7 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
             spends = _reserved_before(ledger, cfg, update, requests)
             if spends is None:
                 reservation = ledger.reserve(
-                    requests, run_id=run_id, kind=KIND, cap=cfg.cap,
+                    requests, run_id=run_id, kind=KIND, cap=cfg.cap, terms=cfg.policy_terms,
                     method_version=update.method_version, reason=update.reason)
                 spends = list(reservation.spends)
                 spent_now = reservation.spent_now

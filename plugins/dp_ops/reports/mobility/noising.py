@@ -32,7 +32,7 @@ def noise_plan(cfg: MobilityConfig) -> noising.NoisePlan:
         report=REPORT, budgets=cfg.metric_budgets, group_cells=GROUP_CELLS,
         ledger_epsilons={b.name: b.epsilon for b in cfg.metric_budgets},
         levels=cfg.levels, cap=cfg.cap, method_version=cfg.method_version,
-        first_public_date=cfg.first_public_date)
+        first_public_date=cfg.first_public_date, policy_terms=cfg.policy_terms)
 
 
 def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,

@@ -36,6 +36,7 @@ from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -196,7 +197,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     files_dir = stage / "release"
     verify_checksums(files_dir, staged["files"])
     first, last = date.fromisoformat(staged["first_date"]), date.fromisoformat(staged["last_date"])
-    ledger = Ledger(ledger_url)
+    ledger = open_ledger(root, ledger_url)
     try:
         epsilon = epsilon_accounting(ledger, cfg, first, last)
     finally:

@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.mobility.baseline import read_baseline
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
@@ -37,6 +36,7 @@ from dp_ops.reports.mobility.estimates import (
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
 from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
 KEY_COLUMNS: tuple[str, ...] = (
@@ -117,7 +117,7 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
     # stored method-update factors scale the baseline from their effective date (the
     # baseline file itself is never rewritten)
     baseline = apply_method_updates(read_baseline(root), read_method_updates(root), day)
-    ledger = Ledger(ledger_url)
+    ledger = open_ledger(root, ledger_url)
     try:
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
     finally:

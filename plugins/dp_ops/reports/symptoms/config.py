@@ -143,6 +143,15 @@ class SymptomsConfig:
         return math.fsum(self.ledger_epsilons.values()) * len(self.levels)
 
     @property
+    def policy_terms(self) -> dict[str, float]:
+        """What the ledger records of this configuration besides the cap, at the first
+        spend; a process whose terms differ is refused (docs/design.md, Privacy budget
+        ledger). Changing them is `python -m dp_ops ledger set-epsilon`."""
+        terms = {f"epsilon.{name}": eps for name, eps in self.ledger_epsilons.items()}
+        terms["method_update_fraction"] = self.method_update_fraction
+        return terms
+
+    @property
     def cap(self) -> float:
         if self.cap_override is not None:
             return self.cap_override

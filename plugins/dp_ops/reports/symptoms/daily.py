@@ -16,10 +16,10 @@ import pyarrow as pa
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 from dp_ops.reports.symptoms.noising import load_noisy_cells
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
 
@@ -84,7 +84,7 @@ def report_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: st
     if day < cfg.first_public_date:
         return StepResult(f"no symptoms rows for {day}: the dataset starts "
                           f"{cfg.first_public_date}")
-    ledger = Ledger(ledger_url)
+    ledger = open_ledger(root, ledger_url)
     try:
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
     finally:

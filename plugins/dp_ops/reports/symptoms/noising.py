@@ -35,7 +35,8 @@ def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:
         group_cells={SYMPTOM_METRIC: tuple(SYMPTOM_CELL_PREFIX + s for s in symptoms),
                      VOLUME_METRIC: (VOLUME_CELL,)},
         ledger_epsilons=cfg.ledger_epsilons, levels=cfg.levels, cap=cfg.cap,
-        method_version=cfg.method_version, first_public_date=cfg.first_public_date)
+        method_version=cfg.method_version, first_public_date=cfg.first_public_date,
+        policy_terms=cfg.policy_terms)
 
 
 def noise_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str,

@@ -47,6 +47,7 @@ from dp_ops.reports.symptoms.matrix import read_days
 from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.ingest import read_symptoms
+from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -245,7 +246,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         verify_checksums(files_dir, staged["files"])
         first = date.fromisoformat(staged["first_date"])
         last = date.fromisoformat(staged["last_date"])
-        ledger = Ledger(ledger_url)
+        ledger = open_ledger(root, ledger_url)
         try:
             epsilon = epsilon_accounting(ledger, cfg, first, last)
         finally:

@@ -22,6 +22,7 @@ from dp_ops.errors import (
     MethodUpdateError,
     NoiseNotStored,
     NoiseTampered,
+    PolicyMismatch,
 )
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -329,6 +330,10 @@ def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, objec
     ledger = Ledger(url)
     tight = MobilityConfig(cap_override=cfg.run_epsilon + 0.1)  # less than the 0.528 needed
     before = ledger.spends()
+    # a configured cap alone changes nothing: the ledger's recorded policy rules
+    with pytest.raises(PolicyMismatch, match="cap: recorded"):
+        run_method_update(root, tight, parks_update(), run_id="mu", ledger_url=url)
+    ledger.set_policy("mobility", cap=tight.cap, reason="test: a tight cap", run_id="test")
     with pytest.raises(BudgetExceeded, match="cap"):
         run_method_update(root, tight, parks_update(), run_id="mu", ledger_url=url)
     assert ledger.spends() == before
@@ -407,11 +412,13 @@ def test_a_second_renoise_of_a_region_day_needs_the_recorded_override(
         _renoise(noised_window, day, run_id="oncall-2")
     assert _spend_count(url) == after_first
     # the override passes the check; the cap (room for one re-noise by default) still
-    # applies, so this test allows two
-    _renoise(noised_window, day, run_id="oncall-2", repeat=True,
-             cfg=MobilityConfig(cap_renoises=2))
+    # applies, so this test records a cap with room for two, then configures it
+    roomier = MobilityConfig(cap_renoises=2)
     ledger = Ledger(url)
     try:
+        ledger.set_policy("mobility", cap=roomier.cap, reason="test: room for 2 re-noises",
+                          run_id="test")
+        _renoise(noised_window, day, run_id="oncall-2", repeat=True, cfg=roomier)
         second = [s for s in ledger.spends("mobility", day) if s.run_id == "oncall-2"]
     finally:
         ledger.dispose()
