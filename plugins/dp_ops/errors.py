@@ -99,6 +99,10 @@ class PolicyMismatch(LedgerError):
     """This process's cap or epsilons differ from the policy recorded in the ledger."""
 
 
+class LedgerTampered(LedgerError):
+    """``ledger --verify`` fails: a row was edited or deleted, or a guard is missing."""
+
+
 class DerivedStateConflict(LedgerError):
     """A derived file's new version does not follow the version the ledger recorded."""
 

@@ -106,7 +106,7 @@ def test_published_parks_series_has_no_jump_at_the_effective_date(
     # failure < 1e-6), while a missing or wrong scaling fails by ~30.
     assert abs(jump) < 8, (jump, parks.loc[week_before + week_after].tolist())
 
-    factors = read_method_updates(root)
+    factors = read_method_updates(root, Ledger(str(updated["url"])))
     assert factors is not None
     country = factors[(factors["level"] == 0) & (factors["category"] == "parks")]
     assert len(country) == 7

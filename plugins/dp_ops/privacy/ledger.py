@@ -304,9 +304,22 @@ class Ledger:
 
     def derived_sha256(self, report: str, name: str) -> str | None:
         """The sha256 of the current version of derived file ``name``, if recorded."""
+        versions = self.derived_versions(report, name)
+        return versions[-1] if versions else None
+
+    def derived_names(self, report: str) -> list[str]:
+        """Every derived file recorded for ``report``."""
         with self.read_engine.connect() as conn:
-            row = _derived(conn, report, name)
-        return None if row is None else str(row.sha256)
+            return sorted(set(conn.execute(sa.select(derived_state.c.name).where(
+                derived_state.c.report == report)).scalars()))
+
+    def derived_versions(self, report: str, name: str) -> list[str]:
+        """The sha256 of every recorded version of derived file ``name``, oldest first."""
+        with self.read_engine.connect() as conn:
+            return [str(r.sha256) for r in conn.execute(
+                sa.select(derived_state.c.sha256).where(
+                    derived_state.c.report == report, derived_state.c.name == name)
+                .order_by(derived_state.c.id))]
 
     def verify(self) -> ChainCheck:
         """Recompute the hash chain and check the append-only guards are in place."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from dp_ops.errors import LedgerMismatch
+from dp_ops.errors import LedgerMismatch, LedgerTampered
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, safe_url
 
@@ -75,6 +77,24 @@ def bind(root: DataRoot, ledger: Ledger) -> None:
             f"{safe_url(ledger.url)} is ledger {ledger.ledger_id}: the data root's spends "
             "and stored noise are accounted in the other one. Point DP_LEDGER_URL at it; "
             "nothing was read or spent")
+
+
+@contextmanager
+def closing_ledger(ledger: Ledger) -> Iterator[Ledger]:
+    """``with closing_ledger(open_ledger(...)) as ledger:`` disposes of it on the way out."""
+    try:
+        yield ledger
+    finally:
+        ledger.dispose()
+
+
+def require_verified_ledger(ledger: Ledger) -> None:
+    """Refuse to publish from a ledger whose hash chain or guards do not check."""
+    check = ledger.verify()
+    if not check.ok:
+        raise LedgerTampered(
+            f"ledger {ledger.ledger_id} fails verification: {check.problem}. Nothing is "
+            "published from it; see OPERATIONS.md, The ledger fails verification")
 
 
 def open_ledger(root: DataRoot, url: str) -> Ledger:

@@ -22,7 +22,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import BaselineIncompatible, BaselineMissing
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger
@@ -36,6 +35,7 @@ from dp_ops.reports.mobility.estimates import (
     strictly_below,
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
@@ -128,12 +128,17 @@ def window_days_missing(ledger: Ledger, cfg: MobilityConfig) -> list[date]:
     return missing
 
 
+BASELINE_NAME = "baseline"  # its name in the ledger's derived_state
+
+
 def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str) -> StepResult:
+    """Freeze the baseline once every window day is noised; its sha256 is recorded in the
+    ledger before it becomes visible, and every read verifies it."""
     target = root.baseline_file(REPORT)
-    if target.exists():
-        return StepResult(f"baseline already frozen at {target}", (str(target),))
     ledger = open_ledger(root, ledger_url)
     try:
+        if verify_recorded(ledger, REPORT, BASELINE_NAME, target):
+            return StepResult(f"baseline already frozen at {target}", (str(target),))
         missing = window_days_missing(ledger, cfg)
         if missing:
             return StepResult(
@@ -146,18 +151,21 @@ def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str)
             est = metric_estimates(cells, grid_per_hour=cfg.residential_grid_per_hour,
                                    residential_alpha=residential_window_alpha(alpha))
             frames.append(long_estimates(est, day))
+        baseline = compute_baseline(pd.concat(frames, ignore_index=True),
+                                    residential_miss_per_side=residential_miss(alpha))
+        won = store_recorded(ledger, REPORT, BASELINE_NAME,
+                             pa.Table.from_pandas(baseline, preserve_index=False), target,
+                             frozen=True)
     finally:
         ledger.dispose()
-    baseline = compute_baseline(pd.concat(frames, ignore_index=True),
-                                residential_miss_per_side=residential_miss(alpha))
-    won = store_first_wins(pa.Table.from_pandas(baseline, preserve_index=False), target)
     state = "froze" if won else "found (another run froze it first)"
     return StepResult(f"{state} the baseline at {target}", (str(target),))
 
 
-def read_baseline(root: DataRoot) -> pd.DataFrame:
+def read_baseline(root: DataRoot, ledger: Ledger) -> pd.DataFrame:
+    """The frozen baseline, verified against the sha256 the ledger recorded."""
     target = root.baseline_file(REPORT)
-    if not target.is_file():
+    if not verify_recorded(ledger, REPORT, BASELINE_NAME, target):
         raise BaselineMissing(f"the mobility baseline {target} does not exist yet: every day "
                               "of the baseline window must be noised first")
     baseline = pq.read_table(target).to_pandas()

@@ -71,7 +71,7 @@ import pyarrow.parquet as pq
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.inference import discrete_laplace_sum, ratio_edges, ratio_test
-from dp_ops.privacy.ledger import ALL_REGIONS, Slot, SpendRequest
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     COUNT_CATEGORY_CELLS,
@@ -80,6 +80,7 @@ from dp_ops.reports.mobility.estimates import (
     noise_law_cells,
 )
 from dp_ops.reports.mobility.noising import GROUP_CELLS
+from dp_ops.steps.derived import verify_recorded
 
 COMPARISON_WEEKS = 4
 # The factor's share of the rule's probability (module docstring, Intervals).
@@ -237,9 +238,22 @@ def scaling_factors(s_g: pd.DataFrame, s_n: pd.DataFrame, *, alpha: float) -> pd
     return out.sort_values(GROUP_KEYS).reset_index(drop=True)
 
 
-def read_method_updates(root: DataRoot) -> pd.DataFrame | None:
-    """Every stored update's factors, or ``None`` when there are none."""
+def method_update_name(version: str) -> str:
+    """A method update's name in the ledger's derived_state."""
+    return f"method_update/{version}"
+
+
+def read_method_updates(root: DataRoot, ledger: Ledger) -> pd.DataFrame | None:
+    """Every stored update's factors, or ``None`` when there are none. Each file is
+    verified against the sha256 the ledger recorded for it; a file with no record, or a
+    recorded one that is missing, is refused (DerivedStateTampered)."""
     updates = root.method_updates_dir(REPORT)
+    files = sorted(updates.glob("*.parquet")) if updates.is_dir() else []
+    recorded = {n.removeprefix("method_update/") for n in ledger.derived_names(REPORT)
+                if n.startswith("method_update/")}
+    for version in sorted(recorded | {f.stem for f in files}):
+        verify_recorded(ledger, REPORT, method_update_name(version),
+                        root.method_update_file(REPORT, version))
     files = sorted(updates.glob("*.parquet")) if updates.is_dir() else []
     if not files:
         return None

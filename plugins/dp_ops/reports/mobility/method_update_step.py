@@ -18,7 +18,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, Spend, SpendRequest
@@ -35,12 +34,14 @@ from dp_ops.reports.mobility.method_update import (
     cell_group,
     comparison_window,
     group_sums,
+    method_update_name,
     plan_requests,
     scaling_factors,
     to_categories,
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.reports.mobility.report import report_day
+from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
@@ -174,7 +175,13 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
             f"earliest effective date is {earliest}")
     target = root.method_update_file(REPORT, update.method_version)
     spent_now = 0.0
-    if target.exists():
+    name = method_update_name(update.method_version)
+    ledger = open_ledger(root, ledger_url)
+    try:
+        stored = verify_recorded(ledger, REPORT, name, target)
+    finally:
+        ledger.dispose()
+    if stored:
         _check_stored(target, update)
         state = "reused the stored factors"
     else:
@@ -202,7 +209,11 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         alpha_f = FACTOR_SHARE * strictly_below(cfg.max_error_probability)
         table = _update_table(update, window, scaling_factors(s_g, s_n, alpha=alpha_f),
                               spends)
-        won = store_first_wins(table, target)
+        ledger = open_ledger(root, ledger_url)
+        try:
+            won = store_recorded(ledger, REPORT, name, table, target, frozen=True)
+        finally:
+            ledger.dispose()
         state = "stored new factors" if won else "found factors another run stored first"
     rereported = 0
     day = max(update.effective_date, cfg.first_public_date)

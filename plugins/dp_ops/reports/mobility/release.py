@@ -29,6 +29,7 @@ from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.mobility.baseline import read_baseline
 from dp_ops.reports.mobility.charts import write_mobility_charts
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES
@@ -36,7 +37,7 @@ from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
-from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.ledger_binding import open_ledger, require_verified_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -166,11 +167,12 @@ def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
                            composition="basic (sum over metrics and levels of each date)")
 
 
-def method_updates_in_effect(root: DataRoot, last: date) -> list[dict[str, Any]]:
+def method_updates_in_effect(root: DataRoot, ledger: Ledger,
+                             last: date) -> list[dict[str, Any]]:
     """The method updates whose factors scale this release's later days (manifest)."""
     from dp_ops.reports.mobility.method_update import read_method_updates
 
-    updates = read_method_updates(root)
+    updates = read_method_updates(root, ledger)
     if updates is None:
         return []
     out = []
@@ -192,6 +194,14 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     staged = json.loads(staged_file.read_text())
     if staged["empty"]:
         return StepResult("nothing to publish yet (no report days)")
+    with publish_lock(root, REPORT):
+        current = current_release(root, REPORT)
+        if current and current["last_date"] > staged["last_date"]:
+            # a release covering later days was published since this run staged: rebuild
+            # from the current report days, so that this run's values are published (a
+            # run never ends "done" having spent and skipped publishing)
+            stage_and_validate(root, cfg, run_id=run_id)
+            staged = json.loads(staged_file.read_text())
     if not staged["gate"]["success"]:
         raise PublishRefused(f"staged release {stage} did not pass the gate")
     files_dir = stage / "release"
@@ -199,14 +209,16 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     first, last = date.fromisoformat(staged["first_date"]), date.fromisoformat(staged["last_date"])
     ledger = open_ledger(root, ledger_url)
     try:
+        require_verified_ledger(ledger)
         epsilon = epsilon_accounting(ledger, cfg, first, last)
+        if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
+            raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
+                                 f"user-day of {epsilon['per_user_day_max']}, over the cap "
+                                 f"{cfg.cap:.4f}; not published")
+        read_baseline(root, ledger)  # verified against the ledger's record
+        updates = method_updates_in_effect(root, ledger, last)
     finally:
         ledger.dispose()
-    if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
-        raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
-                             f"user-day of {epsilon['per_user_day_max']}, over the cap "
-                             f"{cfg.cap:.4f}; not published")
-    updates = method_updates_in_effect(root, last)
     # the same files under another method-update or accounting state are another release
     release_id = content_release_id(last, staged["files"], updates, epsilon)
     manifest = {
@@ -237,8 +249,10 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     with publish_lock(root, REPORT):
         current = current_release(root, REPORT)
         if current and current["last_date"] > staged["last_date"]:
-            return StepResult(f"kept release {current['release_id']}: it already covers "
-                              f"{current['last_date']}, later than this run's {last}")
+            raise PublishRefused(
+                f"release {current['release_id']} covering {current['last_date']} was "
+                f"published while this run's release (to {last}) was prepared; not "
+                "published. A retry of this task rebuilds it from the current state")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published mobility release {release_id} ({first}..{last}, "

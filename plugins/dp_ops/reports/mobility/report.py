@@ -116,9 +116,10 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
                           f"{cfg.first_public_date}")
     # stored method-update factors scale the baseline from their effective date (the
     # baseline file itself is never rewritten)
-    baseline = apply_method_updates(read_baseline(root), read_method_updates(root), day)
     ledger = open_ledger(root, ledger_url)
     try:
+        baseline = apply_method_updates(read_baseline(root, ledger),
+                                        read_method_updates(root, ledger), day)
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
     finally:
         ledger.dispose()

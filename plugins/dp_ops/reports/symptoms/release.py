@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
-from dp_ops.engine.files import write_json_atomic, write_parquet_atomic
+from dp_ops.engine.files import write_json_atomic
 from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
@@ -46,8 +46,9 @@ from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.matrix import read_days
 from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.steps.charts import charted_regions
+from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ingest import read_symptoms
-from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.ledger_binding import closing_ledger, open_ledger, require_verified_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -76,8 +77,22 @@ def report_days(root: DataRoot, cfg: SymptomsConfig) -> list[date]:
     return days
 
 
-def read_scaling(root: DataRoot) -> pd.DataFrame:
+SCALING_NAME = "scaling_factors"  # its name in the ledger's derived_state
+
+
+def scaling_sha256(root: DataRoot) -> str | None:
     path = root.scaling_file(REPORT)
+    return sha256_file(path) if path.is_file() else None
+
+
+def read_scaling(root: DataRoot, ledger: Ledger | None = None) -> pd.DataFrame:
+    """The stored scaling factors; with ``ledger``, verified against its record first.
+    (Staging reads them unverified and records their sha256; publish verifies the file
+    against the ledger and against that sha256 before anything built on it is
+    published.)"""
+    path = root.scaling_file(REPORT)
+    if ledger is not None:
+        verify_recorded(ledger, REPORT, SCALING_NAME, path)
     if not path.is_file():
         return pd.DataFrame({"region_id": pd.Series(dtype="str"),
                              "resolution": pd.Series(dtype="str"),
@@ -161,6 +176,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         from dp_ops.steps.noising import region_chain
 
         recompute = {rid for _, rid in region_chain(regions, region)}
+    used_scaling = scaling_sha256(root)
     candidate = build_candidate(read_days(root, REPORT, days), regions, symptoms, cfg,
                                 read_scaling(root), _frozen_resolutions(root), recompute)
     day_labels = [d.isoformat() for d in days]
@@ -188,6 +204,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         "rows": {"daily": len(candidate.daily), "weekly": len(candidate.weekly)},
         "summary": release_summary(candidate),
         "new_scaling": new[list(SCALING_COLUMNS)].to_dict(orient="records"),
+        "scaling_sha256": used_scaling,
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
         "charts": [c.as_dict() for c in charts],
@@ -207,22 +224,18 @@ def epsilon_accounting(ledger: Ledger, cfg: SymptomsConfig, first: date,
     return summary
 
 
-def _scaling_conflicts(stored: pd.DataFrame, proposed: list[dict[str, Any]]) -> bool:
-    """True if a factor this stage proposed as new is stored by now (by another run)."""
-    known = set(zip(stored["region_id"], stored["resolution"], strict=True))
-    return any((p["region_id"], p["resolution"]) in known for p in proposed)
-
-
-def _store_scaling(root: DataRoot, stored: pd.DataFrame, proposed: list[dict[str, Any]]) -> None:
-    """Append new factors; existing ones are never changed (call under the lock)."""
+def _store_scaling(root: DataRoot, ledger: Ledger, stored: pd.DataFrame,
+                   proposed: list[dict[str, Any]]) -> None:
+    """Append new factors; existing ones are never changed (call under the lock). The new
+    version's sha256 is recorded in the ledger before it replaces the old one."""
     if not proposed:
         return
     table = pd.concat([stored, pd.DataFrame(proposed)[list(SCALING_COLUMNS)]],
                       ignore_index=True)
     if table.duplicated(["region_id", "resolution"]).any():
         raise PublishRefused("a scaling factor would be stored twice; not published")
-    write_parquet_atomic(pa.Table.from_pandas(table, preserve_index=False),
-                         root.scaling_file(REPORT))
+    store_recorded(ledger, REPORT, SCALING_NAME, pa.Table.from_pandas(table, preserve_index=False),
+                   root.scaling_file(REPORT), frozen=False)
 
 
 def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
@@ -235,30 +248,31 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
     staged = json.loads(staged_file.read_text())
     if staged["empty"]:
         return StepResult("nothing to publish yet (no symptoms days)")
-    with publish_lock(root, REPORT):
-        if _scaling_conflicts(read_scaling(root), staged["new_scaling"]):
-            # another release fixed a factor first: rebuild with the stored one
+    with publish_lock(root, REPORT), closing_ledger(open_ledger(root, ledger_url)) as ledger:
+        require_verified_ledger(ledger)
+        stored_scaling = read_scaling(root, ledger)  # verified against the ledger
+        current = current_release(root, REPORT)
+        if (staged.get("scaling_sha256") != scaling_sha256(root)
+                or (current and current["last_date"] > staged["last_date"])):
+            # the stored factors changed since staging (another release fixed one first),
+            # or a release covering later days was published meanwhile: rebuild from the
+            # current state, so that this run's values are published, not skipped
             stage_and_validate(root, cfg, run_id=run_id, region=staged.get("region"))
             staged = json.loads(staged_file.read_text())
+            if staged.get("scaling_sha256") != scaling_sha256(root):
+                raise PublishRefused("the stored scaling factors changed while this release "
+                                     "was rebuilt under the publish lock; not published")
         if not staged["gate"]["success"]:
             raise PublishRefused(f"staged release {stage} did not pass the gate")
         files_dir = stage / "release"
         verify_checksums(files_dir, staged["files"])
         first = date.fromisoformat(staged["first_date"])
         last = date.fromisoformat(staged["last_date"])
-        ledger = open_ledger(root, ledger_url)
-        try:
-            epsilon = epsilon_accounting(ledger, cfg, first, last)
-        finally:
-            ledger.dispose()
+        epsilon = epsilon_accounting(ledger, cfg, first, last)
         if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
             raise PublishRefused(f"symptoms release {first}..{last} rests on a composed "
                                  f"epsilon per user-day of {epsilon['per_user_day_max']}, "
                                  f"over the cap {cfg.cap:.4f}; not published")
-        current = current_release(root, REPORT)
-        if current and current["last_date"] > staged["last_date"]:
-            return StepResult(f"kept release {current['release_id']}: it already covers "
-                              f"{current['last_date']}, later than this run's {last}")
         release_id = content_release_id(last, staged["files"], epsilon)
         manifest = {
             "report": REPORT,
@@ -287,7 +301,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
             data_docs=staged["gate"]["data_docs"],
             release_dir=root.published_dir(REPORT) / "releases" / release_id,
             data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
-        _store_scaling(root, read_scaling(root), staged["new_scaling"])
+        _store_scaling(root, ledger, stored_scaling, staged["new_scaling"])
         fault_point("publish.after_scaling")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)
     shutil.rmtree(stage, ignore_errors=True)

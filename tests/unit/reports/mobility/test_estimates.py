@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 
 from dp_ops.engine.files import write_parquet_atomic
-from dp_ops.errors import BaselineIncompatible, Refusal
+from dp_ops.errors import BaselineIncompatible, DerivedStateTampered, Refusal
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.reports.mobility.baseline import (
     compute_baseline,
@@ -36,6 +37,7 @@ from dp_ops.reports.mobility.estimates import (
 from dp_ops.reports.mobility.method_update import apply_method_updates
 from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.reports.mobility.report import day_changes
+from dp_ops.steps.release import sha256_file
 
 CFG = MobilityConfig()
 ALPHA = strictly_below(CFG.max_error_probability)
@@ -250,6 +252,14 @@ def test_a_baseline_frozen_before_the_exact_rule_is_refused(tmp_path: Path) -> N
                         "baseline_hi": [110.0]})
     write_parquet_atomic(pa.Table.from_pandas(old, preserve_index=False),
                          root.baseline_file("mobility"))
-    with pytest.raises(BaselineIncompatible, match="noise_cells") as info:
-        read_baseline(root)
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    try:
+        # unrecorded, it is refused as not written by the pipeline at all
+        with pytest.raises(DerivedStateTampered, match="no record of it"):
+            read_baseline(root, ledger)
+        ledger.record_derived("mobility", "baseline", sha256_file(root.baseline_file("mobility")))
+        with pytest.raises(BaselineIncompatible, match="noise_cells") as info:
+            read_baseline(root, ledger)
+    finally:
+        ledger.dispose()
     assert isinstance(info.value, Refusal)

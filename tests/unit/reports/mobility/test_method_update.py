@@ -18,6 +18,7 @@ from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import (
     BadRequest,
     BudgetExceeded,
+    DerivedStateTampered,
     LedgerError,
     MethodUpdateError,
     NoiseNotStored,
@@ -28,7 +29,7 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 from dp_ops.regions import write_regions
-from dp_ops.reports.mobility import noising, steps
+from dp_ops.reports.mobility import method_update_step, noising, steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.method_update import (
     GROUP_KEYS,
@@ -278,7 +279,7 @@ def test_update_spends_method_update_on_every_window_date_and_stores_factors(
         assert ledger.spent("mobility", day) <= cfg.cap
     assert not [s for s in ledger.spends("mobility", EFFECTIVE)]  # nothing after the window
 
-    stored = read_method_updates(root)
+    stored = read_method_updates(root, Ledger(url))
     assert stored is not None
     n_regions = len(demo_regions())
     assert len(stored) == n_regions * 7
@@ -314,15 +315,41 @@ def test_rerun_reuses_the_stored_factors_and_spends_nothing(
 
 
 def test_a_crash_before_the_store_reuses_the_reserved_spends(
-        noised_window: dict[str, object]) -> None:
+        noised_window: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
     root, cfg, url = _unpack(noised_window)
     ledger = Ledger(url)
-    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+
+    def die(*_args: object, **_kwargs: object) -> bool:  # fault injection: the process dies
+        raise SystemExit("killed after reserving, before the factors were recorded")
+
+    monkeypatch.setattr(method_update_step, "store_recorded", die)
+    with pytest.raises(SystemExit):
+        run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    monkeypatch.undo()
     before = ledger.spends()
-    root.method_update_file("mobility", "v2").unlink()  # as if the process died after reserving
+    assert any(s.kind == "method_update" for s in before)
+    assert not root.method_update_file("mobility", "v2").exists()
     run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
     assert ledger.spends() == before
     assert root.method_update_file("mobility", "v2").is_file()
+
+
+def test_a_deleted_or_edited_method_update_is_refused(noised_window: dict[str, object]) -> None:
+    """Finding 6 (derived state): a method update's stored factors are recorded in the
+    ledger; deleting or rewriting them is refused, never silently recomputed."""
+    root, cfg, url = _unpack(noised_window)
+    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    target = root.method_update_file("mobility", "v2")
+    table = pq.read_table(target).to_pandas()
+    table["factor"] = table["factor"] * 10
+    write_parquet_atomic(pa.Table.from_pandas(table, preserve_index=False), target)
+    with pytest.raises(DerivedStateTampered, match="edited or swapped"):
+        read_method_updates(root, Ledger(url))
+    with pytest.raises(DerivedStateTampered):
+        run_method_update(root, cfg, parks_update(), run_id="mu-2", ledger_url=url)
+    target.unlink()
+    with pytest.raises(DerivedStateTampered, match="is missing"):
+        read_method_updates(root, Ledger(url))
 
 
 def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, object]) -> None:
@@ -338,7 +365,7 @@ def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, objec
         run_method_update(root, tight, parks_update(), run_id="mu", ledger_url=url)
     assert ledger.spends() == before
     assert not root.method_update_file("mobility", "v2").exists()
-    assert read_method_updates(root) is None
+    assert read_method_updates(root, Ledger(url)) is None
 
 
 def test_a_window_that_is_not_noised_is_refused_before_any_spend(tmp_path: Path) -> None:

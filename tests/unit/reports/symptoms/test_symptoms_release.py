@@ -19,6 +19,7 @@ from dp_demo.geography import demo_regions
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import GateFailed, PublishRefused
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 from dp_ops.regions import write_regions
 from dp_ops.reports.symptoms import release
@@ -233,10 +234,10 @@ def test_publish_stores_factors_and_a_racing_stage_adopts_them(
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
     _stage(root, rows, regions, "run-b")  # days 1..14, proposes its own factors
     release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
-    stored_a = release.read_scaling(root)
+    stored_a = release.read_scaling(root, Ledger(url))
     assert len(stored_a) > 0
     release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
-    stored = release.read_scaling(root)
+    stored = release.read_scaling(root, Ledger(url))
     # run-a's factors are unchanged; run-b only added pairs run-a did not have
     merged = stored_a.merge(stored, on=["region_id", "resolution"], suffixes=("", "_b"))
     assert (merged["c"] == merged["c_b"]).all()
