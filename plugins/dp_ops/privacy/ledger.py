@@ -251,6 +251,9 @@ class Ledger:
                     metadata.create_all(conn, checkfirst=True)
                     install_guards(conn)
                 except sa.exc.ProgrammingError as exc:
+                    if not any(m in str(exc) for m in ("permission denied",
+                                                       "no schema has been selected")):
+                        raise
                     raise LedgerSchemaError(
                         f"the ledger at {safe_url(self.url)} has no schema and this role "
                         "may not create it: run `python -m dp_ops ledger init` once as the "

@@ -235,10 +235,11 @@ def _sqlite_triggers() -> Iterable[tuple[str, str]]:
                          "refused'); END")
 
 
+# (%% : the driver's placeholder syntax; PostgreSQL receives a single %)
 PG_FUNCTION = """
 CREATE OR REPLACE FUNCTION dp_ledger_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  RAISE EXCEPTION 'the ledger is append-only: % of % refused', TG_OP, TG_TABLE_NAME;
+  RAISE EXCEPTION 'the ledger is append-only: %% of %% refused', TG_OP, TG_TABLE_NAME;
 END $$
 """
 

@@ -16,13 +16,10 @@ only serialises by luck is unlikely to pass them all.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,35 +43,10 @@ from dp_ops.privacy.ledger import (
     set_wal_mode,
 )
 
-PG_ENV = "DP_TEST_POSTGRES_URL"
 REPORT = "mobility"
 DAY = date(2020, 3, 1)
 CAP = 1.0
 VERSION = "v1"
-
-
-# -- backends ------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/ledger.sqlite"
-        return
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(f"set {PG_ENV} to run the ledger tests on PostgreSQL")
-    schema = f"ledger_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = sa.make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
 
 
 @pytest.fixture

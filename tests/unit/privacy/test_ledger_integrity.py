@@ -1,0 +1,343 @@
+"""The ledger guards itself (issue 14, findings 4 and 5), on SQLite and on PostgreSQL:
+
+- the database refuses UPDATE and DELETE (SQLite triggers; on PostgreSQL a trigger, and
+  the pipeline's role has SELECT and INSERT only);
+- every single-row edit or deletion, of any table, chain included, fails verification,
+  naming the row; `python -m dp_ops ledger --verify` exits 1 then, 0 on an intact ledger;
+- ids are never reused;
+- the cap and epsilons are recorded at first use; a process configured otherwise is
+  refused, and changing them is an explicit, recorded command that can never leave a date
+  over its cap.
+
+No test here is statistical.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from conftest import PG_APP_ENV, in_schema
+from sqlalchemy.engine import Connection
+
+from dp_ops.errors import BadRequest, BudgetExceeded, LedgerSchemaError, PolicyMismatch
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest, _make_engine
+from dp_ops.privacy.ledger_schema import (
+    APPEND_ONLY,
+    CHAINED,
+    grant_pipeline_role,
+    verify_chain,
+)
+
+DAY = date(2020, 3, 1)
+CAP = 2.0
+TERMS = {"epsilon.places": 0.5, "method_update_fraction": 0.1}
+
+
+def slot(metric: str, *, day: date = DAY, region: str = ALL_REGIONS) -> Slot:
+    return Slot("mobility", day, 1, metric, region)
+
+
+def populate(led: Ledger) -> None:
+    """A little of everything the pipeline writes: noise, a re-noise, stored-noise
+    records, derived-state versions and a policy change."""
+    res = led.reserve([SpendRequest(slot("places"), 0.5), SpendRequest(slot("workplaces"), 0.25)],
+                      run_id="daily", kind="noise", cap=CAP, method_version="v1", terms=TERMS)
+    for s in res.spends:
+        led.record_stored(s.id, f"{s.id:064x}", 10)
+    (again,) = led.reserve([SpendRequest(slot("places", region="R1"), 0.5)], run_id="oncall",
+                           kind="renoise", cap=CAP, method_version="v1", reason="fix",
+                           terms=TERMS).spends
+    led.record_stored(again.id, "f" * 64, 1)
+    led.record_derived("mobility", "baseline", "a" * 64)
+    led.record_derived("symptoms", "scaling_factors", "b" * 64)
+    led.record_derived("symptoms", "scaling_factors", "c" * 64, replaces="b" * 64)
+    led.set_policy("mobility", cap=2.5, reason="room for a method update", run_id="cli")
+
+
+@pytest.fixture
+def used(ledger_url: str) -> Iterator[Ledger]:
+    led = Ledger(ledger_url)
+    populate(led)
+    yield led
+    led.dispose()
+
+
+def _drop_guard(conn: Connection, tbl: str) -> None:
+    """Inside a transaction that is rolled back: what an owner could do before tampering."""
+    if conn.dialect.name == "sqlite":
+        for op in ("update", "delete"):
+            conn.exec_driver_sql(f"DROP TRIGGER {tbl}_no_{op}")
+    else:
+        conn.exec_driver_sql(f"ALTER TABLE {tbl} DISABLE TRIGGER USER")
+
+
+def _key(tbl: str) -> str:
+    return "seq" if tbl == "ledger_chain" else CHAINED[tbl][1]
+
+
+def _changed(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value + 1000
+    if isinstance(value, float):
+        return value * 0.5
+    return str(value)[:-1] + ("x" if not str(value).endswith("x") else "y")
+
+
+def test_a_used_ledger_verifies(used: Ledger) -> None:
+    check = used.verify()
+    assert check.ok, check.problem
+    tables = sum(1 for _ in CHAINED)
+    assert check.entries >= tables  # every table has rows in it
+
+
+@pytest.mark.parametrize("tbl", APPEND_ONLY)
+def test_the_database_refuses_update_and_delete(used: Ledger, ledger_url: str, tbl: str) -> None:
+    """Finding 4: rows could be deleted and edited. Now the database aborts both, even
+    for the owner role (the guard is a trigger, not a convention of the code)."""
+    engine = _make_engine(ledger_url)
+    try:
+        key = _key(tbl)
+        for statement in (f"UPDATE {tbl} SET {key} = {key}", f"DELETE FROM {tbl}"):
+            with pytest.raises(sa.exc.DBAPIError, match="append-only"):
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+    assert used.verify().ok
+
+
+def test_every_single_row_edit_or_deletion_fails_verification(used: Ledger,
+                                                              ledger_url: str) -> None:
+    """Any one row of any table changed in any one column, or deleted: verification fails
+    and names a chain entry or row. Each tamper happens in a transaction (guards dropped
+    first, as an owner could) that is rolled back, so they are tried one at a time."""
+    engine = _make_engine(ledger_url)
+    tried = caught = 0
+    try:
+        with engine.connect() as conn:
+            rows = {tbl: [dict(r._mapping) for r in conn.exec_driver_sql(f"SELECT * FROM {tbl}")]
+                    for tbl in APPEND_ONLY}
+        for tbl, table_rows in rows.items():
+            key = _key(tbl)
+            for row in table_rows:
+                edits: list[tuple[str, dict[str, Any]]] = [
+                    (f"UPDATE {tbl} SET {col} = :v WHERE {key} = :k",
+                     {"v": _changed(value), "k": row[key]})
+                    for col, value in row.items()]
+                edits.append((f"DELETE FROM {tbl} WHERE {key} = :k", {"k": row[key]}))
+                for statement, params in edits:
+                    with engine.connect() as conn:
+                        trans = conn.begin()
+                        try:
+                            _drop_guard(conn, tbl)
+                            try:
+                                conn.execute(sa.text(statement), params)
+                            except sa.exc.IntegrityError as exc:
+                                assert "append-only" not in str(exc)
+                                continue  # the database itself refuses this edit (a key)
+                            tried += 1
+                            check = verify_chain(conn)
+                            assert not check.ok, f"{statement} {params} went unnoticed"
+                            assert check.problem
+                            caught += 1
+                        finally:
+                            trans.rollback()
+    finally:
+        engine.dispose()
+    assert tried == caught and tried > 60
+    assert used.verify().ok  # every tamper was rolled back
+
+
+def _verify_cli(ledger_url: str, root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DP_LEDGER_URL": ledger_url, "DP_DATA_ROOT": str(root)}
+    return subprocess.run([sys.executable, "-m", "dp_ops", "ledger", "--verify"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("tamper", ["edit", "delete"])
+def test_ledger_verify_cli_names_the_first_bad_row(used: Ledger, ledger_url: str,
+                                                   tmp_path: Path, tamper: str) -> None:
+    ok = _verify_cli(ledger_url, tmp_path / "data")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "OK" in ok.stdout and used.ledger_id in ok.stdout
+    spend = used.spends("mobility")[1]
+    engine = _make_engine(ledger_url)
+    try:
+        with engine.begin() as conn:  # committed, as a tamperer with the owner's rights
+            _drop_guard(conn, "budget_spend" if tamper == "edit" else "noise_store")
+            if tamper == "edit":
+                conn.execute(sa.text("UPDATE budget_spend SET epsilon = 0.0001 WHERE id = :i"),
+                             {"i": spend.id})
+            else:
+                conn.execute(sa.text("DELETE FROM noise_store WHERE spend_id = :i"),
+                             {"i": spend.id})
+    finally:
+        engine.dispose()
+    bad = _verify_cli(ledger_url, tmp_path / "data")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    where = f"budget_spend {spend.id}" if tamper == "edit" else f"noise_store {spend.id}"
+    assert where in bad.stdout
+    assert ("edited" if tamper == "edit" else "deleted") in bad.stdout
+
+
+def test_ids_are_never_reused(used: Ledger, ledger_url: str) -> None:
+    """Finding 4: SQLite reused the id of a deleted spend, so a new re-noise served the
+    deleted one's noise file. Ids now come from AUTOINCREMENT (SQLite) or a sequence."""
+    last = used.spends()[-1].id
+    engine = _make_engine(ledger_url)
+    try:
+        with engine.begin() as conn:
+            _drop_guard(conn, "budget_spend")
+            _drop_guard(conn, "noise_store")
+            conn.execute(sa.text("DELETE FROM noise_store WHERE spend_id = :i"), {"i": last})
+            conn.execute(sa.text("DELETE FROM budget_spend WHERE id = :i"), {"i": last})
+    finally:
+        engine.dispose()
+    res = used.reserve([SpendRequest(slot("places", region="R2"), 0.1)], run_id="oncall-2",
+                       kind="renoise", cap=2.5, method_version="v1", reason="again",
+                       terms=TERMS)
+    assert min(res.new_ids) > last
+    assert not used.verify().ok  # and the deletion itself is on record
+
+
+# -- the pipeline's role on PostgreSQL ---------------------------------------------------------
+
+
+@pytest.fixture
+def app_url(pg_schema: tuple[str, str]) -> str:
+    base = os.environ.get(PG_APP_ENV)
+    if not base:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"{PG_APP_ENV} is not set under CI: the role tests must run")
+        pytest.skip(f"set {PG_APP_ENV} (a second role) to run the role tests")
+    return in_schema(base, pg_schema[1])
+
+
+def test_the_pipeline_role_reads_and_appends_only(pg_schema: tuple[str, str],
+                                                 app_url: str) -> None:
+    """Finding 4: the ledger role could DELETE. Granted as docs/deploy.md says (SELECT and
+    INSERT), it can spend and record, and UPDATE, DELETE, TRUNCATE and DDL all fail."""
+    owner_url, _ = pg_schema
+    role = sa.make_url(app_url).username
+    assert role
+    # without the owner's `ledger init`, the pipeline role cannot create the schema
+    with pytest.raises(LedgerSchemaError, match="ledger init"):
+        Ledger(app_url)
+    owner = Ledger(owner_url)
+    with owner.engine.begin() as conn:
+        grant_pipeline_role(conn, role)
+    owner.dispose()
+    app = Ledger(app_url)
+    try:
+        populate(app)
+        assert app.verify().ok
+        engine = sa.create_engine(app_url)
+        try:
+            for statement in ("UPDATE budget_spend SET epsilon = 0.0001",
+                              "DELETE FROM budget_spend", "DELETE FROM ledger_chain",
+                              "TRUNCATE noise_store",
+                              "ALTER TABLE budget_spend DISABLE TRIGGER USER",
+                              "DROP TRIGGER budget_spend_append_only ON budget_spend"):
+                with pytest.raises(sa.exc.ProgrammingError,
+                                   match="permission denied|must be owner"):
+                    with engine.begin() as conn:
+                        conn.exec_driver_sql(statement)
+        finally:
+            engine.dispose()
+        assert app.verify().ok
+    finally:
+        app.dispose()
+
+
+# -- the recorded policy (finding 5) -------------------------------------------------------------
+
+
+def _noise(led: Ledger, metric: str, eps: float, *, cap: float = CAP,
+           terms: dict[str, float] | None = None, day: date = DAY) -> None:
+    led.reserve([SpendRequest(slot(metric, day=day), eps)], run_id="r", kind="noise", cap=cap,
+                method_version="v1", terms=TERMS if terms is None else terms)
+
+
+def test_the_first_spend_records_the_policy_and_a_different_one_is_refused(
+        ledger_url: str) -> None:
+    """Finding 5: `cap_override: 100` spent past the cap. Now the first spend records cap
+    and terms; another configured cap or epsilon is refused before anything is written,
+    and the message says what differs."""
+    led = Ledger(ledger_url)
+    try:
+        _noise(led, "places", 0.5)
+        policy = led.policy("mobility")
+        assert policy is not None and policy.cap == CAP and policy.terms == TERMS
+        before = led.spends()
+        with pytest.raises(PolicyMismatch, match=r"cap: recorded 2\.0, configured 100"):
+            _noise(led, "workplaces", 0.5, cap=100.0)
+        with pytest.raises(PolicyMismatch, match=r"epsilon\.places: recorded 0\.5, configured 5"):
+            _noise(led, "workplaces", 0.5, terms={**TERMS, "epsilon.places": 5.0})
+        assert led.spends() == before
+        # other reports have a policy of their own
+        led.reserve([SpendRequest(Slot("symptoms", DAY, 1, "a"), 0.5)], run_id="r",
+                    kind="noise", cap=9.0, method_version="v1")
+    finally:
+        led.dispose()
+
+
+def test_set_policy_is_explicit_recorded_and_never_leaves_a_date_over_the_cap(
+        ledger_url: str) -> None:
+    led = Ledger(ledger_url)
+    try:
+        _noise(led, "places", 1.5)
+        with pytest.raises(BadRequest, match="reason"):
+            led.set_policy("mobility", cap=3.0, reason=" ", run_id="cli")
+        with pytest.raises(BudgetExceeded, match=r"already spent 1\.5"):
+            led.set_policy("mobility", cap=1.0, reason="lower", run_id="cli")
+        with pytest.raises(BadRequest, match="not a term"):
+            led.set_policy("mobility", terms={"epsilon.nope": 1.0}, reason="x", run_id="cli")
+        led.set_policy("mobility", cap=3.0, reason="room for a re-noise", run_id="cli")
+        with pytest.raises(PolicyMismatch):  # the old configuration no longer matches
+            _noise(led, "workplaces", 0.5)
+        _noise(led, "workplaces", 1.5, cap=3.0)  # the new one does, and the cap is 3.0
+        with pytest.raises(BudgetExceeded):
+            _noise(led, "parks", 0.01, cap=3.0)
+        history = led.policies()
+        assert [p.cap for p in history] == [CAP, 3.0]
+        assert history[-1].reason == "room for a re-noise"
+        assert led.verify().ok
+    finally:
+        led.dispose()
+
+
+def test_set_cap_cli_records_with_a_reason(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    led = Ledger(url)
+    _noise(led, "places", 0.5)
+    led.dispose()
+    env = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(tmp_path / "data")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dp_ops", "ledger", *args], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    assert cli("set-cap", "mobility", "3").returncode == 2  # --reason is required
+    done = cli("set-cap", "mobility", "3", "--reason", "one more re-noise a day")
+    assert done.returncode == 0, done.stderr
+    assert "cap: recorded 2.0, now 3.0" in done.stdout
+    shown = cli("policy")
+    assert "cap=3.0" in shown.stdout and "one more re-noise a day" in shown.stdout
+    eps = cli("set-epsilon", "mobility", "epsilon.places", "0.25", "--reason", "less noise")
+    assert eps.returncode == 0, eps.stderr
+    led = Ledger(url)
+    try:
+        policy = led.policy("mobility")
+        assert policy is not None and policy.terms["epsilon.places"] == 0.25
+    finally:
+        led.dispose()
