@@ -17,7 +17,7 @@ from dp_demo.generator import default_symptoms
 from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
-from dp_ops.errors import GateFailed, PublishRefused
+from dp_ops.errors import DerivedStateTampered, GateFailed, PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
@@ -329,3 +329,30 @@ def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path:
         release.publish_staged(root, lowered, run_id="over-cap", ledger_url=url)
     assert not root.latest_release("symptoms").exists()
     assert not root.scaling_file("symptoms").exists()
+
+
+def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
+                                                      tmp_path: Path) -> None:
+    """Issue 14, finding 6: multiplying the stored scaling factors by 10 was published
+    silently. Each version of the file is recorded in the ledger before it replaces the
+    last; the next publish verifies it and refuses, naming the file, nothing published."""
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    rows = constructed_rows(regions, _days(14))
+    _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
+    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    first = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
+    path = root.scaling_file("symptoms")
+    scaling = pd.read_parquet(path)
+    scaling["c"] = scaling["c"] * 10
+    write_parquet_atomic(pa.Table.from_pandas(scaling, preserve_index=False), path)
+    _stage(root, rows, regions, "run-b")  # staging reads them, unverified, and records
+    with pytest.raises(DerivedStateTampered, match="scaling_factors.parquet has sha256"):
+        release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+    latest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
+    assert latest["release_id"] == first["release_id"]
+    path.unlink()
+    with pytest.raises(DerivedStateTampered, match="is missing"):
+        release.read_scaling(root, Ledger(url))

@@ -1,0 +1,161 @@
+"""The frozen baseline and the data root's ledger identity (issue 14, findings 3 and 6).
+
+One small data root: the baseline window's bounded cells (constructed, large counts) and a
+published-period day, noised through the real noise step and frozen through the real
+baseline step, with its ledger inside; built once and copied per test. Nothing here is
+statistical: the assertions are about refusals and what was (not) written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import date, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from dp_demo.geography import demo_regions
+
+from dp_ops.engine.files import write_parquet_atomic
+from dp_ops.errors import DerivedStateTampered, LedgerMismatch
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import write_regions
+from dp_ops.reports.mobility import noising
+from dp_ops.reports.mobility.baseline import build_baseline_once, read_baseline
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.report import report_day
+from dp_ops.steps.derived import store_recorded
+from dp_ops.steps.ledger_binding import IDENTITY_FILE
+
+CFG = MobilityConfig()
+PUBLIC_DAY = date(2020, 3, 2)
+
+
+def _bounded(root: DataRoot, regions: pd.DataFrame, day: date) -> None:
+    metrics = [m for cells in noising.GROUP_CELLS.values() for m in cells]
+    cells = regions[["level", "region_id"]].merge(pd.DataFrame({"metric": metrics}),
+                                                  how="cross")
+    cells["value"] = np.int64(20_000 + 100 * day.weekday())
+    cells["level"] = cells["level"].astype(np.int32)
+    write_parquet_atomic(pa.Table.from_pandas(cells, preserve_index=False),
+                         root.bounded_file("mobility", day))
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("derived") / "data"
+    root = DataRoot(base)
+    regions = demo_regions()
+    write_regions(regions, root.regions_csv)
+    url = f"sqlite:///{base / 'ledger.sqlite'}"
+    for day in [*CFG.baseline_dates, PUBLIC_DAY]:
+        _bounded(root, regions, day)
+        noising.noise_day(root, CFG, day, run_id="daily", ledger_url=url)
+    build_baseline_once(root, CFG, ledger_url=url)
+    return base
+
+
+@pytest.fixture
+def env(template: Path, tmp_path: Path) -> tuple[DataRoot, str]:
+    base = tmp_path / "data"
+    shutil.copytree(template, base)
+    return DataRoot(base), f"sqlite:///{base / 'ledger.sqlite'}"
+
+
+def _spends(url: str) -> int:
+    ledger = Ledger(url)
+    try:
+        return len(ledger.spends())
+    finally:
+        ledger.dispose()
+
+
+def test_the_frozen_baseline_is_recorded_and_verified(env: tuple[DataRoot, str]) -> None:
+    root, url = env
+    report_day(root, CFG, PUBLIC_DAY, ledger_url=url)
+    assert root.report_file("mobility", PUBLIC_DAY).is_file()
+    ledger = Ledger(url)
+    try:
+        assert ledger.derived_sha256("mobility", "baseline")
+        assert len(read_baseline(root, ledger)) > 0
+    finally:
+        ledger.dispose()
+
+
+def test_a_halved_baseline_is_refused(env: tuple[DataRoot, str]) -> None:
+    """Finding 6: halving the frozen baseline was published silently. Every read verifies
+    it against the sha256 recorded when it was frozen: the report step refuses."""
+    root, url = env
+    path = root.baseline_file("mobility")
+    baseline = pq.read_table(path).to_pandas()
+    baseline["baseline"] = baseline["baseline"] / 2
+    write_parquet_atomic(pa.Table.from_pandas(baseline, preserve_index=False), path)
+    with pytest.raises(DerivedStateTampered, match="baseline.parquet has sha256"):
+        report_day(root, CFG, PUBLIC_DAY, ledger_url=url)
+    assert not root.report_file("mobility", PUBLIC_DAY).exists()
+    # and it is not "repaired" by freezing again
+    with pytest.raises(DerivedStateTampered):
+        build_baseline_once(root, CFG, ledger_url=url)
+
+
+def test_a_deleted_baseline_is_never_rebuilt_silently(env: tuple[DataRoot, str]) -> None:
+    root, url = env
+    root.baseline_file("mobility").unlink()
+    with pytest.raises(DerivedStateTampered, match="is missing"):
+        build_baseline_once(root, CFG, ledger_url=url)
+    with pytest.raises(DerivedStateTampered, match="is missing"):
+        report_day(root, CFG, PUBLIC_DAY, ledger_url=url)
+
+
+def test_a_crash_between_record_and_move_is_finished_on_the_next_read(
+        env: tuple[DataRoot, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sha256 is recorded before the file becomes visible; a process killed between
+    the two leaves the pending file, which the next reader moves into place."""
+    root, url = env
+    ledger = Ledger(url)
+    try:
+        table = pa.table({"x": [1, 2, 3]})
+        target = root.root / "baseline" / "mobility" / "other.parquet"
+
+        def killed(*_a: object) -> None:  # fault injection: dies right after the record
+            raise SystemExit("killed")
+
+        monkeypatch.setattr("dp_ops.steps.derived.os.link", killed)
+        with pytest.raises(SystemExit):
+            store_recorded(ledger, "mobility", "other", table, target, frozen=True)
+        monkeypatch.undo()
+        # the pending file is gone with the dead process's cleanup in this simulation,
+        # so write it back as a real crash would have left it
+        pending = target.with_name(f".{target.name}.999{'.pending'}")
+        pq.write_table(table, pending)
+        assert not target.exists()
+        assert store_recorded(ledger, "mobility", "other", table, target, frozen=True) is False
+        assert target.is_file() and pq.read_table(target).equals(table)
+    finally:
+        ledger.dispose()
+
+
+def test_another_ledger_is_refused(env: tuple[DataRoot, str], tmp_path: Path) -> None:
+    """Finding 3: the same data root with a fresh DP_LEDGER_URL drew fresh noise. The data
+    root records its ledger's id at first use; another ledger is refused before anything
+    is read, drawn or spent."""
+    root, url = env
+    fresh = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
+    files = sorted(root.noise_dir("mobility", PUBLIC_DAY).glob("*.parquet"))
+    with pytest.raises(LedgerMismatch, match="was first used with ledger"):
+        noising.noise_day(root, CFG, PUBLIC_DAY, run_id="daily", ledger_url=fresh)
+    with pytest.raises(LedgerMismatch):
+        report_day(root, CFG, PUBLIC_DAY, ledger_url=fresh)
+    assert _spends(fresh) == 0
+    assert sorted(root.noise_dir("mobility", PUBLIC_DAY).glob("*.parquet")) == files
+    # deleting the identity record does not help: the data root holds stored noise
+    (root.root / IDENTITY_FILE).unlink()
+    with pytest.raises(LedgerMismatch, match="holds stored noise or releases"):
+        noising.noise_day(root, CFG, PUBLIC_DAY + timedelta(days=1), run_id="daily",
+                          ledger_url=fresh)
+    assert _spends(fresh) == 0
+    assert _spends(url) > 0
