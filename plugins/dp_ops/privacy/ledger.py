@@ -17,12 +17,18 @@ per user-day of a date is the plain sum of the epsilons of that date's spends fo
 report (basic composition, an upper bound: a region re-noise is charged to every
 user-day of the date, not only to the region's users).
 
-Atomicity: :meth:`Ledger.reserve` checks slots and the cap and inserts in one
-transaction that holds an exclusive lock for each date it touches: on SQLite the whole
-database (``BEGIN IMMEDIATE``), on PostgreSQL a row of ``budget_lock`` (``SELECT ... FOR
-UPDATE``). Two processes racing for one slot or for the last of the budget therefore
-serialise, and exactly one wins; the loser sees the winner's spend (and reuses it) or is
-refused by the cap.
+Atomicity: :meth:`Ledger.reserve` checks the report's recorded policy, the slots and the
+cap and inserts in one transaction that holds the ledger's write lock: on SQLite the whole
+database (``BEGIN IMMEDIATE``), on PostgreSQL a transaction-scoped advisory lock. Two
+processes racing for one slot or for the last of the budget therefore serialise, and
+exactly one wins; the loser sees the winner's spend (and reuses it) or is refused by the
+cap.
+
+Integrity (:mod:`dp_ops.privacy.ledger_schema`): every row of every table is an entry of a
+hash chain, and the database itself refuses UPDATE and DELETE; :meth:`Ledger.verify`
+recomputes the chain. Policy: the first spend of a report records its cap and terms
+(the epsilon of each metric group, the method-update fraction); a process configured
+otherwise is refused, and :meth:`Ledger.set_policy` is the only way to change them.
 """
 
 from __future__ import annotations
