@@ -356,3 +356,24 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
     path.unlink()
     with pytest.raises(DerivedStateTampered, match="is missing"):
         release.read_scaling(root, Ledger(url))
+
+
+def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
+        regions: pd.DataFrame, tmp_path: Path) -> None:
+    """Issue 14, finding 6: a publish that found a release covering later days kept it and
+    exited 0, having spent for values it never published. Now it rebuilds from the
+    current state under the publish lock and publishes that (which holds its values)."""
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    rows = constructed_rows(regions, _days(14))
+    _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-old")
+    _stage(root, rows, regions, "run-new")
+    release.publish_staged(root, CFG, run_id="run-new", ledger_url=url)
+    result = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
+    assert result.summary.startswith("published symptoms release")
+    manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
+    assert manifest["last_date"] == "2020-01-14"
+    # the rebuilt release is the same content as run-new's, so the same release id
+    assert manifest["release_id"] in result.summary
