@@ -222,15 +222,19 @@ def _stage(root: DataRoot, rows: pd.DataFrame, regions: pd.DataFrame, run_id: st
     release.stage_and_validate(root, CFG, run_id=run_id)
 
 
+def _publishable(regions: pd.DataFrame, tmp_path: Path) -> tuple[DataRoot, str, pd.DataFrame]:
+    """A data root with the reference files, its ledger URL and 14 days of report rows."""
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    return root, f"sqlite:///{tmp_path / 'ledger.sqlite'}", constructed_rows(regions, _days(14))
+
+
 def test_publish_stores_factors_and_a_racing_stage_adopts_them(
         regions: pd.DataFrame, tmp_path: Path) -> None:
     """Two runs staged before either published: the second to publish rebuilds with the
     factors the first stored, so the stored c is the one behind every published value."""
-    root = DataRoot(tmp_path / "data")
-    write_regions(regions, root.regions_csv)
-    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
-    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    rows = constructed_rows(regions, _days(14))
+    root, url, rows = _publishable(regions, tmp_path)
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
     _stage(root, rows, regions, "run-b")  # days 1..14, proposes its own factors
     release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
@@ -336,11 +340,7 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
     """Issue 14, finding 6: multiplying the stored scaling factors by 10 was published
     silently. Each version of the file is recorded in the ledger before it replaces the
     last; the next publish verifies it and refuses, naming the file, nothing published."""
-    root = DataRoot(tmp_path / "data")
-    write_regions(regions, root.regions_csv)
-    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
-    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    rows = constructed_rows(regions, _days(14))
+    root, url, rows = _publishable(regions, tmp_path)
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
     release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
     first = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
@@ -363,11 +363,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     """Issue 14, finding 6: a publish that found a release covering later days kept it and
     exited 0, having spent for values it never published. Now it rebuilds from the
     current state under the publish lock and publishes that (which holds its values)."""
-    root = DataRoot(tmp_path / "data")
-    write_regions(regions, root.regions_csv)
-    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
-    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    rows = constructed_rows(regions, _days(14))
+    root, url, rows = _publishable(regions, tmp_path)
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-old")
     _stage(root, rows, regions, "run-new")
     release.publish_staged(root, CFG, run_id="run-new", ledger_url=url)
