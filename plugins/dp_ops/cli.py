@@ -115,7 +115,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the hash chain, the append-only guards and the data root's identity
     record all check; else 1, naming the first problem."""
     from dp_ops.privacy.ledger import Ledger, safe_url
-    from dp_ops.steps.ledger_binding import IDENTITY_FILE, recorded_ledger_id
+    from dp_ops.steps.ledger_binding import IDENTITY_FILE, head_problem, recorded_ledger_id
 
     root = settings.data_root()
     url = settings.ledger(root)
@@ -123,6 +123,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     try:
         check = ledger.verify()
         recorded = recorded_ledger_id(root)
+        older = head_problem(root, ledger) if recorded == ledger.ledger_id else None
     finally:
         ledger.dispose()
     print(f"ledger {ledger.ledger_id} at {safe_url(url)}: {check.entries} chain entries, "
@@ -131,6 +132,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     if problem is None and recorded is not None and recorded != ledger.ledger_id:
         problem = (f"{root.root / IDENTITY_FILE} names ledger {recorded}, not this one: "
                    "DP_LEDGER_URL points at another ledger than the data root's")
+    problem = problem or older
     if problem is not None:
         print(f"FAILED: {problem}")
         return 1

@@ -5,9 +5,11 @@ The build machine has no Docker engine, so the stack is checked statically: the 
 file is parsed (PyYAML resolves its anchors and ``<<`` merges as Compose does) and its
 ``${VAR}`` references are interpolated here with ``.env.example``, using the Compose rules
 for the forms the file uses (``${VAR:-default}``, ``${VAR:?error}``, ``$$``). The
-airflow-init script is run with the image's entrypoint and ``chown`` stubbed out.
-``docker compose config`` runs too when the Compose plugin is installed (no engine
-needed); otherwise that one test is skipped and says why.
+airflow-init script is run with the image's entrypoint and ``chown`` stubbed out, the
+postgres service's command with the image's entrypoint stubbed, and the PostgreSQL init
+script with ``psql`` stubbed (what it sends is checked; docs/deploy.md says where it was
+run against a real server). ``docker compose config`` runs too when the Compose plugin is
+installed (no engine needed); otherwise that one test is skipped and says why.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ REQUIRED_SERVICES = ("postgres", "redis") + AIRFLOW_SERVICES
 EXTRA_ENV = {
     "airflow-worker": {"DUMB_INIT_SETSID"},           # Celery warm shutdown
     "airflow-init": {"_AIRFLOW_DB_MIGRATE",            # the entrypoint migrates the DB
-                     "_AIRFLOW_WWW_USER_USERNAME", "_AIRFLOW_WWW_USER_PASSWORD"},
+                     "_AIRFLOW_WWW_USER_USERNAME", "_AIRFLOW_WWW_USER_PASSWORD",
+                     "DP_LEDGER_OWNER_URL"},               # ledger init, as the owner
     "airflow-cli": {"CONNECTION_CHECK_MAX_COUNT"},
 }
 # Where the repository and the data root are mounted inside every Airflow container
@@ -51,15 +54,35 @@ CONFIG, DATA = "/opt/airflow/dp_config", "/opt/airflow/data"
 # Airflow's plugins folder, which stays empty.
 AIRFLOW_PLUGINS = "/opt/airflow/plugins"
 # .env variables that are secrets, and the container variable airflow-init checks for each.
-SECRETS = {
+INIT_SECRETS = {
     "AIRFLOW_JWT_SECRET": "AIRFLOW__API_AUTH__JWT_SECRET",
     "AIRFLOW_API_SECRET_KEY": "AIRFLOW__API__SECRET_KEY",
     "AIRFLOW_FERNET_KEY": "AIRFLOW__CORE__FERNET_KEY",
     "POSTGRES_PASSWORD": "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
     "DP_LEDGER_DB_PASSWORD": "DP_LEDGER_URL",
+    "DP_LEDGER_OWNER_DB_PASSWORD": "DP_LEDGER_OWNER_URL",
     "AIRFLOW_ADMIN_PASSWORD": "_AIRFLOW_WWW_USER_PASSWORD",
 }
+# The passwords the postgres service reads, and its container variable for each (its
+# command refuses their placeholders before the image's entrypoint runs). The superuser's
+# is in no Airflow container, so airflow-init cannot check it.
+POSTGRES_SECRETS = {
+    "POSTGRES_SUPERUSER_PASSWORD": "POSTGRES_PASSWORD",   # the image's superuser
+    "POSTGRES_PASSWORD": "AIRFLOW_DB_PASSWORD",           # the airflow role
+    "DP_LEDGER_OWNER_DB_PASSWORD": "DP_LEDGER_OWNER_DB_PASSWORD",
+    "DP_LEDGER_DB_PASSWORD": "DP_LEDGER_DB_PASSWORD",
+}
+SECRETS = set(INIT_SECRETS) | set(POSTGRES_SECRETS)
 PLACEHOLDER = "change-me"
+# The PostgreSQL roles (docs/deploy.md, "The database roles"): the image's superuser, used
+# only by the postgres service; Airflow's metadata role; the ledger's owner, used only by
+# airflow-init's `ledger init`; the pipeline's role, SELECT and INSERT on the ledger only.
+SUPERUSER, METADATA_ROLE, LEDGER_OWNER, PIPELINE_ROLE = (
+    "postgres", "airflow", "dp_ledger_owner", "dp_ledger")
+INIT_SCRIPT_DIR = "/docker-entrypoint-initdb.d/"
+# What each role created by the init script may be: a login, nothing else.
+ROLE_ATTRIBUTES = {"LOGIN", "NOSUPERUSER", "NOCREATEDB", "NOCREATEROLE", "NOREPLICATION",
+                   "NOBYPASSRLS"}
 
 # One Compose interpolation token: an escaped $, a ${NAME[:-|:?]arg}, or any other $ use
 # (bare $NAME, ${NAME:+x}, ...), which the file must not contain so that this test's
@@ -192,11 +215,16 @@ def test_common_environment(compose: dict[str, Any], services: dict[str, Any],
 
     meta = make_url(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     assert meta.get_backend_name() == "postgresql" and meta.host == "postgres"
+    assert (meta.username, meta.database) == (METADATA_ROLE, "airflow")
     assert meta.password == example_env["POSTGRES_PASSWORD"]
-    assert services["postgres"]["environment"]["POSTGRES_DB"] == meta.database
-    assert services["postgres"]["environment"]["POSTGRES_USER"] == meta.username
+    # Not the image's superuser: the init script creates this role and its database
+    # (test_init_script_creates_the_roles_and_databases).
+    postgres = services["postgres"]["environment"]
+    assert postgres["POSTGRES_USER"] != meta.username
+    assert postgres["AIRFLOW_DB_PASSWORD"] == meta.password
     result = urlsplit(env["AIRFLOW__CELERY__RESULT_BACKEND"])
     assert result.scheme == "db+postgresql" and result.hostname == "postgres"
+    assert (result.username, result.path) == (meta.username, f"/{meta.database}")
     broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
     assert broker.scheme == "redis" and broker.hostname == "redis"
 
@@ -318,6 +346,11 @@ def test_start_order(services: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------- ledger ----
+def _init_scripts(postgres: Mapping[str, Any]) -> list[tuple[Path, str]]:
+    return [(REPO / src, target) for target, (src, _) in volume_map(postgres).items()
+            if target.startswith(INIT_SCRIPT_DIR)]
+
+
 def test_ledger_is_postgres_apart_from_the_metadata(compose: dict[str, Any],
                                                     services: dict[str, Any],
                                                     example_env: dict[str, str]) -> None:
@@ -327,23 +360,243 @@ def test_ledger_is_postgres_apart_from_the_metadata(compose: dict[str, Any],
     assert ledger.drivername == "postgresql+psycopg"  # psycopg 3, pinned in requirements
     assert "psycopg[binary]==" in (REPO / "requirements.txt").read_text()
     assert ledger.host == "postgres" and ledger.database != meta.database
+    assert (ledger.username, ledger.database) == (PIPELINE_ROLE, "dp_ledger")
     assert ledger.username != meta.username
     assert ledger.password == example_env["DP_LEDGER_DB_PASSWORD"]
 
-    # The postgres service creates that role and database on first start.
+    # The postgres service creates the roles and databases on first start, with one script.
     postgres = services["postgres"]
     assert postgres["environment"]["DP_LEDGER_DB_PASSWORD"] == ledger.password
-    scripts = [(REPO / src, target) for target, (src, _) in volume_map(postgres).items()
-               if target.startswith("/docker-entrypoint-initdb.d/")]
-    assert len(scripts) == 1, "one init script creates the ledger database"
+    scripts = _init_scripts(postgres)
+    assert len(scripts) == 1, "one init script creates the roles and databases"
     script, target = scripts[0]
     assert script.is_file() and target.endswith(".sh")
+    assert PurePosixPath(target).name == script.name
     assert script.stat().st_mode & stat.S_IXUSR, f"{script} must be executable"
-    text = script.read_text()
-    assert f"CREATE ROLE {ledger.username} LOGIN PASSWORD %L" in text
-    assert f"CREATE DATABASE {ledger.database} OWNER {ledger.username}" in text
     if shutil.which("bash"):
         subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_postgres_superuser_is_not_airflows(raw: dict[str, Any], services: dict[str, Any],
+                                            example_env: dict[str, str]) -> None:
+    """The image's superuser (POSTGRES_USER) is `postgres`, with its own password, and no
+    Airflow container has either: `airflow` is an ordinary role (the issue: as the
+    superuser it could UPDATE budget_spend)."""
+    env = services["postgres"]["environment"]
+    assert env["POSTGRES_USER"] == SUPERUSER != METADATA_ROLE
+    assert env.get("POSTGRES_DB", SUPERUSER) == SUPERUSER  # the default database
+    assert env["POSTGRES_PASSWORD"] == example_env["POSTGRES_SUPERUSER_PASSWORD"]
+    assert raw["services"]["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_SUPERUSER_PASSWORD:?")
+    # distinct values, so that a leak shows: no Airflow container has the superuser's
+    # password, and none of their URLs names the superuser
+    values = good_env()
+    compose = interpolate(raw, values)
+    for name in airflow_image_services(raw):
+        container = compose["services"][name]["environment"]
+        for key, value in container.items():
+            assert values["POSTGRES_SUPERUSER_PASSWORD"] not in str(value), f"{name}: {key}"
+            if "://" in str(value) and str(value).split("://")[0].startswith(
+                    ("postgresql", "db+postgresql")):
+                user = urlsplit(str(value)).username
+                assert user in (METADATA_ROLE, PIPELINE_ROLE, LEDGER_OWNER), f"{name}: {key}"
+                assert user != SUPERUSER, f"{name}: {key} connects as the superuser"
+    # The health check asks over TCP (the image runs the init scripts on a socket-only
+    # server, so the socket would say "ready" before the roles exist), as the superuser.
+    test = services["postgres"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "pg_isready"], test
+    assert test[test.index("-U") + 1] == SUPERUSER
+    assert test[test.index("-h") + 1] == "127.0.0.1"
+
+
+def run_postgres_command(tmp_path: Path, env_values: Mapping[str, str]) -> tuple[
+        subprocess.CompletedProcess[str], list[str]]:
+    """Run the postgres service's command as Compose would, with the image's
+    docker-entrypoint.sh stubbed: returns the process and the entrypoint's calls."""
+    if not shutil.which("bash"):
+        pytest.skip("bash is not installed")
+    raw = yaml.safe_load(COMPOSE_FILE.read_text())
+    svc = interpolate(raw["services"]["postgres"], env_values)
+    assert svc["entrypoint"] == "/bin/bash" and svc["command"][0] == "-c"
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "entrypoint.calls"
+    entrypoint = stubs / "docker-entrypoint.sh"
+    entrypoint.write_text(
+        f'#!/bin/sh\necho "${{POSTGRES_USER}}|${{POSTGRES_PASSWORD}}|$*" >> "{calls}"\n')
+    entrypoint.chmod(0o755)
+    env = {k: str(v) for k, v in svc["environment"].items()}
+    env.update(PATH=f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}", HOME=str(tmp_path))
+    proc = subprocess.run(["bash", "-c", svc["command"][1]], env=env, capture_output=True,
+                          text=True, timeout=60)
+    return proc, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize("secret", sorted(POSTGRES_SECRETS))
+def test_postgres_refuses_a_placeholder(tmp_path: Path, secret: str) -> None:
+    values = good_env()
+    values[secret] = read_env_file(ENV_EXAMPLE)[secret]
+    proc, calls = run_postgres_command(tmp_path, values)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert POSTGRES_SECRETS[secret] in proc.stderr and PLACEHOLDER in proc.stderr
+    assert calls == [], "the image's entrypoint (initdb, init scripts) may not run"
+
+
+def test_postgres_runs_the_image_entrypoint(tmp_path: Path) -> None:
+    values = good_env()
+    proc, calls = run_postgres_command(tmp_path, values)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls == [f"{SUPERUSER}|{values['POSTGRES_SUPERUSER_PASSWORD']}|postgres"]
+
+
+def run_roles_script(tmp_path: Path, env_values: Mapping[str, str]) -> tuple[
+        subprocess.CompletedProcess[str], list[str], str]:
+    """Run the postgres init script as the image does (its environment from the compose
+    file, interpolated with ``env_values``), with ``psql`` stubbed: returns the process,
+    psql's arguments and the SQL it was sent (``[]`` and ``""`` if not called)."""
+    if not shutil.which("bash"):
+        pytest.skip("bash is not installed")
+    raw = yaml.safe_load(COMPOSE_FILE.read_text())
+    postgres = interpolate(raw["services"]["postgres"], env_values)
+    (script, _), = _init_scripts(postgres)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    args, sql = tmp_path / "psql.args", tmp_path / "psql.sql"
+    (stubs / "psql").write_text(
+        f'#!/bin/sh\nprintf \'%s\\n\' "$@" > "{args}"\ncat > "{sql}"\n')
+    (stubs / "psql").chmod(0o755)
+    env = {k: str(v) for k, v in postgres["environment"].items()}
+    env.update(PATH=f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}", HOME=str(tmp_path))
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    return (proc, args.read_text().splitlines() if args.exists() else [],
+            sql.read_text() if sql.exists() else "")
+
+
+def _psql_variables(args: list[str]) -> dict[str, str]:
+    """The ``--set name=value`` pairs of a psql command line."""
+    return dict(args[i + 1].split("=", 1) for i, a in enumerate(args)
+                if a in ("--set", "-v") and "=" in args[i + 1])
+
+
+def test_init_script_creates_the_roles_and_databases(compose: dict[str, Any],
+                                                     services: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """Three login roles with nothing else, two databases each with its owner, PUBLIC
+    locked out of both, Airflow's role out of the ledger's; passwords only as psql
+    variables (format %L), never in the SQL text."""
+    values = good_env()
+    # passwords that would break out of a naively quoted SQL string
+    values.update(POSTGRES_PASSWORD="air'flow;--", DP_LEDGER_OWNER_DB_PASSWORD="own'er",
+                  DP_LEDGER_DB_PASSWORD="led$ger'")
+    proc, args, sql = run_roles_script(tmp_path, values)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert args[args.index("--username") + 1] == SUPERUSER
+    assert "ON_ERROR_STOP=1" in args
+    variables = _psql_variables(args)
+    for secret in ("POSTGRES_PASSWORD", "DP_LEDGER_OWNER_DB_PASSWORD", "DP_LEDGER_DB_PASSWORD"):
+        assert values[secret] in variables.values(), f"{secret} not passed to psql"
+        assert values[secret] not in sql, f"{secret} spliced into the SQL"
+
+    # adjacent string literals, as PostgreSQL joins them
+    text = re.sub(r"'\s*\n\s*'", "", sql)
+    # every role gets LOGIN and explicitly none of the other attributes
+    role = re.search(r"format\('%s ROLE %I WITH ([A-Z ]+) PASSWORD %L'", text)
+    assert role, "the roles are not created with format('%s ROLE %I WITH ... PASSWORD %L')"
+    assert set(role.group(1).split()) == ROLE_ATTRIBUTES
+    assert re.search(r"WHEN EXISTS \(SELECT FROM pg_roles WHERE rolname = r\.name\)\s+"
+                     r"THEN 'ALTER' ELSE 'CREATE' END", text), "not idempotent"
+    rows = dict(re.findall(r"\('([a-z_]+)', :'([a-z_]+)'\)", text))
+    assert set(rows) == {METADATA_ROLE, LEDGER_OWNER, PIPELINE_ROLE}
+    assert variables[rows[METADATA_ROLE]] == values["POSTGRES_PASSWORD"]
+    assert variables[rows[LEDGER_OWNER]] == values["DP_LEDGER_OWNER_DB_PASSWORD"]
+    assert variables[rows[PIPELINE_ROLE]] == values["DP_LEDGER_DB_PASSWORD"]
+    # No role gets a privilege attribute anywhere else in the script (comments and the
+    # error message aside).
+    code = re.sub(r"--[^\n]*|RAISE EXCEPTION[^;]*;", "", text)
+    granted = re.findall(r"(?<![A-Z])(SUPERUSER|CREATEDB|CREATEROLE|REPLICATION|BYPASSRLS)\b",
+                         code)
+    assert granted == [], f"a role is given {granted}"
+    # A cluster whose bootstrap superuser is airflow (the old volume) is refused.
+    assert re.search(r"rolname = 'airflow' AND oid = 10", text)
+
+    # The databases the compose URLs name, each owned by its role.
+    env = compose["x-airflow-common"]["environment"]
+    meta = make_url(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    ledger = make_url(env["DP_LEDGER_URL"])
+    owner = make_url(services["airflow-init"]["environment"]["DP_LEDGER_OWNER_URL"])
+    assert owner.username == LEDGER_OWNER and owner.database == ledger.database
+    for database, db_owner in ((meta.database, meta.username),
+                               (ledger.database, owner.username)):
+        assert f"CREATE DATABASE {database} OWNER {db_owner}" in text
+        assert f"ALTER DATABASE {database} OWNER TO {db_owner};" in text
+        assert f"REVOKE ALL ON DATABASE {database} FROM PUBLIC;" in text
+    assert f"GRANT CONNECT ON DATABASE {meta.database} TO {meta.username};" in text
+    assert (f"GRANT CONNECT ON DATABASE {ledger.database} TO {ledger.username}, "
+            f"{owner.username};") in text
+    assert f"REVOKE ALL ON DATABASE {ledger.database} FROM {meta.username};" in text
+    # Airflow's role is never granted anything on the ledger's database.
+    grants = re.findall(r"GRANT [A-Z, ]+ ON DATABASE (\w+) TO ([\w, ]+);", text)
+    assert all(meta.username not in to for db, to in grants if db == ledger.database)
+    assert {db for db, _ in grants} == {meta.database, ledger.database}
+    # In the ledger's database, only its owner may create objects in schema public.
+    after = text.split(f"\\connect {ledger.database}\n", 1)
+    assert len(after) == 2, "the script does not connect to the ledger's database"
+    assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC;" in after[1]
+    assert "ALTER SCHEMA public OWNER TO dp_ledger_owner" in after[1]
+
+
+@pytest.mark.parametrize("missing", ["AIRFLOW_DB_PASSWORD", "DP_LEDGER_OWNER_DB_PASSWORD",
+                                     "DP_LEDGER_DB_PASSWORD"])
+def test_init_script_needs_every_password(tmp_path: Path, missing: str) -> None:
+    if not shutil.which("bash"):
+        pytest.skip("bash is not installed")
+    raw = yaml.safe_load(COMPOSE_FILE.read_text())
+    postgres = interpolate(raw["services"]["postgres"], good_env())
+    (script, _), = _init_scripts(postgres)
+    env = {k: str(v) for k, v in postgres["environment"].items() if k != missing}
+    env.update(PATH=os.environ.get("PATH", ""), HOME=str(tmp_path))
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and missing in proc.stderr
+
+
+def test_only_airflow_init_has_the_ledger_owner(raw: dict[str, Any],
+                                                compose: dict[str, Any],
+                                                example_env: dict[str, str]) -> None:
+    """The owner's URL (it could drop the ledger's triggers) is in airflow-init alone, and
+    its password in no other service but postgres (which creates the role)."""
+    assert "DP_LEDGER_OWNER_URL" not in raw["x-airflow-common"]["environment"]
+    for name, svc in raw["services"].items():
+        has_url = "DP_LEDGER_OWNER_URL" in svc.get("environment", {})
+        assert has_url == (name == "airflow-init"), name
+        mentions = any("DP_LEDGER_OWNER_DB_PASSWORD" in s for s in strings(svc))
+        assert mentions == (name in ("airflow-init", "postgres")), name
+    env = compose["services"]["airflow-init"]["environment"]
+    owner, ledger = make_url(env["DP_LEDGER_OWNER_URL"]), make_url(env["DP_LEDGER_URL"])
+    assert owner.drivername == ledger.drivername == "postgresql+psycopg"
+    assert (owner.host, owner.port, owner.database) == (ledger.host, ledger.port,
+                                                        ledger.database)
+    assert owner.username == LEDGER_OWNER != ledger.username
+    assert owner.password == example_env["DP_LEDGER_OWNER_DB_PASSWORD"] != ledger.password
+
+
+def test_init_initialises_and_verifies_the_ledger(compose: dict[str, Any]) -> None:
+    """airflow-init creates the schema as the owner, granting exactly DP_LEDGER_URL's role,
+    then verifies as the pipeline's role; `set -e` makes either failure stop the stack."""
+    script = compose["services"]["airflow-init"]["command"][1]
+    assert script.lstrip().startswith("set -euo pipefail")
+    ledger = make_url(compose["x-airflow-common"]["environment"]["DP_LEDGER_URL"])
+    lines = [ln.strip() for ln in script.splitlines()]
+    init = [ln for ln in lines if "dp_ops ledger init" in ln]
+    verify = [ln for ln in lines if "dp_ops ledger --verify" in ln]
+    assert init == [f"_AIRFLOW_DB_MIGRATE= /entrypoint python -m dp_ops ledger init "
+                    f"--grant {ledger.username}"]
+    assert verify == ["env -u DP_LEDGER_OWNER_URL _AIRFLOW_DB_MIGRATE= /entrypoint python -m "
+                      "dp_ops ledger --verify"]
+    assert lines.index(init[0]) < lines.index(verify[0])
+    assert not [ln for ln in lines if re.search(r"dp_ops ledger\s*$", ln)], \
+        "the ledger is no longer opened as the pipeline's role to create it"
 
 
 # ----------------------------------------------------------------------- Dockerfile ----
@@ -497,11 +750,13 @@ def test_env_file_is_git_ignored() -> None:
 
 
 # ---------------------------------------------------------------------- airflow-init ----
-def run_init(tmp_path: Path, env_values: Mapping[str, str]) -> tuple[
-        subprocess.CompletedProcess[str], Path, list[str]]:
+def run_init(tmp_path: Path, env_values: Mapping[str, str], fail_on: str | None = None
+             ) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
     """Run airflow-init's script as Compose would (interpolated with ``env_values``), with
     /opt/airflow moved under ``tmp_path`` and the image's /entrypoint and chown stubbed:
-    returns the process, the relocated /opt/airflow and the entrypoint calls."""
+    returns the process, the relocated /opt/airflow and the entrypoint calls, each as
+    ``<_AIRFLOW_DB_MIGRATE>|<DP_LEDGER_OWNER_URL's user>|<arguments>``. The stub exits 1
+    for arguments that contain ``fail_on``."""
     if not shutil.which("bash"):
         pytest.skip("bash is not installed")
     raw = yaml.safe_load(COMPOSE_FILE.read_text())
@@ -511,8 +766,11 @@ def run_init(tmp_path: Path, env_values: Mapping[str, str]) -> tuple[
     stubs = tmp_path / "bin"
     stubs.mkdir()
     calls = tmp_path / "entrypoint.calls"
+    owner_user = ('$(echo "${DP_LEDGER_OWNER_URL:-}" | sed -n '
+                  "'s|^[^:]*://\\([^:@]*\\).*|\\1|p')")
+    fail = f'case "$*" in *"{fail_on}"*) exit 1 ;; esac\n' if fail_on else ""
     (stubs / "entrypoint").write_text(
-        f'#!/bin/sh\necho "${{_AIRFLOW_DB_MIGRATE:-}}|$*" >> "{calls}"\n')
+        f'#!/bin/sh\necho "${{_AIRFLOW_DB_MIGRATE:-}}|{owner_user}|$*" >> "{calls}"\n{fail}')
     (stubs / "chown").write_text("#!/bin/sh\nexit 0\n")
     for stub in ("entrypoint", "chown"):
         (stubs / stub).chmod(0o755)
@@ -529,13 +787,13 @@ def run_init(tmp_path: Path, env_values: Mapping[str, str]) -> tuple[
     return proc, opt, calls.read_text().splitlines() if calls.exists() else []
 
 
-@pytest.mark.parametrize("secret", sorted(SECRETS))
+@pytest.mark.parametrize("secret", sorted(INIT_SECRETS))
 def test_init_refuses_a_placeholder(tmp_path: Path, secret: str) -> None:
     values = good_env()
     values[secret] = read_env_file(ENV_EXAMPLE)[secret]
     proc, opt, calls = run_init(tmp_path, values)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert SECRETS[secret] in proc.stderr and PLACEHOLDER in proc.stderr
+    assert INIT_SECRETS[secret] in proc.stderr and PLACEHOLDER in proc.stderr
     assert calls == [] and not opt.exists(), "nothing may run before the check"
 
 
@@ -553,9 +811,22 @@ def test_init_writes_the_password_file_and_migrates(tmp_path: Path) -> None:
     user = env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(":")[0]
     assert json.loads(passwords.read_text()) == {user: values["AIRFLOW_ADMIN_PASSWORD"]}
     assert passwords.stat().st_mode & 0o077 == 0, "password file readable by others"
-    assert calls == ["true|airflow version",  # waits for the DB and migrates
-                     "|airflow db check-migrations --migration-wait-timeout 0",
-                     "|python -m dp_ops ledger"]
+    assert calls == ["true|dp_ledger_owner|airflow version",  # waits for the DB, migrates
+                     "|dp_ledger_owner|airflow db check-migrations --migration-wait-timeout 0",
+                     # the schema, as the ledger's owner, granting the pipeline's role
+                     "|dp_ledger_owner|python -m dp_ops ledger init --grant dp_ledger",
+                     # verification, as the pipeline's role only
+                     "||python -m dp_ops ledger --verify"]
+
+
+@pytest.mark.parametrize("step", ["ledger init", "ledger --verify"])
+def test_init_fails_when_the_ledger_does(tmp_path: Path, step: str) -> None:
+    """`ledger init` exits 1 when a trigger is missing, `ledger --verify` when the chain,
+    a trigger or the data root's identity record fails: the stack must not start."""
+    proc, _, calls = run_init(tmp_path, good_env(), fail_on=step)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert calls[-1].endswith(f"python -m dp_ops {step}" + (" --grant dp_ledger"
+                                                          if step == "ledger init" else ""))
 
 
 # ------------------------------------------------------------------ docker compose ----

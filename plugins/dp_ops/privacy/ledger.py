@@ -39,7 +39,7 @@ import random
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -57,12 +57,14 @@ from dp_ops.errors import (
     PolicyMismatch,
 )
 from dp_ops.privacy.ledger_schema import (
+    GENESIS,
     SCHEMA_VERSION,
     ChainCheck,
     append,
     budget_spend,
     derived_state,
     install_guards,
+    ledger_chain,
     ledger_meta,
     metadata,
     missing_guards,
@@ -229,6 +231,9 @@ class Ledger:
         self.url = url
         self.engine = _make_engine(url)
         self.read_engine = _make_read_engine(url)
+        # called after every committed write (the data root's high-water mark of the chain;
+        # dp_ops.steps.ledger_binding)
+        self.after_write: Callable[[], None] | None = None
         try:
             self.ledger_id = self._existing_id() or self._open_schema()
         except Exception:
@@ -330,17 +335,36 @@ class Ledger:
                     derived_state.c.report == report, derived_state.c.name == name)
                 .order_by(derived_state.c.id))]
 
-    def verify(self) -> ChainCheck:
-        """Recompute the hash chain and check the append-only guards are in place."""
+    def head(self) -> tuple[int, str]:
+        """(seq, chain_sha256) of the last chain entry."""
         with self.read_engine.connect() as conn:
-            check = verify_chain(conn)
-            if check.ok:
-                gone = missing_guards(conn)
-                if gone:
-                    return ChainCheck(check.entries, check.head,
-                                      f"append-only trigger(s) missing or disabled: "
-                                      f"{', '.join(gone)}")
-        return check
+            row = conn.execute(sa.select(ledger_chain.c.seq, ledger_chain.c.chain_sha256)
+                               .order_by(ledger_chain.c.seq.desc()).limit(1)).first()
+        return (0, GENESIS) if row is None else (int(row.seq), str(row.chain_sha256))
+
+    def chain_sha256(self, seq: int) -> str | None:
+        """The chain hash of entry ``seq``, or None if the chain is shorter."""
+        with self.read_engine.connect() as conn:
+            return conn.execute(sa.select(ledger_chain.c.chain_sha256).where(
+                ledger_chain.c.seq == seq)).scalar_one_or_none()
+
+    def _written(self) -> None:
+        if self.after_write is not None:
+            self.after_write()
+
+    def verify(self) -> ChainCheck:
+        """Recompute the hash chain and check the append-only guards are in place.
+
+        One snapshot for the chain and every table, or a write landing between two reads
+        would look like a deleted row: on SQLite the write lock (BEGIN IMMEDIATE; a verify
+        takes well under a second), on PostgreSQL a REPEATABLE READ transaction."""
+        if self.engine.dialect.name == "sqlite":
+            with self.engine.begin() as conn:
+                return _verify(conn)
+        with self.read_engine.connect() as conn:
+            snapshot = conn.execution_options(isolation_level="REPEATABLE READ")
+            with snapshot.begin():
+                return _verify(snapshot)
 
     # -- writing ------------------------------------------------------------------
     def record_stored(self, spend_id: int, sha256: str, cells: int) -> None:
@@ -354,7 +378,9 @@ class Ledger:
             if found is None:
                 append(conn, "noise_store", {"spend_id": spend_id, "sha256": sha256,
                                              "cells": int(cells), "created_at": _now()})
-                return
+        if found is None:
+            self._written()
+            return
         if found.sha256 != sha256 or found.cells != cells:
             raise NoiseRecordConflict(
                 f"ledger spend {spend_id}: its stored noise was recorded with sha256 "
@@ -379,6 +405,7 @@ class Ledger:
                     f"{replaces}; a derived file is never replaced behind the ledger's back")
             append(conn, "derived_state", {"report": report, "name": name, "sha256": sha256,
                                            "replaces": replaces or "", "created_at": _now()})
+        self._written()
 
     def set_policy(self, report: str, *, reason: str, run_id: str, cap: float | None = None,
                    terms: Mapping[str, float] | None = None) -> Policy:
@@ -414,6 +441,7 @@ class Ledger:
             self._insert_policy(conn, report, new_cap, new_terms, run_id, reason)
             found = _policy(conn, report)
         assert found is not None
+        self._written()
         return found
 
     def reserve(
@@ -512,6 +540,7 @@ class Ledger:
                     row["metric"], row["region_scope"]), generation=row["generation"],
                     epsilon=row["epsilon"], kind=kind, method_version=method_version,
                     run_id=run_id, reason=reason, created_at=now))
+        self._written()  # also a first-use policy row, when no spend was new
         return Reservation(tuple(sorted(chosen, key=lambda s: s.id)), frozenset(new_ids))
 
     # -- internals ----------------------------------------------------------------
@@ -576,6 +605,16 @@ class Ledger:
                     f"per-user-day cap {cap:.4f} for report {row['report']!r}; no noise "
                     "was drawn")
             pending[key] = spent + row["epsilon"]
+
+
+def _verify(conn: Connection) -> ChainCheck:
+    check = verify_chain(conn)
+    if check.ok:
+        gone = missing_guards(conn)
+        if gone:
+            return ChainCheck(check.entries, check.head, "append-only trigger(s) missing or "
+                              f"disabled: {', '.join(gone)}")
+    return check
 
 
 def _to_policy(row: Any) -> Policy:

@@ -5,10 +5,18 @@ A ledger has an identity (a random id written in its first row). The first proce
 opens a ledger for a data root records that id in ``<data root>/ledger_identity.json``;
 every later one compares, so the same data root with another ``DP_LEDGER_URL`` (a fresh
 ledger, a restored copy of another one) is refused before anything is read or spent.
+
+An older copy of the *same* ledger (a restored backup) has the same id and an intact, only
+shorter, chain. So the data root also keeps a high-water mark, ``ledger_head.json``: the
+last chain entry (seq and hash) it has seen, raised after every write. A ledger whose chain
+does not hold that entry is older than the data root (or forked from it) and is refused:
+it would not know spends whose noise the data root holds, and would hand out their ids
+again.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -20,6 +28,7 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, safe_url
 
 IDENTITY_FILE = "ledger_identity.json"
+HEAD_FILE = "ledger_head.json"
 
 
 def holds_state(root: DataRoot) -> bool:
@@ -97,12 +106,66 @@ def require_verified_ledger(ledger: Ledger) -> None:
             "published from it; see OPERATIONS.md, The ledger fails verification")
 
 
+def recorded_head(root: DataRoot) -> tuple[int, str] | None:
+    path = root.root / HEAD_FILE
+    if not path.exists():
+        return None
+    try:
+        mark = json.loads(path.read_text())
+        return int(mark["seq"]), str(mark["chain_sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LedgerMismatch(f"{path}: unreadable ({type(exc).__name__}); restore it from a "
+                             "backup of this data root") from exc
+
+
+def head_problem(root: DataRoot, ledger: Ledger) -> str | None:
+    """Why ``ledger`` is older than (or forked from) what the data root has seen, if it is."""
+    mark = recorded_head(root)
+    if mark is None:
+        return None
+    seq, want = mark
+    have = ledger.chain_sha256(seq)
+    if have is None:
+        return (f"data root {root.root} has seen ledger entry {seq}, but the ledger's chain "
+                f"ends at entry {ledger.head()[0]}: the ledger is older than the data root (a "
+                "restored backup?). Restore the ledger backup taken with or after this data "
+                "root's, never an older one")
+    if have != want:
+        return (f"data root {root.root} has seen ledger entry {seq} with hash {want[:16]}, but "
+                f"the ledger's entry {seq} has {have[:16]}: another history of the same ledger")
+    return None
+
+
+def record_head(root: DataRoot, ledger: Ledger) -> None:
+    """Raise the data root's high-water mark to the ledger's head (never lower it)."""
+    seq, chain = ledger.head()
+    lock_path = root.root / f".{HEAD_FILE}.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            mark = recorded_head(root)
+            if mark is not None and mark[0] >= seq:
+                return
+            tmp = root.root / f".{HEAD_FILE}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps({"seq": seq, "chain_sha256": chain,
+                                       "ledger_id": ledger.ledger_id}) + "\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, root.root / HEAD_FILE)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def open_ledger(root: DataRoot, url: str) -> Ledger:
     """The ledger at ``url``, bound to ``root`` (see :func:`bind`)."""
     ledger = Ledger(url)
     try:
         if root.root.is_dir():
             bind(root, ledger)
+            problem = head_problem(root, ledger)
+            if problem is not None:
+                raise LedgerMismatch(problem + "; nothing was read or spent")
+            record_head(root, ledger)
+            ledger.after_write = lambda: record_head(root, ledger)
     except Exception:
         ledger.dispose()
         raise

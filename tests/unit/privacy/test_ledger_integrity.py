@@ -341,3 +341,45 @@ def test_set_cap_cli_records_with_a_reason(tmp_path: Path) -> None:
         assert policy is not None and policy.terms["epsilon.places"] == 0.25
     finally:
         led.dispose()
+
+
+def test_verify_reads_one_snapshot_while_others_write(ledger_url: str) -> None:
+    """A publish verifies the ledger while other runs spend and store (seen in the demo
+    before the fix: a row written between reading the tables and reading the chain looked
+    deleted). A writer thread appends 150 spends and records; every verify meanwhile must
+    pass. Not statistical: a correct snapshot never fails; a torn read fails often."""
+    import threading
+
+    Ledger(ledger_url).dispose()  # create the schema first
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        led = Ledger(ledger_url)
+        try:
+            for i in range(150):
+                (s,) = led.reserve([SpendRequest(slot(f"m{i}"), 0.01)], run_id="w",
+                                   kind="noise", cap=CAP, method_version="v1").spends
+                led.record_stored(s.id, f"{i:064x}", 1)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            led.dispose()
+            done.set()
+
+    thread = threading.Thread(target=write)
+    reader = Ledger(ledger_url)
+    problems = []
+    checks = 0
+    try:
+        thread.start()
+        while not done.is_set():
+            check = reader.verify()
+            checks += 1
+            if not check.ok:
+                problems.append(check.problem)
+        thread.join()
+    finally:
+        reader.dispose()
+    assert not errors and not problems, (errors, problems[:3])
+    assert checks >= 2

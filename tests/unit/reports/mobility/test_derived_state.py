@@ -8,7 +8,11 @@ statistical: the assertions are about refusals and what was (not) written.
 
 from __future__ import annotations
 
+import os
 import shutil
+import sqlite3
+import subprocess
+import sys
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -159,3 +163,29 @@ def test_another_ledger_is_refused(env: tuple[DataRoot, str], tmp_path: Path) ->
                           ledger_url=fresh)
     assert _spends(fresh) == 0
     assert _spends(url) > 0
+
+
+def test_a_restored_older_ledger_is_refused(env: tuple[DataRoot, str]) -> None:
+    """A backup of the same ledger has the same id and an intact, shorter chain. Restored
+    under a data root that has seen later entries, it would not know their spends and would
+    hand out their ids again (whose noise files the data root holds). The data root's
+    high-water mark refuses it, and `ledger --verify` fails naming why."""
+    root, url = env
+    path = root.root / "ledger.sqlite"
+    backup = root.root.parent / "backup.sqlite"
+    with sqlite3.connect(path) as src, sqlite3.connect(backup) as dst:
+        src.backup(dst)
+    day = PUBLIC_DAY + timedelta(days=1)
+    _bounded(root, demo_regions(), day)
+    noising.noise_day(root, CFG, day, run_id="daily", ledger_url=url)  # later entries
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copy(backup, path)
+    with pytest.raises(LedgerMismatch, match="older than the data root"):
+        noising.noise_day(root, CFG, day, run_id="daily-2", ledger_url=url)
+    with pytest.raises(LedgerMismatch, match="older than the data root"):
+        report_day(root, CFG, PUBLIC_DAY, ledger_url=url)
+    env_vars = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(root.root)}
+    res = subprocess.run([sys.executable, "-m", "dp_ops", "ledger", "--verify"], env=env_vars,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 1 and "older than the data root" in res.stdout
