@@ -115,7 +115,12 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the hash chain, the append-only guards and the data root's identity
     record all check; else 1, naming the first problem."""
     from dp_ops.privacy.ledger import Ledger, safe_url
-    from dp_ops.steps.ledger_binding import IDENTITY_FILE, head_problem, recorded_ledger_id
+    from dp_ops.steps.ledger_binding import (
+        IDENTITY_FILE,
+        head_problem,
+        recorded_ledger_id,
+        release_problems,
+    )
 
     root = settings.data_root()
     url = settings.ledger(root)
@@ -124,6 +129,8 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         check = ledger.verify()
         recorded = recorded_ledger_id(root)
         older = head_problem(root, ledger) if recorded == ledger.ledger_id else None
+        if older is None and check.ok:
+            older = next(iter(release_problems(root, ledger)), None)
     finally:
         ledger.dispose()
     print(f"ledger {ledger.ledger_id} at {safe_url(url)}: {check.entries} chain entries, "

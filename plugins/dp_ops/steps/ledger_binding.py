@@ -155,6 +155,36 @@ def record_head(root: DataRoot, ledger: Ledger) -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def ledger_anchor(ledger: Ledger) -> dict[str, object]:
+    """What a release manifest records of the ledger it was published under: its id and
+    the chain entry it had reached. Releases are public and copied by consumers, so a
+    ledger later rolled back (together with the data root's mark) no longer holds that
+    entry, and `ledger --verify` says so (:func:`release_problems`)."""
+    seq, chain = ledger.head()
+    return {"ledger_id": ledger.ledger_id, "chain_seq": seq, "chain_sha256": chain}
+
+
+def release_problems(root: DataRoot, ledger: Ledger) -> list[str]:
+    """Every published release whose manifest names a chain entry this ledger lacks."""
+    out = []
+    for manifest_path in sorted(root.root.glob("published/*/releases/*/manifest.json")):
+        try:
+            anchor = json.loads(manifest_path.read_text()).get("ledger")
+        except (OSError, ValueError) as exc:
+            out.append(f"{manifest_path}: unreadable ({type(exc).__name__})")
+            continue
+        if not isinstance(anchor, dict) or anchor.get("ledger_id") != ledger.ledger_id:
+            continue  # published before releases were anchored, or under another ledger
+        seq, want = anchor.get("chain_seq"), anchor.get("chain_sha256")
+        have = ledger.chain_sha256(int(seq)) if isinstance(seq, int) else None
+        if have != want:
+            state = "lacks" if have is None else "holds with another hash"
+            out.append(f"release {manifest_path.parent.name} was published at ledger entry "
+                       f"{seq}, which this ledger {state}: the ledger was rolled back or "
+                       "rewritten")
+    return out
+
+
 def open_ledger(root: DataRoot, url: str) -> Ledger:
     """The ledger at ``url``, bound to ``root`` (see :func:`bind`)."""
     ledger = Ledger(url)

@@ -37,7 +37,7 @@ from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
-from dp_ops.steps.ledger_binding import open_ledger, require_verified_ledger
+from dp_ops.steps.ledger_binding import ledger_anchor, open_ledger, require_verified_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -217,6 +217,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                                  f"{cfg.cap:.4f}; not published")
         read_baseline(root, ledger)  # verified against the ledger's record
         updates = method_updates_in_effect(root, ledger, last)
+        anchor = ledger_anchor(ledger)
     finally:
         ledger.dispose()
     # the same files under another method-update or accounting state are another release
@@ -237,6 +238,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         "rows": staged["rows"],
         "suppression": staged["suppression"],
         "epsilon": epsilon,
+        "ledger": anchor,
         "files": staged["files"],
         "gate": staged["gate"],
     }

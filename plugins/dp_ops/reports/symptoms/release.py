@@ -48,7 +48,12 @@ from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ingest import read_symptoms
-from dp_ops.steps.ledger_binding import closing_ledger, open_ledger, require_verified_ledger
+from dp_ops.steps.ledger_binding import (
+    closing_ledger,
+    ledger_anchor,
+    open_ledger,
+    require_verified_ledger,
+)
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     checksums,
@@ -269,6 +274,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         first = date.fromisoformat(staged["first_date"])
         last = date.fromisoformat(staged["last_date"])
         epsilon = epsilon_accounting(ledger, cfg, first, last)
+        anchor = ledger_anchor(ledger)
         if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
             raise PublishRefused(f"symptoms release {first}..{last} rests on a composed "
                                  f"epsilon per user-day of {epsilon['per_user_day_max']}, "
@@ -292,6 +298,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
             "rows": staged["rows"],
             "suppression": staged["summary"],
             "epsilon": epsilon,
+            "ledger": anchor,
             "files": staged["files"],
             "gate": staged["gate"],
         }

@@ -1,0 +1,89 @@
+"""The data root's records of its ledger (dp_ops.steps.ledger_binding): the identity
+recorded at first use, the high-water mark, and the ledger entry each release manifest
+names, which `ledger --verify` checks so that a ledger rolled back together with the data
+root's own records is still caught by the releases already public."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from dp_ops.errors import LedgerMismatch
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.steps.ledger_binding import (
+    HEAD_FILE,
+    IDENTITY_FILE,
+    ledger_anchor,
+    open_ledger,
+    release_problems,
+)
+
+
+def _spend(led: Ledger, metric: str) -> None:
+    led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, metric), 0.1)],
+                run_id="r", kind="noise", cap=2.0, method_version="v1")
+
+
+def _publish_manifest(root: DataRoot, release_id: str, anchor: dict[str, object]) -> None:
+    path = root.published_dir("mobility") / "releases" / release_id / "manifest.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"release_id": release_id, "ledger": anchor}))
+
+
+def test_first_use_records_identity_and_mark_and_both_move_forward(tmp_path: Path) -> None:
+    root = DataRoot(tmp_path / "data")
+    root.root.mkdir()
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    led = open_ledger(root, url)
+    try:
+        assert json.loads((root.root / IDENTITY_FILE).read_text())["ledger_id"] == led.ledger_id
+        before = json.loads((root.root / HEAD_FILE).read_text())["seq"]
+        _spend(led, "a")
+        after = json.loads((root.root / HEAD_FILE).read_text())
+        assert after["seq"] > before and after["chain_sha256"] == led.head()[1]
+    finally:
+        led.dispose()
+    other = f"sqlite:///{tmp_path / 'other.sqlite'}"
+    with pytest.raises(LedgerMismatch, match="was first used with ledger"):
+        open_ledger(root, other)
+
+
+def test_a_release_anchors_the_ledger_entry_it_was_published_at(tmp_path: Path) -> None:
+    root = DataRoot(tmp_path / "data")
+    root.root.mkdir()
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    backup = tmp_path / "backup.sqlite"
+    led = open_ledger(root, url)
+    _spend(led, "a")
+    led.dispose()
+    (tmp_path / "ledger.sqlite").rename(backup)  # a copy taken now (WAL checkpointed)
+    backup.with_name("ledger.sqlite").write_bytes(backup.read_bytes())
+    led = open_ledger(root, url)
+    try:
+        _spend(led, "b")
+        _publish_manifest(root, "r1", ledger_anchor(led))
+        assert release_problems(root, led) == []
+        forged = {**ledger_anchor(led), "chain_sha256": "0" * 64}
+        _publish_manifest(root, "r2", forged)
+        assert len(release_problems(root, led)) == 1
+    finally:
+        led.dispose()
+    # roll back the ledger and the data root's mark together: release r1 still names an
+    # entry the old ledger lacks
+    (root.published_dir("mobility") / "releases" / "r2" / "manifest.json").unlink()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp_path / 'ledger.sqlite'}{suffix}").unlink(missing_ok=True)
+    (tmp_path / "ledger.sqlite").write_bytes(backup.read_bytes())
+    (root.root / HEAD_FILE).unlink()
+    env = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(root.root)}
+    res = subprocess.run([sys.executable, "-m", "dp_ops", "ledger", "--verify"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "release r1 was published at ledger entry" in res.stdout and "lacks" in res.stdout
