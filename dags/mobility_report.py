@@ -26,7 +26,9 @@ Docs). The last good release stays published. Other errors retry twice.
 
 **Ordering.** Runs may finish out of order (a backfill runs several at a time). Each `gate`
 stages the whole release from the report days present, and `publish` never replaces
-`latest` with a release that ends on an earlier day, so the newest complete release wins.
+`latest` with a release that ends on an earlier day: a run overtaken by a later release
+rebuilds its release from the current state and publishes that, so the newest complete
+release wins and no run ends "done" with its values unpublished.
 
 **Backfill.** The DAG is created paused and does not catch up by itself. Backfill with
 `airflow backfill create --dag-id mobility_report --from-date 2020-01-01 --to-date
@@ -95,8 +97,9 @@ def mobility_report() -> None:
         timeout=timedelta(hours=12),
     )
     report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
-    # Each run stages and promotes the whole release; publish keeps `latest` if it already
-    # ends on a later day, so runs finishing out of order cannot roll the release back.
+    # Each run stages and promotes the whole release; a publish overtaken by a release
+    # ending on a later day rebuilds from the current state, so runs finishing out of
+    # order can neither roll the release back nor skip their own values.
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)
     publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 

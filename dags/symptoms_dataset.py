@@ -28,7 +28,7 @@ stays published. Other errors retry twice.
 
 **Ordering.** Runs may finish out of order; each `gate` stages the whole release from the
 days present, and `publish` never replaces `latest` with a release ending on an earlier
-day.
+day: an overtaken run rebuilds from the current state and publishes that.
 
 **Backfill.** Created paused; backfill with `airflow backfill create --dag-id
 symptoms_dataset --from-date 2020-01-01 --to-date 2020-03-31 --max-active-runs 4` with the
