@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
@@ -49,6 +48,12 @@ from dp_ops.steps.release import (
     sha256_file,
     verify_checksums,
     write_csv,
+)
+from dp_ops.steps.release_contract import (
+    SCHEMA_VERSION,
+    arrow_table,
+    require_contract,
+    require_manifest,
 )
 from dp_ops.steps.result import StepResult
 
@@ -91,8 +96,7 @@ def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict
     target.mkdir(parents=True, exist_ok=True)
     write_csv(published, target / GLOBAL_CSV)
     fault_point("release.mid_write")
-    pq.write_table(pa.Table.from_pandas(published, preserve_index=False),
-                   target / GLOBAL_PARQUET)
+    pq.write_table(arrow_table(published, REPORT, GLOBAL_PARQUET), target / GLOBAL_PARQUET)
     years = published["date"].str.slice(0, 4)
     for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
         write_csv(part, target / REGION_DIR / f"{year}_{code}_Region_Mobility_Report.csv")
@@ -139,6 +143,7 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
     charts = write_mobility_charts(published, charted, [d.isoformat() for d in days],
                                    release_files)
     files = write_release_files(published, release_files)
+    require_contract(REPORT, release_files)  # the shipped column schema (GateFailed)
     write_json_atomic(stage / "staged.json", {
         "empty": False,
         "run_id": run_id,
@@ -223,6 +228,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     # the same files under another method-update or accounting state are another release
     release_id = content_release_id(last, staged["files"], updates, epsilon)
     manifest = {
+        "schema_version": SCHEMA_VERSION,
         "report": REPORT,
         "release_id": release_id,
         "run_id": run_id,
@@ -248,6 +254,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         data_docs=staged["gate"]["data_docs"],
         release_dir=root.published_dir(REPORT) / "releases" / release_id, data_root=root.root,
         uncharted_levels=staged.get("uncharted_levels", []))
+    require_manifest(manifest)  # the shipped manifest schema
     with publish_lock(root, REPORT):
         current = current_release(root, REPORT)
         if current and current["last_date"] > staged["last_date"]:

@@ -67,6 +67,12 @@ from dp_ops.steps.release import (
     verify_checksums,
     write_csv,
 )
+from dp_ops.steps.release_contract import (
+    SCHEMA_VERSION,
+    arrow_table,
+    require_contract,
+    require_manifest,
+)
 from dp_ops.steps.result import StepResult
 
 RESOLUTIONS_FILE = "series_resolution.parquet"
@@ -128,13 +134,14 @@ def write_release_files(candidate: Candidate, code: str, target: Path) -> dict[s
     for name, frame in file_names(candidate, code).items():
         write_csv(frame, target / f"{name}.csv")
         fault_point("release.mid_write")
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False),
+        kind = "daily" if name.endswith("_daily_symptoms_dataset") else "weekly"
+        pq.write_table(arrow_table(frame, REPORT, f"*_{kind}_symptoms_dataset.parquet"),
                        target / f"{name}.parquet")
-    pq.write_table(pa.Table.from_pandas(candidate.resolutions[["region_id", "symptom",
-                                                                "resolution"]],
-                                        preserve_index=False), target / RESOLUTIONS_FILE)
+    resolutions = candidate.resolutions[["region_id", "symptom", "resolution"]]
+    pq.write_table(arrow_table(resolutions, REPORT, RESOLUTIONS_FILE),
+                   target / RESOLUTIONS_FILE)
     scaling = candidate.scaling[list(SCALING_COLUMNS)]
-    pq.write_table(pa.Table.from_pandas(scaling, preserve_index=False),
+    pq.write_table(arrow_table(scaling, REPORT, "scaling_factors.parquet"),
                    target / "scaling_factors.parquet")
     return checksums(target)
 
@@ -198,6 +205,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
     charts = write_symptom_charts(candidate.daily, candidate.weekly, charted, day_labels,
                                   stage / "release")
     files = write_release_files(candidate, codes[0] if codes else "XX", stage / "release")
+    require_contract(REPORT, stage / "release")  # the shipped column schema (GateFailed)
     new = candidate.scaling[candidate.scaling["new"]]
     write_json_atomic(stage / "staged.json", {
         "empty": False,
@@ -281,6 +289,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
                                  f"over the cap {cfg.cap:.4f}; not published")
         release_id = content_release_id(last, staged["files"], epsilon)
         manifest = {
+            "schema_version": SCHEMA_VERSION,
             "report": REPORT,
             "release_id": release_id,
             "run_id": run_id,
@@ -308,6 +317,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
             data_docs=staged["gate"]["data_docs"],
             release_dir=root.published_dir(REPORT) / "releases" / release_id,
             data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
+        require_manifest(manifest)  # the shipped manifest schema, before anything changes
         _store_scaling(root, ledger, stored_scaling, staged["new_scaling"])
         fault_point("publish.after_scaling")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)

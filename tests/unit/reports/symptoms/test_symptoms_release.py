@@ -373,3 +373,34 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     assert manifest["last_date"] == "2020-01-14"
     # the rebuilt release is the same content as run-new's, so the same release id
     assert manifest["release_id"] in result.summary
+
+
+def test_the_gate_and_publish_enforce_the_release_contract(
+        regions: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15, point 7: staged files are checked against the shipped column schema at
+    the gate, and the manifest against the manifest schema before publish promotes."""
+    import copy
+
+    from dp_ops.steps import release_contract
+
+    root, url, rows = _publishable(regions, tmp_path)
+    real = release_contract.load_schema
+    contract = copy.deepcopy(real("symptoms.columns.json"))
+    contract["files"][0]["columns"].insert(1, {"name": "region_name", "type": "string",
+                                               "nullable": False})
+    monkeypatch.setattr(release_contract, "load_schema",
+                        lambda name: contract if name == "symptoms.columns.json" else real(name))
+    with pytest.raises(GateFailed, match="release contract symptoms.columns.json"):
+        _stage(root, rows, regions, "run-a")
+    monkeypatch.setattr(release_contract, "load_schema", real)
+    _stage(root, rows, regions, "run-a")
+    monkeypatch.setattr(release, "SCHEMA_VERSION", "0.9")  # a manifest of another version
+    with pytest.raises(PublishRefused, match="manifest.schema.json"):
+        release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    assert not root.latest_release("symptoms").exists()
+    assert not root.scaling_file("symptoms").exists()  # refused before anything changed
+    monkeypatch.setattr(release, "SCHEMA_VERSION", release_contract.SCHEMA_VERSION)
+    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
+    assert manifest["schema_version"] == release_contract.SCHEMA_VERSION
+    assert release_contract.check_manifest(manifest) == []

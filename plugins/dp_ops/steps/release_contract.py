@@ -1,0 +1,197 @@
+"""The versioned release contract (docs/release-contract.md): what consumers may rely on.
+
+Shipped with the package, under ``dp_ops/schemas/``:
+
+- ``manifest.schema.json``: the JSON Schema (draft 2020-12) of every ``manifest.json``;
+- ``<report>.columns.json``: the columns of each published data file, by file pattern:
+  name, type (``string``, ``date`` as YYYY-MM-DD, ``integer``, ``number``) and whether it
+  may be empty; a ``name_prefix`` entry stands for the run of columns that start with it
+  (the symptoms' ``symptom:<name>`` columns).
+
+The gate checks every staged data file against its report's column schema
+(:func:`check_release_files`), and publish checks the manifest against the manifest schema
+(:func:`check_manifest`) before anything is promoted; a release that breaks its own
+contract is never published. ``SCHEMA_VERSION`` is the version both carry: a new minor
+version only adds, a new major version may change meanings.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import json
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dp_ops.errors import GateFailed, PublishRefused
+
+SCHEMA_VERSION = "1.0"
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_INTEGER = re.compile(r"^-?\d+$")
+_NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+# problems reported per file at most: a contract broken in every row says so once
+_MAX_PER_FILE = 5
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    """A shipped schema file (``manifest.schema.json``, ``mobility.columns.json``, ...)."""
+    text = resources.files("dp_ops").joinpath("schemas", name).read_text(encoding="utf-8")
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
+
+
+def check_manifest(manifest: dict[str, Any]) -> list[str]:
+    """Every way ``manifest`` breaks the manifest schema (empty: it conforms)."""
+    import jsonschema  # type: ignore[import-untyped]  # no stubs; only Draft202012Validator
+
+    validator = jsonschema.Draft202012Validator(load_schema("manifest.schema.json"))
+    return [f"manifest{''.join(f'[{p!r}]' for p in e.absolute_path)}: {e.message[:200]}"
+            for e in sorted(validator.iter_errors(manifest), key=lambda e: list(e.path))]
+
+
+def _expected(columns: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]] | str:
+    """The column specs for the actual ``names``, expanding ``name_prefix`` runs, or why
+    the names do not fit."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    for spec in columns:
+        if "name_prefix" in spec:
+            start = i
+            while i < len(names) and names[i].startswith(spec["name_prefix"]):
+                out.append({**spec, "name": names[i]})
+                i += 1
+            if i == start:
+                return f"no column starting with {spec['name_prefix']!r} at position {start + 1}"
+            continue
+        if i >= len(names):
+            return f"column {spec['name']!r} is missing (the file has {len(names)} columns)"
+        if names[i] != spec["name"]:
+            return f"column {i + 1} is {names[i][:60]!r}, expected {spec['name']!r}"
+        out.append(spec)
+        i += 1
+    if i < len(names):
+        return f"unexpected column {names[i][:60]!r} at position {i + 1}"
+    return out
+
+
+_PATTERNS = {"date": _DATE, "integer": _INTEGER, "number": _NUMBER}
+
+
+def _check_csv(path: Path, columns: list[dict[str, Any]]) -> list[str]:
+    import pandas as pd
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), None)
+    if header is None:
+        return ["the file is empty (no header)"]
+    specs = _expected(columns, header)
+    if isinstance(specs, str):
+        return [specs]
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+    except (ValueError, pd.errors.ParserError) as exc:
+        return [f"unreadable as CSV: {str(exc)[:200]}"]
+    problems: list[str] = []
+    for spec, name in zip(specs, frame.columns, strict=True):
+        values = frame[name]
+        empty = values == ""
+        if not spec["nullable"] and empty.any():
+            problems.append(f"{spec['name']!r} is empty on line {int(empty.idxmax()) + 2}")
+        pattern = _PATTERNS.get(spec["type"])
+        if pattern is not None:
+            bad = ~empty & ~values.str.fullmatch(pattern.pattern)
+            if bad.any():
+                problems.append(f"{spec['name']!r} is not a {spec['type']} on line "
+                                f"{int(bad.idxmax()) + 2}")
+        if len(problems) >= _MAX_PER_FILE:
+            break
+    return problems
+
+
+_ARROW_KINDS = {
+    "string": (pa.types.is_string, pa.types.is_large_string),
+    "date": (pa.types.is_string, pa.types.is_large_string),
+    "integer": (pa.types.is_integer,),
+    "number": (pa.types.is_floating, pa.types.is_integer),
+}
+
+
+def _check_parquet(path: Path, columns: list[dict[str, Any]]) -> list[str]:
+    table = pq.read_table(path)
+    specs = _expected(columns, table.schema.names)
+    if isinstance(specs, str):
+        return [specs]
+    problems: list[str] = []
+    for spec, field in zip(specs, table.schema, strict=True):
+        if not any(test(field.type) for test in _ARROW_KINDS[spec["type"]]):
+            problems.append(f"{spec['name']!r} has type {field.type}, expected {spec['type']}")
+            continue
+        column = table.column(field.name)
+        if not spec["nullable"] and column.null_count:
+            problems.append(f"{spec['name']!r} has {column.null_count} null value(s)")
+        if spec["type"] == "date":
+            bad = [v for v in column.drop_null().to_pylist() if not _DATE.match(v)]
+            if bad:
+                problems.append(f"{spec['name']!r}: {len(bad)} value(s) not YYYY-MM-DD")
+        if len(problems) >= _MAX_PER_FILE:
+            break
+    return problems
+
+
+_ARROW_TYPES = {"string": pa.large_string(), "date": pa.large_string(),
+                "integer": pa.int64(), "number": pa.float64()}
+
+
+def arrow_table(frame: Any, report: str, pattern: str) -> pa.Table:
+    """``frame`` as an Arrow table typed by the contract's columns for ``pattern``, so that
+    a column with no value in this release still has its contracted type (not Arrow's
+    ``null`` type, which a consumer's reader would trip over)."""
+    entry = next(e for e in load_schema(f"{report}.columns.json")["files"]
+                 if e["pattern"] == pattern)
+    specs = _expected(entry["columns"], [str(c) for c in frame.columns])
+    if isinstance(specs, str):
+        raise GateFailed(f"release contract {report}.columns.json, {pattern}: {specs}")
+    schema = pa.schema([pa.field(s["name"], _ARROW_TYPES[s["type"]], nullable=True)
+                        for s in specs])
+    return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+
+
+def check_release_files(report: str, release_dir: Path) -> list[str]:
+    """Every way the data files under ``release_dir`` break ``report``'s column schema,
+    each naming the file; a pattern no file matches is a problem too."""
+    contract = load_schema(f"{report}.columns.json")
+    files = sorted(p.relative_to(release_dir).as_posix()
+                   for p in release_dir.rglob("*") if p.is_file())
+    problems: list[str] = []
+    for entry in contract["files"]:
+        matched = [f for f in files if fnmatch.fnmatchcase(f, entry["pattern"])]
+        if not matched:
+            problems.append(f"{entry['pattern']}: no such file in the release")
+        for name in matched:
+            check = _check_csv if entry["format"] == "csv" else _check_parquet
+            problems += [f"{name}: {p}" for p in check(release_dir / name, entry["columns"])]
+    return problems
+
+
+def require_contract(report: str, release_dir: Path) -> None:
+    """The gate's contract check: raise :class:`GateFailed` naming every problem."""
+    problems = check_release_files(report, release_dir)
+    if problems:
+        raise GateFailed(f"release contract {report}.columns.json {SCHEMA_VERSION}: "
+                         f"{len(problems)} problem(s), nothing staged:\n  "
+                         + "\n  ".join(problems[:20]))
+
+
+def require_manifest(manifest: dict[str, Any]) -> None:
+    """Publish's contract check: raise :class:`PublishRefused` naming every problem."""
+    problems = check_manifest(manifest)
+    if problems:
+        raise PublishRefused(f"the manifest breaks manifest.schema.json {SCHEMA_VERSION}: "
+                             + "; ".join(problems[:10]) + "; not published")
