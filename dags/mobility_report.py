@@ -10,13 +10,14 @@ republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
 - `noise`: check and reserve privacy budget in the ledger, then draw discrete Laplace noise
   once per cell; retries and reruns reuse the stored noise and spend nothing.
 - `baseline`: days from the first public date (2020-02-15) need the frozen baseline: it
-  is frozen here as soon as the window 2020-01-03..02-06 is fully noised (emits the
-  `mobility_baseline` asset), and until then the task waits in reschedule mode. Earlier
-  days pass at once.
+  is frozen here as soon as the window 2020-01-03..02-06 is fully noised (the run that
+  freezes it emits the one `mobility_baseline` asset event), and until then the task
+  waits in reschedule mode. Earlier days pass at once.
 - `report`: percent change against the baseline and reliability suppression (noisy values
   only).
 - `gate`: stage the release and validate it with Great Expectations.
-- `publish`: atomically promote the staged release to `latest`.
+- `publish`: atomically promote the staged release to `latest`; when `latest` moves, a
+  `mobility_release` asset event (release id, last date, manifest sha256, epsilon).
 
 All of them are thin calls into `dp_ops.reports.mobility.steps`.
 
@@ -45,8 +46,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import Asset, CronDataIntervalTimetable, chain, dag
+from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
+from dp_ops.airflow.assets import MOBILITY_BASELINE_EVENTS
 from dp_ops.airflow.defaults import DEFAULT_ARGS, RUN_DAY
 from dp_ops.airflow.operators import (
     BaselineReadySensor,
@@ -61,10 +63,6 @@ REPORT = ReportName.MOBILITY
 
 # The day a run processes: the start of its one-day data interval.
 DAY = RUN_DAY
-
-# The frozen baseline (``DataRoot.baseline_file("mobility")``); its data root is only
-# known at run time, so the asset is identified by name.
-MOBILITY_BASELINE = Asset(name="mobility_baseline", group="mobility")
 
 
 @dag(
@@ -91,7 +89,8 @@ def mobility_report() -> None:
     baseline = BaselineReadySensor(
         task_id="baseline",
         day=DAY,
-        outlets=[MOBILITY_BASELINE],
+        # through an alias: one `mobility_baseline` event, from the poke that froze it
+        outlets=[MOBILITY_BASELINE_EVENTS],
         mode="reschedule",
         poke_interval=30,
         timeout=timedelta(hours=12),

@@ -65,7 +65,8 @@ def test_no_import_errors(dagbag: DagBag) -> None:
 def test_expected_dags_present(dagbag: DagBag) -> None:
     assert set(dagbag.dag_ids) == {"mobility_report", "mobility_region_rerun",
                                    "mobility_method_update", "symptoms_dataset",
-                                   "symptoms_region_rerun"}
+                                   "symptoms_region_rerun",
+                                   "mobility_release_consumer_example"}
 
 
 def _all_dag_ids() -> list[str]:
@@ -103,7 +104,26 @@ def test_mobility_report_graph(dagbag: DagBag) -> None:
     assert isinstance(sensor, BaseSensorOperator)
     assert sensor.mode == "reschedule"
     assert sensor.poke_interval <= 60
-    assert [a.name for a in sensor.outlets] == ["mobility_baseline"]
+    # an alias, not the asset: one event, from the poke that froze the baseline
+    assert [(type(a).__name__, a.name) for a in sensor.outlets] == [
+        ("AssetAlias", "mobility_baseline_events")]
+
+
+def test_every_publish_task_announces_releases_through_an_alias(dagbag: DagBag) -> None:
+    """Issue 15, point 3: a publish task's outlet is its report's release alias, so that
+    an asset event is added only when `latest` moves; the example consumer is scheduled on
+    the release asset."""
+    publishers = 0
+    for dag in dagbag.dags.values():
+        for task in dag.tasks:
+            if task.task_id == "publish":
+                publishers += 1
+                report = "symptoms" if dag.dag_id.startswith("symptoms") else "mobility"
+                assert [(type(a).__name__, a.name) for a in task.outlets] == [
+                    ("AssetAlias", f"{report}_release_events")], dag.dag_id
+    assert publishers == 5
+    consumer = dagbag.dags["mobility_release_consumer_example"]
+    assert [a.name for a in consumer.timetable.asset_condition.objects] == ["mobility_release"]
 
 
 def test_symptoms_dataset_graph(dagbag: DagBag) -> None:

@@ -112,6 +112,44 @@ def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
     assert csv.read_bytes() == before_csv
 
 
+def _asset_events(name: str) -> list[dict]:
+    """The extras of every event of asset ``name`` in the metadata DB, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == name).order_by(AssetEvent.id)).scalars().all()
+    return [dict(r or {}) for r in rows]
+
+
+def test_asset_events_only_when_something_changed(dags: dict, backfilled: Path) -> None:
+    """Issue 15, point 3: the baseline asset gets exactly one event (the poke that froze
+    it), `mobility_release` one per move of `latest`, carrying the release id, last date,
+    manifest sha256 and epsilon; a byte-identical rerun adds none."""
+    from dp_ops.steps.release import sha256_file
+
+    baseline = _asset_events("mobility_baseline")
+    assert len(baseline) == 1 and set(baseline[0]) == {"sha256", "window_start",
+                                                        "window_end"}
+    releases = _asset_events("mobility_release")
+    published = sorted((backfilled / "published" / "mobility" / "releases").iterdir())
+    assert len(releases) == len(published) >= 1
+    assert len({e["release_id"] for e in releases}) == len(releases)
+    latest = (backfilled / "published" / "mobility" / "latest").resolve()
+    manifest = json.loads((latest / "manifest.json").read_text())
+    assert releases[-1] == {
+        "release_id": latest.name, "last_date": manifest["last_date"],
+        "manifest_sha256": sha256_file(latest / "manifest.json"),
+        "epsilon_per_user_day_max": manifest["epsilon"]["per_user_day_max"]}
+    _delete_runs("mobility_report")
+    _run_day(dags["mobility_report"], END)  # reproduces the same release
+    assert len(_asset_events("mobility_release")) == len(releases)
+    assert len(_asset_events("mobility_baseline")) == 1
+
+
 def test_sharded_bounding_runs_as_mapped_tasks_with_identical_aggregates(
         dags: dict, backfilled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """DP_BOUNDING_SHARDS=3: bound_contributions expands to three mapped task instances,

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
 
+from dp_ops.airflow.operators.steps import emit_events
 from dp_ops.airflow.runtime import parse_day
 
 
@@ -53,6 +54,7 @@ class BaselineReadySensor(BaseSensorOperator):
             return True
         result = steps.build_baseline(rt.root, rt.cfg, ledger_url=rt.ledger_url)
         self.log.info("build_baseline: %s", result.summary)
+        emit_events(self, context, result.event)  # once: only the poke that froze it
         if path.exists():
             return True
         self.log.info("baseline not frozen yet (%s missing): the baseline window "

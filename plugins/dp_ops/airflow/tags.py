@@ -22,6 +22,8 @@ class Tag(StrEnum):
     # What it touches: every DAG that draws noise spends privacy budget.
     SPENDS_BUDGET = "spends-privacy-budget"
     PUBLISHES = "publishes-release"
+    # An example for downstream teams, scheduled on a release asset (never spends).
+    CONSUMER = "example-consumer"
 
 
 ALLOWED_TAGS: frozenset[str] = frozenset(tag.value for tag in Tag)

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
 from dp_ops.airflow.runtime import load, parse_day, refusals_fail_without_retry
 from dp_ops.reports.protocol import ReportName, Step
+
+
+def emit_events(task: BaseOperator, context: Context,
+                event: Mapping[str, str | float | int] | None) -> None:
+    """Add one asset event through each of ``task``'s asset-alias outlets, if the step
+    reported one (``StepResult.event``); nothing otherwise."""
+    if event is None:
+        return
+    from airflow.sdk import AssetAlias
+
+    from dp_ops.airflow.assets import ALIAS_TARGETS
+
+    for outlet in task.outlets:
+        if isinstance(outlet, AssetAlias) and outlet.name in ALIAS_TARGETS:
+            asset = ALIAS_TARGETS[outlet.name]
+            context["outlet_events"][outlet].add(asset, extra=dict(event))
+            task.log.info("asset event for %s: %s", asset.name, dict(event))
 
 
 class ReportStepOperator(BaseOperator):
@@ -33,10 +50,15 @@ class ReportStepOperator(BaseOperator):
 
     def __init__(self, *, report: ReportName | str, step: Step | str, day: str | None = None,
                  shard: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
         step = Step(step)  # a ValueError naming the bad value at parse time
         if step is not Step.PUBLISH and day is None:
             raise ValueError(f"step={step.value!r} processes one day: pass day=")
+        if step is Step.PUBLISH and "outlets" not in kwargs:
+            # every publish task announces a new `latest` (docs/airflow.md, Assets)
+            from dp_ops.airflow.assets import RELEASE_EVENTS
+
+            kwargs["outlets"] = [RELEASE_EVENTS[ReportName(report).value]]
+        super().__init__(**kwargs)
         self.report = ReportName(report).value
         self.step = step.value
         self.day = day
@@ -54,6 +76,7 @@ class ReportStepOperator(BaseOperator):
         for path in result.paths:
             self.log.info("%s wrote %s", step.value, path)
         self.log.info("%s: %s", step.value, result.summary)
+        emit_events(self, context, result.event)
         if step is Step.INGEST:
             # the shard list is what bound_contributions maps over (Airflow maps over
             # return values only); the summary stays readable under its own key

@@ -37,6 +37,7 @@ from dp_ops.reports.mobility.estimates import (
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.release import sha256_file
 from dp_ops.steps.result import StepResult
 
 WINDOW_DAYS_PER_WEEKDAY = 5
@@ -159,7 +160,10 @@ def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str)
     finally:
         ledger.dispose()
     state = "froze" if won else "found (another run froze it first)"
-    return StepResult(f"{state} the baseline at {target}", (str(target),))
+    # the one asset event of the baseline: only the run that froze it announces it
+    event = ({"sha256": sha256_file(target), "window_start": cfg.baseline_start.isoformat(),
+              "window_end": cfg.baseline_end.isoformat()} if won else None)
+    return StepResult(f"{state} the baseline at {target}", (str(target),), event=event)
 
 
 def read_baseline(root: DataRoot, ledger: Ledger) -> pd.DataFrame:

@@ -45,6 +45,7 @@ from dp_ops.steps.release import (
     epsilon_summary,
     promote,
     publish_lock,
+    release_event,
     sha256_file,
     verify_checksums,
     write_csv,
@@ -263,8 +264,9 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                 f"published while this run's release (to {last}) was prepared; not "
                 "published. A retry of this task rebuilds it from the current state")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)
+        event = release_event(current, release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published mobility release {release_id} ({first}..{last}, "
                       f"{staged['rows']['published']} rows, epsilon per user-day max "
                       f"{epsilon['per_user_day_max']}) at {root.latest_release(REPORT)}; "
-                      f"report page {target / INDEX_FILE}", (str(target),))
+                      f"report page {target / INDEX_FILE}", (str(target),), event=event)

@@ -62,6 +62,7 @@ from dp_ops.steps.release import (
     epsilon_summary,
     promote,
     publish_lock,
+    release_event,
     sha256_file,
     staging_dir,
     verify_checksums,
@@ -321,9 +322,10 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         _store_scaling(root, ledger, stored_scaling, staged["new_scaling"])
         fault_point("publish.after_scaling")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage)
+        event = release_event(current, release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published symptoms release {release_id} ({first}..{last}; "
                       f"{staged['rows']['daily']} daily and {staged['rows']['weekly']} weekly "
                       f"rows; epsilon per user-day max {epsilon['per_user_day_max']}) at "
                       f"{root.latest_release(REPORT)}; report page {target / INDEX_FILE}",
-                      (str(target),))
+                      (str(target),), event=event)
