@@ -262,8 +262,13 @@ def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled
 def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
                                                  tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spend past the cap is refused before any draw, and the task is not retried."""
+    """A spend past the cap is refused before any draw, and the task is not retried; the
+    on-call gets one alert (issue 15, point 2), through a real SMTP server, whose text
+    holds no user id (leak scan)."""
+    import pyarrow.parquet as pq
     from dp_demo.generator import generate
+    from leak_scan import Findings, LeakScanner
+    from smtp_sink import SmtpSink
 
     from dp_ops.layout import DataRoot
 
@@ -278,10 +283,22 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
     monkeypatch.delenv("DP_LEDGER_URL", raising=False)
     _delete_runs("mobility_report")
 
-    dag_run = dags["mobility_report"].test(logical_date=_logical_date(day))
+    with SmtpSink() as sink:
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", sink.connection_uri())
+        monkeypatch.setenv("DP_ALERT_EMAILS", "oncall@example.org")
+        dag_run = dags["mobility_report"].test(logical_date=_logical_date(day))
     states = _task_states(dag_run)
     assert dag_run.state == "failed"
     assert states["noise"] == ("failed", 1), states  # one try: no retry
     assert states["ingest"][0] == "success"
     assert _ledger_total(root) == (0, 0)
+    assert sink.subjects() == [f"[dp-ops] BUDGET REFUSED: mobility_report / noise "
+                               f"({dag_run.run_id})"]
+    (body,) = sink.bodies()
+    assert "would exceed the per-user-day cap" in body and "no noise was drawn" in body
+    user_ids = set(pq.read_table(DataRoot(root).raw_partition("location_history", day),
+                                 columns=["user_id"]).column("user_id").to_pylist())
+    findings = Findings()
+    LeakScanner(sorted(user_ids), {}).scan("alert", [body], findings)
+    assert len(user_ids) > 100 and not findings, findings.describe()
     _delete_runs("mobility_report")

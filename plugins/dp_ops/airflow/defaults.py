@@ -1,6 +1,7 @@
 """What the DAG files share: task defaults and the on-call rerun form.
 
-Imported at DAG-parse time, so it imports nothing but the Airflow SDK.
+Imported at DAG-parse time, so it imports nothing but the Airflow SDK and dp_ops.errors
+(through the alert notifier).
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from dp_ops.airflow.alerts import FailureAlert
+
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "dp-ops",
     "retries": 2,
     "retry_delay": timedelta(seconds=20),
     "execution_timeout": timedelta(hours=1),
+    # one e-mail per failed task, its subject naming the kind of failure (OPERATIONS.md,
+    # Alerts): SMTP connection `smtp_default`, recipients DP_ALERT_EMAILS
+    "on_failure_callback": [FailureAlert()],
 }
 
 # The day a scheduled or backfill run processes: the start of its one-day data interval.

@@ -1,0 +1,80 @@
+"""Failure alerts (issue 15, point 2): each kind of failure gets its own subject, the text
+names DAG, run, task and the failure, passes the leak scan, and goes out through Airflow's
+SMTP provider to a real (local) SMTP server."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from smtp_sink import SmtpSink
+
+from dp_ops.airflow.alerts import FailureAlert, FailureKind, classify, compose
+from dp_ops.airflow.defaults import DEFAULT_ARGS
+from dp_ops.errors import BudgetExceeded, GateFailed, IngestError, LedgerTampered
+
+
+def _wrapped(exc: Exception) -> Exception:
+    """As the operators raise a refusal: AirflowFailException from the original."""
+    try:
+        try:
+            raise exc
+        except Exception as inner:
+            raise AirflowFailException(str(inner)) from inner
+    except AirflowFailException as outer:
+        return outer
+
+
+@pytest.mark.parametrize("exc, kind", [
+    (BudgetExceeded("privacy budget refused for date 2020-03-02"), FailureKind.BUDGET_REFUSED),
+    (GateFailed("release gate failed: 2 of 43 expectations failed"), FailureKind.GATE_FAILED),
+    (IngestError("missing raw partition raw/location_history/date=2020-03-02"),
+     FailureKind.INPUT_MISSING),
+    (LedgerTampered("ledger x fails verification"), FailureKind.PRIVACY_GUARD),
+    (RuntimeError("disk full"), FailureKind.OTHER),
+])
+def test_each_failure_kind_has_its_own_subject(exc: Exception, kind: FailureKind) -> None:
+    assert classify(_wrapped(exc)) is kind
+    assert classify(exc) is kind
+    subject, _ = compose(kind, dag_id="d", run_id="r", task_id="t", try_number=3, message="m")
+    assert subject.startswith(f"[dp-ops] {kind.value}: d / t (r)")
+
+
+def test_every_task_of_every_dag_alerts_on_failure() -> None:
+    callbacks = DEFAULT_ARGS["on_failure_callback"]
+    assert any(isinstance(c, FailureAlert) for c in callbacks)
+
+
+def _context(exc: Exception) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="mobility_report", task_id="noise", try_number=1,
+                         log_url="http://localhost:8080/log")
+    return {"exception": _wrapped(exc), "ti": ti, "run_id": "backfill__2020-03-02"}
+
+
+def test_an_alert_reaches_a_real_smtp_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    with SmtpSink() as sink:
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", sink.connection_uri())
+        monkeypatch.setenv("DP_ALERT_EMAILS", "oncall@example.org, budget@example.org")
+        FailureAlert().notify(_context(BudgetExceeded(
+            "privacy budget refused for date 2020-03-02, slot mobility/2020-03-02/level 2/"
+            "places/region *: spent 17.1600 + requested 1.7600 would exceed the per-user-day "
+            "cap 18.0180 for report 'mobility'; no noise was drawn")))
+    assert sink.subjects() == [
+        "[dp-ops] BUDGET REFUSED: mobility_report / noise (backfill__2020-03-02)"]
+    (rcpt, _), = sink.received
+    assert rcpt == ["oncall@example.org", "budget@example.org"]
+    (body,) = sink.bodies()
+    for needle in ("DAG: mobility_report", "run: backfill__2020-03-02", "task: noise (try 1)",
+                   "cap 18.0180", "log: http://localhost:8080/log"):
+        assert needle in body, needle
+    assert body.count("\n") < 12  # the message once, not a traceback
+
+
+def test_without_recipients_the_alert_is_only_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    with SmtpSink() as sink:
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", sink.connection_uri())
+        monkeypatch.delenv("DP_ALERT_EMAILS", raising=False)
+        FailureAlert().notify(_context(GateFailed("release gate failed")))
+    assert sink.received == []
