@@ -11,7 +11,11 @@ people can filter on it:
 - ``[dp-ops] INPUT MISSING``: a raw partition is missing or unreadable;
 - ``[dp-ops] PRIVACY GUARD``: a ledger or stored-state check refused (tampering, a
   mismatched ledger or policy): treat as an incident;
-- ``[dp-ops] TASK FAILED``: anything else.
+- ``[dp-ops] TASK FAILED``: anything else;
+- ``[dp-ops] DEADLINE MISSED``: a daily run was not done within ``RUN_DEADLINE`` of being
+  queued (``defaults.run_deadline``, measured from the queue time, so a backfill of 2020
+  dates does not fire it), whatever its state. Not attached to the DAGs yet (see
+  ``run_deadline``).
 
 The text names the DAG, run, task and try, and the error's message, which by the
 pipeline's rule names files, parameters and counts, never rows, user ids or un-noised
@@ -21,8 +25,10 @@ values (the leak-scan test checks the alert too).
 from __future__ import annotations
 
 import html
+import logging
 import os
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -30,6 +36,7 @@ from airflow.sdk import BaseNotifier
 
 from dp_ops import errors
 
+_LOG = logging.getLogger(__name__)
 ALERT_EMAILS_ENV = "DP_ALERT_EMAILS"
 SMTP_CONN_ID = "smtp_default"
 
@@ -40,6 +47,12 @@ class FailureKind(StrEnum):
     INPUT_MISSING = "INPUT MISSING"
     PRIVACY_GUARD = "PRIVACY GUARD"
     OTHER = "TASK FAILED"
+    DEADLINE_MISSED = "DEADLINE MISSED"
+
+
+# How long a daily run may take from being queued (docs: OPERATIONS.md, Alerts). A normal
+# run takes minutes; a run still going after this is stuck or starved.
+RUN_DEADLINE = timedelta(hours=6)
 
 
 def _chain(exc: BaseException | None) -> Iterator[BaseException]:
@@ -82,6 +95,37 @@ def recipients() -> list[str]:
     return [a.strip() for a in os.environ.get(ALERT_EMAILS_ENV, "").split(",") if a.strip()]
 
 
+def send_alert(subject: str, body: str, *, log: Any,
+               smtp_conn_id: str = SMTP_CONN_ID) -> bool:
+    """E-mail an alert to ``DP_ALERT_EMAILS`` through ``smtp_conn_id``; without recipients
+    only log it. True if it was sent."""
+    to = recipients()
+    if not to:
+        log.warning("alert not sent (%s unset): %s", ALERT_EMAILS_ENV, subject)
+        return False
+    from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+    with SmtpHook(smtp_conn_id=smtp_conn_id) as hook:
+        hook.send_email_smtp(to=to, subject=subject, html_content=body)
+    log.info("alert sent to %d address(es): %s", len(to), subject)
+    return True
+
+
+def deadline_missed(*, context: Mapping[str, Any], report: str) -> None:
+    """The DAGs' deadline callback (run by the scheduler's executor when a run is still not
+    done ``RUN_DEADLINE`` after it was queued)."""
+    run = context.get("dag_run") or {}
+    deadline = context.get("deadline") or {}
+    subject, body = compose(
+        FailureKind.DEADLINE_MISSED, dag_id=str(run.get("dag_id", f"{report} DAG")),
+        run_id=str(run.get("dag_run_id", run.get("run_id", "?"))), task_id="(the run)",
+        try_number=0,
+        message=(f"the {report} run queued at {run.get('queued_at')} is not done by its "
+                 f"deadline {deadline.get('deadline_time')} ({RUN_DEADLINE} after queueing);"
+                 f" state {run.get('state')}. Look for a stuck or queued task in the grid."))
+    send_alert(subject, body, log=_LOG)
+
+
 class FailureAlert(BaseNotifier):
     """Send the failure alert of a task (see the module docstring)."""
 
@@ -99,12 +143,4 @@ class FailureAlert(BaseNotifier):
             try_number=int(getattr(ti, "try_number", 0) or 0),
             message=str(exc) if exc is not None else "(no exception)",
             log_url=getattr(ti, "log_url", None))
-        to = recipients()
-        if not to:
-            self.log.warning("alert not sent (%s unset): %s", ALERT_EMAILS_ENV, subject)
-            return
-        from airflow.providers.smtp.hooks.smtp import SmtpHook
-
-        with SmtpHook(smtp_conn_id=self.smtp_conn_id) as hook:
-            hook.send_email_smtp(to=to, subject=subject, html_content=body)
-        self.log.info("alert sent to %d address(es): %s", len(to), subject)
+        send_alert(subject, body, log=self.log, smtp_conn_id=self.smtp_conn_id)

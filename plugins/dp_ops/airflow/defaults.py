@@ -11,7 +11,11 @@ from typing import Any
 
 from airflow.sdk import Param
 
-from dp_ops.airflow.alerts import FailureAlert
+# (the SDK exports these lazily, which mypy cannot follow: import them from their modules)
+from airflow.sdk.definitions.callback import SyncCallback
+from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
+from dp_ops.airflow.alerts import RUN_DEADLINE, FailureAlert, deadline_missed
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "dp-ops",
@@ -25,6 +29,19 @@ DEFAULT_ARGS: dict[str, Any] = {
 
 # The day a scheduled or backfill run processes: the start of its one-day data interval.
 RUN_DAY = "{{ data_interval_start | ds }}"
+
+
+def run_deadline(report: str) -> DeadlineAlert:
+    """The daily DAGs' deadline: an alert when a run is not done ``RUN_DEADLINE`` after it
+    was queued (not after its logical date: a backfill of 2020 dates must not fire it).
+
+    Not attached to the DAGs yet: with a deadline, Airflow 3.3.2's ``dag.test()`` (which
+    the integration tests use) fails updating the run's state (it looks the SDK's alert
+    objects up as deadline ids). To be attached with the topology test, which runs a real
+    scheduler."""
+    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=RUN_DEADLINE,
+                         callback=SyncCallback(deadline_missed, kwargs={"report": report}),
+                         name=f"{report}_run_deadline")
 
 # The rerun form's values, as templates for the operators.
 RERUN_DAY = "{{ params.date }}"

@@ -78,3 +78,37 @@ def test_without_recipients_the_alert_is_only_logged(monkeypatch: pytest.MonkeyP
         monkeypatch.delenv("DP_ALERT_EMAILS", raising=False)
         FailureAlert().notify(_context(GateFailed("release gate failed")))
     assert sink.received == []
+
+
+def test_the_deadline_alert_names_the_run_and_goes_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The context is what the scheduler gives a deadline callback (a DAGRunResponse dump
+    and the deadline)."""
+    from dp_ops.airflow.alerts import deadline_missed
+
+    context = {"dag_run": {"dag_id": "mobility_report", "dag_run_id": "scheduled__2026-12-01",
+                           "queued_at": "2026-12-01T00:00:05Z", "state": "running"},
+               "deadline": {"id": "x", "deadline_time": "2026-12-01T06:00:05Z"}}
+    with SmtpSink() as sink:
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", sink.connection_uri())
+        monkeypatch.setenv("DP_ALERT_EMAILS", "oncall@example.org")
+        deadline_missed(context=context, report="mobility")
+    assert sink.subjects() == [
+        "[dp-ops] DEADLINE MISSED: mobility_report / (the run) (scheduled__2026-12-01)"]
+    (body,) = sink.bodies()
+    assert "queued at 2026-12-01T00:00:05Z" in body and "state running" in body
+
+
+def test_the_run_deadline_is_measured_from_the_queue_time() -> None:
+    """What the daily DAGs will carry (not attached yet: Airflow 3.3.2's dag.test() fails
+    on a DAG with a deadline; see docs/airflow.md)."""
+    from airflow.sdk.definitions.deadline import DeadlineReference
+
+    from dp_ops.airflow.alerts import RUN_DEADLINE
+    from dp_ops.airflow.defaults import run_deadline
+
+    alert = run_deadline("mobility")
+    # from the queue time, not the logical date: a backfill of 2020 must not fire it
+    assert alert.reference == DeadlineReference.DAGRUN_QUEUED_AT
+    assert alert.interval == RUN_DEADLINE
+    assert alert.callback.path == "dp_ops.airflow.alerts.deadline_missed"
+    assert alert.callback.kwargs == {"report": "mobility"}
