@@ -302,3 +302,37 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
     LeakScanner(sorted(user_ids), {}).scan("alert", [body], findings)
     assert len(user_ids) > 100 and not findings, findings.describe()
     _delete_runs("mobility_report")
+
+
+def test_the_ledger_comes_from_the_dp_ledger_connection(dags: dict, airflow_db: Path,
+                                                        tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15, point 6: with the Airflow Connection ``dp_ledger`` defined, every task
+    spends in that ledger, not in ``DP_LEDGER_URL``'s or the data root's default."""
+    from dp_demo.generator import generate
+
+    from dp_ops.layout import DataRoot
+    from dp_ops.privacy.ledger import Ledger
+
+    root = tmp_path / "data"
+    root.mkdir()
+    day = date(2020, 1, 1)
+    generate(DataRoot(root), day, day, users=200, seed=SEED)
+    ledger_file = tmp_path / "connection-ledger.sqlite"
+    monkeypatch.setenv("DP_DATA_ROOT", str(root))
+    monkeypatch.setenv("AIRFLOW_CONN_DP_LEDGER", f"sqlite:///{ledger_file}")  # 4 slashes
+    monkeypatch.setenv("DP_LEDGER_URL", f"sqlite:///{tmp_path / 'not-this.sqlite'}")
+    monkeypatch.delenv("DP_MOBILITY_CONFIG", raising=False)
+    _delete_runs("mobility_report")
+    dag_run = dags["mobility_report"].test(logical_date=_logical_date(day))
+    assert dag_run.state == "success", _task_states(dag_run)
+    ledger = Ledger(f"sqlite:///{ledger_file}")
+    try:
+        assert len(ledger.spends("mobility", day)) == 15  # 5 metric groups x 3 levels
+        recorded = json.loads((root / "ledger_identity.json").read_text())["ledger_id"]
+        assert recorded == ledger.ledger_id
+    finally:
+        ledger.dispose()
+    assert not (tmp_path / "not-this.sqlite").exists()
+    assert not (root / "ledger.sqlite").exists()
+    _delete_runs("mobility_report")

@@ -30,12 +30,50 @@ class ErrorLog(Protocol):
     def error(self, msg: Any, /, *args: Any) -> object: ...
 
 
+LEDGER_CONN_ID = "dp_ledger"
+# Airflow connection types and the SQLAlchemy driver each maps to
+_LEDGER_DRIVERS = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
+                   "sqlite": "sqlite"}
+
+
+def ledger_url_from_connection() -> str | None:
+    """The ledger's SQLAlchemy URL from the Airflow Connection ``dp_ledger`` (a
+    ``postgres`` or ``sqlite`` connection; its password is masked in every log), or None
+    when there is no such connection: then ``DP_LEDGER_URL`` or the default applies."""
+    import sqlalchemy as sa
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    try:
+        conn = Connection.get(LEDGER_CONN_ID)
+    except AirflowNotFoundException:
+        return None
+    driver = _LEDGER_DRIVERS.get(str(conn.conn_type or "").lower())
+    if driver is None:
+        raise BadRequest(f"connection {LEDGER_CONN_ID}: conn_type={conn.conn_type!r}, "
+                         f"expected one of {sorted(_LEDGER_DRIVERS)}")
+    if driver == "sqlite":
+        return f"sqlite:///{conn.host or conn.schema}"
+    if conn.password:
+        mask_secret(conn.password)
+    url = sa.URL.create(driver, username=conn.login or None, password=conn.password or None,
+                        host=conn.host or None, port=conn.port or None,
+                        database=conn.schema or None,
+                        query={k: str(v) for k, v in conn.extra_dejson.items()})
+    rendered = url.render_as_string(hide_password=False)
+    mask_secret(rendered)
+    return rendered
+
+
 def load(report: str) -> AnyReport:
     """``report`` bound to its config, data root and ledger (imported here, at run time,
-    so that parsing a DAG file imports none of the pipeline)."""
+    so that parsing a DAG file imports none of the pipeline). The ledger URL comes from the
+    Airflow Connection ``dp_ledger`` when it exists (:func:`ledger_url_from_connection`),
+    else from ``DP_LEDGER_URL`` or the default."""
     from dp_ops.reports.registry import load_report
 
-    return load_report(report)
+    return load_report(report, ledger_url=ledger_url_from_connection())
 
 
 @contextmanager

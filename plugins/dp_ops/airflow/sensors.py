@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context
 
 from dp_ops.airflow.operators.steps import emit_events
-from dp_ops.airflow.runtime import parse_day
+from dp_ops.airflow.runtime import ledger_url_from_connection, parse_day
 
 
 class BaselineReadySensor(BaseSensorOperator):
@@ -42,7 +42,7 @@ class BaselineReadySensor(BaseSensorOperator):
         from dp_ops.reports.protocol import ReportName
         from dp_ops.reports.registry import load_report
 
-        rt = load_report(ReportName.MOBILITY)
+        rt = load_report(ReportName.MOBILITY, ledger_url=ledger_url_from_connection())
         day = parse_day(self.day)
         if day < rt.cfg.first_public_date:
             self.log.info("%s is before the first public date %s: no baseline needed",

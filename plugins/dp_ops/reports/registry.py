@@ -94,23 +94,27 @@ AnyReport = BoundReport[MobilityConfig] | BoundReport[SymptomsConfig]
 
 
 @overload
-def load_report(name: Literal[ReportName.MOBILITY]) -> BoundReport[MobilityConfig]: ...
+def load_report(name: Literal[ReportName.MOBILITY], *,
+                ledger_url: str | None = None) -> BoundReport[MobilityConfig]: ...
 @overload
-def load_report(name: Literal[ReportName.SYMPTOMS]) -> BoundReport[SymptomsConfig]: ...
+def load_report(name: Literal[ReportName.SYMPTOMS], *,
+                ledger_url: str | None = None) -> BoundReport[SymptomsConfig]: ...
 @overload
-def load_report(name: str) -> AnyReport: ...
+def load_report(name: str, *, ledger_url: str | None = None) -> AnyReport: ...
 
 
-def load_report(name: str) -> AnyReport:
+def load_report(name: str, *, ledger_url: str | None = None) -> AnyReport:
     """The report ``name`` bound to its config (from the environment), the data root and
-    the ledger URL. An unknown name is a ``ValueError`` naming the known ones."""
+    the ledger URL (``ledger_url`` if given: the Airflow adapters pass the ``dp_ledger``
+    connection's; else ``DP_LEDGER_URL`` or the default). An unknown name is a
+    ``ValueError`` naming the known ones."""
     try:
         report = ReportName(name)
     except ValueError:
         raise ValueError(f"report={name!r}: unknown report, expected one of "
                          f"{sorted(r.value for r in ReportName)}") from None
     root = settings.data_root()
-    url = settings.ledger(root)
+    url = ledger_url or settings.ledger(root)
     if report is ReportName.MOBILITY:
         return BoundReport(MOBILITY, MOBILITY.load_config(), root, url)
     return BoundReport(SYMPTOMS, SYMPTOMS.load_config(), root, url)

@@ -8,7 +8,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from dp_ops.airflow.runtime import parse_day, refusals_fail_without_retry
+from dp_ops.airflow.runtime import (
+    ledger_url_from_connection,
+    parse_day,
+    refusals_fail_without_retry,
+)
 from dp_ops.errors import BadRequest
 
 
@@ -83,7 +87,8 @@ class MethodUpdateOperator(BaseOperator):
             effective = parse_day(self.effective_date, field="effective_date")
             categories = parse_categories(self.categories)
             factor = parse_factor(self.factor)
-            mobility = load_report(ReportName.MOBILITY)
+            mobility = load_report(ReportName.MOBILITY,
+                                   ledger_url=ledger_url_from_connection())
             result = steps.method_update(
                 mobility.root, mobility.cfg, method_version=str(self.method_version).strip(),
                 effective_date=effective, categories=categories, factor=factor,
