@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param, chain, dag
 
-from dp_ops.airflow.defaults import DEFAULT_ARGS
+from dp_ops.airflow.defaults import ON_CALL_ARGS
 from dp_ops.airflow.operators import (
     GreatExpectationsGateOperator,
     MethodUpdateOperator,
@@ -49,7 +49,7 @@ COUNT_CATEGORIES = [c for c in PUBLISHED_CATEGORIES if c != "residential"]
     catchup=False,
     is_paused_upon_creation=True,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=ON_CALL_ARGS,
     params={
         "method_version": Param(type="string", pattern="^[A-Za-z0-9._-]{1,64}$",
                                 title="New method version",

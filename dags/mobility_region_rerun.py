@@ -22,7 +22,7 @@ from __future__ import annotations
 from airflow.sdk import chain, dag
 
 from dp_ops.airflow.defaults import (
-    DEFAULT_ARGS,
+    ON_CALL_ARGS,
     RERUN_DAY,
     RERUN_REASON,
     RERUN_REGION,
@@ -50,7 +50,7 @@ DAY, REGION, RENOISE, REASON = RERUN_DAY, RERUN_REGION, RERUN_RENOISE, RERUN_REA
     catchup=False,
     is_paused_upon_creation=True,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=ON_CALL_ARGS,
     params=rerun_params("mobility_report"),
     doc_md=__doc__,
     tags=tags(Tag.MOBILITY, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),

@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
 from dp_ops.airflow.assets import MOBILITY_BASELINE_EVENTS
-from dp_ops.airflow.defaults import DEFAULT_ARGS, RUN_DAY
+from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY
 from dp_ops.airflow.operators import (
     BaselineReadySensor,
     BudgetCheckedNoiseOperator,
@@ -75,7 +75,7 @@ DAY = RUN_DAY
     # the fastest measured on the 2-core demo machine (docs/airflow.md). The ledger and
     # the publish step are safe under concurrency.
     max_active_runs=4,
-    default_args=DEFAULT_ARGS,
+    default_args=DAILY_ARGS,
     doc_md=__doc__,
     tags=tags(Tag.MOBILITY, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

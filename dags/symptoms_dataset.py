@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
-from dp_ops.airflow.defaults import DEFAULT_ARGS, RUN_DAY
+from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY
 from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
@@ -66,7 +66,7 @@ DAY = RUN_DAY
     catchup=False,
     is_paused_upon_creation=True,
     max_active_runs=4,
-    default_args=DEFAULT_ARGS,
+    default_args=DAILY_ARGS,
     doc_md=__doc__,
     tags=tags(Tag.SYMPTOMS, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

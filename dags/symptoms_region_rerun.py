@@ -26,7 +26,7 @@ from __future__ import annotations
 from airflow.sdk import chain, dag
 
 from dp_ops.airflow.defaults import (
-    DEFAULT_ARGS,
+    ON_CALL_ARGS,
     RERUN_DAY,
     RERUN_REASON,
     RERUN_REGION,
@@ -53,7 +53,7 @@ REPORT = ReportName.SYMPTOMS
     catchup=False,
     is_paused_upon_creation=True,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=ON_CALL_ARGS,
     params=rerun_params("symptoms_dataset"),
     doc_md=__doc__,
     tags=tags(Tag.SYMPTOMS, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),

@@ -261,3 +261,18 @@ def test_dag_files_do_no_heavy_imports() -> None:
     loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert loaded == [], f"DAG files import {loaded} at parse time"
     assert not Path("/nonexistent/dp-data-root").exists()
+
+
+def test_on_call_dags_run_ahead_of_daily_runs_and_backfills(dagbag: DagBag) -> None:
+    """Issue 15, point 5 (priority): every task of an on-call DAG outranks every task of a
+    daily DAG, by its own weight ("absolute": not summed over its downstream tasks, so a
+    daily chain of seven tasks cannot outweigh a rerun). Shown with a backfill running in
+    the topology test."""
+    on_call = ("mobility_region_rerun", "symptoms_region_rerun", "mobility_method_update")
+    daily = ("mobility_report", "symptoms_dataset")
+    lowest_on_call = min(t.priority_weight for d in on_call
+                         for t in dagbag.dags[d].tasks)
+    highest_daily = max(t.priority_weight for d in daily for t in dagbag.dags[d].tasks)
+    assert lowest_on_call > highest_daily
+    for dag_id in on_call + daily:
+        assert {str(t.weight_rule) for t in dagbag.dags[dag_id].tasks} == {"absolute"}, dag_id

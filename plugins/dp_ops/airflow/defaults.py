@@ -27,6 +27,16 @@ DEFAULT_ARGS: dict[str, Any] = {
     "on_failure_callback": [FailureAlert()],
 }
 
+# On-call DAGs (region reruns, method updates) run ahead of daily runs and backfills: when
+# worker slots are scarce, the scheduler queues the task instances of highest priority
+# first. "absolute": the weight is the task's own, not summed over downstream tasks, so a
+# long daily chain cannot outweigh an on-call task.
+ON_CALL_PRIORITY = 100
+ON_CALL_ARGS: dict[str, Any] = {**DEFAULT_ARGS, "priority_weight": ON_CALL_PRIORITY,
+                                "weight_rule": "absolute"}
+DAILY_ARGS: dict[str, Any] = {**DEFAULT_ARGS, "priority_weight": 1,
+                              "weight_rule": "absolute"}
+
 # The day a scheduled or backfill run processes: the start of its one-day data interval.
 RUN_DAY = "{{ data_interval_start | ds }}"
 
