@@ -351,6 +351,17 @@ def _init_scripts(postgres: Mapping[str, Any]) -> list[tuple[Path, str]]:
             if target.startswith(INIT_SCRIPT_DIR)]
 
 
+def test_the_tasks_ledger_connection_is_the_command_lines_ledger(
+        compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tasks read the ledger from the Connection `dp_ledger`, the command line from
+    DP_LEDGER_URL: both must name the same database, role and password."""
+    from dp_ops.airflow.runtime import ledger_url_from_connection
+
+    env = compose["x-airflow-common"]["environment"]
+    monkeypatch.setenv("AIRFLOW_CONN_DP_LEDGER", env["AIRFLOW_CONN_DP_LEDGER"])
+    assert make_url(ledger_url_from_connection()) == make_url(env["DP_LEDGER_URL"])
+
+
 def test_ledger_is_postgres_apart_from_the_metadata(compose: dict[str, Any],
                                                     services: dict[str, Any],
                                                     example_env: dict[str, str]) -> None:
