@@ -13,7 +13,14 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from dagrun_helpers import _days, _delete_runs, _logical_date, _run_day, _task_states
+from dagrun_helpers import (
+    _asset_events,
+    _days,
+    _delete_runs,
+    _logical_date,
+    _run_day,
+    _task_states,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -81,10 +88,20 @@ def test_release_published(backfilled: Path) -> None:
 
 
 def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
+    """... and announces nothing: one `symptoms_release` event per release published by
+    the backfill, none for the rerun that reproduces the current release (issue 15,
+    point 3)."""
     before = _spends(backfilled)
+    events = _asset_events("symptoms_release")
+    releases = {p.name for p in (backfilled / "published" / "symptoms" / "releases").iterdir()}
+    # (the metadata DB is the session's: count this data root's releases only)
+    assert len([e for e in events if e["release_id"] in releases]) == len(releases) >= 1
+    assert events[-1]["release_id"] == (backfilled / "published" / "symptoms"
+                                        / "latest").resolve().name
     _delete_runs("symptoms_dataset")
     _run_day(dags["symptoms_dataset"], END)
     assert _spends(backfilled) == before
+    assert len(_asset_events("symptoms_release")) == len(events)
 
 
 def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,

@@ -41,3 +41,16 @@ def _run_day(dag, day: date):
     states = _task_states(dag_run)
     assert dag_run.state == "success", f"{dag.dag_id} {day}: {states}"
     return dag_run
+
+
+def _asset_events(name: str) -> list[dict]:
+    """The extras of every event of asset ``name`` in the metadata DB, oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == name).order_by(AssetEvent.id)).scalars().all()
+    return [dict(r or {}) for r in rows]
