@@ -139,6 +139,9 @@ def head_problem(root: DataRoot, ledger: Ledger) -> str | None:
 def record_head(root: DataRoot, ledger: Ledger) -> None:
     """Raise the data root's high-water mark to the ledger's head (never lower it)."""
     seq, chain = ledger.head()
+    mark = recorded_head(root)
+    if mark is not None and mark[0] >= seq:
+        return  # the common case (a step that wrote nothing): no lock, no write
     lock_path = root.root / f".{HEAD_FILE}.lock"
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

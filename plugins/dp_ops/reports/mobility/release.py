@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 
 import dp_ops
 from dp_ops.engine.files import write_json_atomic
-from dp_ops.errors import PublishRefused
+from dp_ops.errors import BaselineMissing, PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.reports.mobility.baseline import read_baseline
+from dp_ops.reports.mobility.baseline import BASELINE_NAME
 from dp_ops.reports.mobility.charts import write_mobility_charts
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES
@@ -36,6 +36,7 @@ from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
+from dp_ops.steps.derived import verify_recorded
 from dp_ops.steps.ledger_binding import ledger_anchor, open_ledger, require_verified_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
@@ -221,7 +222,10 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
             raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
                                  f"user-day of {epsilon['per_user_day_max']}, over the cap "
                                  f"{cfg.cap:.4f}; not published")
-        read_baseline(root, ledger)  # verified against the ledger's record
+        # the baseline behind the release must be the recorded one (no need to parse it)
+        if not verify_recorded(ledger, REPORT, BASELINE_NAME, root.baseline_file(REPORT)):
+            raise BaselineMissing(f"the mobility baseline {root.baseline_file(REPORT)} does "
+                                  "not exist yet; nothing to publish against")
         updates = method_updates_in_effect(root, ledger, last)
         anchor = ledger_anchor(ledger)
     finally:
