@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export GX_ANALYTICS_ENABLED := false
 export DP_DATA_ROOT ?= $(CURDIR)/data
 
-.PHONY: venv demo generate run test test-fast lint constraints clean
+.PHONY: venv demo generate run test test-fast lint constraints clean topology
 
 venv: $(VENV)/.installed
 
@@ -28,6 +28,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproj
 	# dp_ops and dp_demo, editable: `import dp_ops`, `dp-ops` and `python -m dp_ops` work
 	# everywhere the venv's python runs (no PYTHONPATH), and edits need no reinstall
 	$(PY) -m pip install --quiet --no-deps -e .
+	# the build leaves plugins/<name>.egg-info behind; plugins/ is on sys.path, so it would
+	# be found as a second copy of the package's metadata (Airflow then warns that the
+	# Privacy budget plugin is registered twice): the venv's dist-info is the one
+	rm -rf plugins/*.egg-info
 	touch $@
 
 generate: venv
@@ -52,6 +56,15 @@ test: venv
 	bash scripts/install_test_browser.sh
 	bash scripts/with_test_postgres.sh $(PY) -m pytest -q --durations=15
 
+# docker-compose.yaml's stack (PostgreSQL with its roles, Redis, airflow-init, api-server,
+# dag-processor, scheduler, triggerer, Celery worker) as local processes, without Docker,
+# and the scenario its test checks (docs/deploy.md, "The same stack without Docker").
+# As root it installs Debian's postgresql and redis-server when missing.
+# TOPOLOGY_ARGS=--keep-running leaves it up for the UI.
+TOPOLOGY_ARGS ?=
+topology: venv
+	$(PY) scripts/topology.py $(TOPOLOGY_ARGS)
+
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
 
@@ -63,7 +76,7 @@ constraints: venv
 	$(PY) -m pip freeze --exclude-editable > constraints.txt
 
 clean:
-	rm -rf data airflow_home .pytest_cache .hypothesis
+	rm -rf data airflow_home topology .pytest_cache .hypothesis
 
 # Benchmark (benchmarks/README.md): our public-places step against PipelineDP, OpenDP and a
 # non-private DuckDB floor on one synthetic day of 1M, 4M and 16M stays, plus the noise

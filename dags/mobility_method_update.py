@@ -5,6 +5,10 @@ Trigger this DAG from the UI (**Trigger** opens a form) when the metric computat
 from an effective date (a new method version). Without it, published percent changes would
 jump at that date against the frozen baseline (mobility paper, section 5).
 
+- `approve_spend`: the run waits for another person's approval (Browse > Required
+  Actions; the approvers are `DP_SPEND_APPROVERS`, never the user who triggered the run),
+  which shows the spend on every date of the comparison window and the headroom under the
+  cap. Reject skips the rest: nothing is spent.
 - `method_update`: for each (level, region, category, weekday) over the 4 weeks before
   `effective_date`, sums the stored noisy metrics (s_g) and the same metrics recomputed
   with the new method from the bounded data (s_n), noised with 10% of the cell epsilon
@@ -33,6 +37,7 @@ from dp_ops.airflow.operators import (
     GreatExpectationsGateOperator,
     MethodUpdateOperator,
     ReportStepOperator,
+    SpendApprovalOperator,
 )
 from dp_ops.airflow.tags import Tag, tags
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
@@ -72,6 +77,13 @@ COUNT_CATEGORIES = [c for c in PUBLISHED_CATEGORIES if c != "residential"]
     tags=tags(Tag.MOBILITY, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def mobility_method_update() -> None:
+    # waits for another person's approval (DP_SPEND_APPROVERS), showing the spend per
+    # date and the headroom; Reject skips everything below, so nothing is spent
+    approve_spend = SpendApprovalOperator(
+        task_id="approve_spend", report=REPORT, spend="method_update",
+        method_version="{{ params.method_version }}",
+        effective_date="{{ params.effective_date }}", categories="{{ params.categories }}",
+        factor="{{ params.factor }}", reason="{{ params.reason }}")
     method_update = MethodUpdateOperator(
         task_id="method_update", method_version="{{ params.method_version }}",
         effective_date="{{ params.effective_date }}", categories="{{ params.categories }}",
@@ -79,7 +91,7 @@ def mobility_method_update() -> None:
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)
     publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 
-    chain(method_update, gate, publish)
+    chain(approve_spend, method_update, gate, publish)
 
 
 mobility_method_update()

@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
 from dp_ops.airflow.assets import MOBILITY_BASELINE_EVENTS
-from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY
+from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, run_deadline
 from dp_ops.airflow.operators import (
     BaselineReadySensor,
     BudgetCheckedNoiseOperator,
@@ -76,6 +76,8 @@ DAY = RUN_DAY
     # the publish step are safe under concurrency.
     max_active_runs=4,
     default_args=DAILY_ARGS,
+    # an alert when a run is not done DP_RUN_DEADLINE_HOURS (6) after being queued
+    deadline=run_deadline(REPORT),
     doc_md=__doc__,
     tags=tags(Tag.MOBILITY, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
-from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY
+from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, run_deadline
 from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
@@ -67,6 +67,8 @@ DAY = RUN_DAY
     is_paused_upon_creation=True,
     max_active_runs=4,
     default_args=DAILY_ARGS,
+    # an alert when a run is not done DP_RUN_DEADLINE_HOURS (6) after being queued
+    deadline=run_deadline(REPORT),
     doc_md=__doc__,
     tags=tags(Tag.SYMPTOMS, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )

@@ -6,9 +6,13 @@ data for one day was corrected. It re-ingests and re-bounds that day, then noise
 gates and publishes it again:
 
 - `renoise` off (default): the stored noisy values are reused; nothing is spent.
-- `renoise` on: that region's cells are noised again **through the privacy ledger**, which
-  spends budget again and records `reason`; it is refused (task fails, no retry) if the
-  region's user-days would go past the cap.
+- `renoise` on: the run first waits in `approve_spend` for another person's approval
+  (Browse > Required Actions; the approvers are `DP_SPEND_APPROVERS`, never the user who
+  triggered the run), which shows what it will spend and the headroom under the cap;
+  Reject skips the rest and spends nothing. Approved, that region's cells are noised again
+  **through the privacy ledger**, which spends budget again and records
+  `reason`; it is refused (task fails, no retry) if the region's user-days would go past
+  the cap.
 
 Only that region and the levels above it get fresh values and fresh daily/weekly
 decisions; every other region keeps the decisions of the current release, and every
@@ -38,6 +42,7 @@ from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
     ReportStepOperator,
+    SpendApprovalOperator,
     ValidateRerunRequestOperator,
 )
 from dp_ops.airflow.tags import Tag, tags
@@ -62,6 +67,11 @@ def symptoms_region_rerun() -> None:
     validate_request = ValidateRerunRequestOperator(
         task_id="validate_request", day=DAY, region=REGION, renoise=RENOISE, reason=REASON,
         report=REPORT, retries=0)
+    # with renoise on, waits for another person's approval (DP_SPEND_APPROVERS), showing
+    # the spend and the headroom; Reject skips everything below, so nothing is spent
+    approve_spend = SpendApprovalOperator(
+        task_id="approve_spend", report=REPORT, spend="renoise", day=DAY, region=REGION,
+        renoise=RENOISE, reason=REASON)
     ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
@@ -74,7 +84,8 @@ def symptoms_region_rerun() -> None:
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT, region=REGION)
     publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
 
-    chain(validate_request, ingest, bound_contributions, noise, report, gate, publish)
+    chain(validate_request, approve_spend, ingest, bound_contributions, noise, report, gate,
+          publish)
 
 
 symptoms_region_rerun()

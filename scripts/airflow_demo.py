@@ -177,32 +177,19 @@ class Services:
             del self.procs[name]
 
 
-WARM_IMPORTS = '''"""Written by scripts/airflow_demo.py --warm-imports: pre-import the
-pipeline's heavy libraries in the scheduler. Its LocalExecutor workers and their task processes are
-forked from it (no exec), so every task starts with them already imported instead of
-paying ~1 s (pandas, pyarrow, DuckDB) to ~4 s (Great Expectations) each time."""
-
-import os
-import sys
-
-if sys.argv[1:2] == ["scheduler"]:
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import duckdb  # noqa: F401
-    import great_expectations  # noqa: F401
-    import matplotlib.backends.backend_agg  # noqa: F401  (release charts)
-    import matplotlib.figure  # noqa: F401
-    import pandas  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
-    import PIL.Image  # noqa: F401
-'''
+# The deployments' Airflow local settings (also mounted by docker-compose.yaml): pre-import
+# pandas, pyarrow, DuckDB, matplotlib and GX in the scheduler, whose LocalExecutor workers
+# fork the task processes, so that every task starts with them imported instead of paying
+# ~1 s (pandas, pyarrow, DuckDB) to ~4 s (Great Expectations) each time.
+LOCAL_SETTINGS = REPO / "docker" / "airflow" / "airflow_local_settings.py"
 
 
 def write_local_settings(home: Path, warm: bool) -> None:
     path = home / "config" / "airflow_local_settings.py"
     if warm:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(WARM_IMPORTS)
-    elif path.is_file() and "airflow_demo.py" in path.read_text():
+        path.write_text(LOCAL_SETTINGS.read_text())
+    elif path.is_file() and "pre-import the pipeline's heavy" in path.read_text():
         path.unlink()
 
 

@@ -35,6 +35,11 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
     "GX_ANALYTICS_ENABLED": "false",
+    # No run deadline on the daily DAGs parsed in this process: Airflow 3.3.2's dag.test()
+    # fails on a DAG with a deadline (dp_ops.airflow.defaults.run_deadline). The DAGs carry
+    # it wherever this is unset: the scheduler tests (test_airflow_operations,
+    # test_topology) start their Airflow without it.
+    "DP_RUN_DEADLINE_HOURS": "0",
 })
 
 

@@ -154,19 +154,22 @@ def cmd_ledger_init(args: argparse.Namespace) -> int:
     grant the pipeline's role SELECT and INSERT only."""
     import os
 
+    from dp_ops.privacy import ledger_migrations
     from dp_ops.privacy.ledger import Ledger, safe_url
     from dp_ops.privacy.ledger_schema import grant_pipeline_role, missing_guards
 
     url = os.environ.get("DP_LEDGER_OWNER_URL") or settings.ledger(settings.data_root())
-    ledger = Ledger(url)
+    ledger = Ledger(url)  # creates or migrates the schema (Alembic) under the write lock
     try:
         with ledger.engine.begin() as conn:
             gone = missing_guards(conn)
+            revision = ledger_migrations.current(conn)
             if args.grant:
                 grant_pipeline_role(conn, args.grant)
     finally:
         ledger.dispose()
-    print(f"ledger {ledger.ledger_id} at {safe_url(url)}: schema ready; append-only guards "
+    print(f"ledger {ledger.ledger_id} at {safe_url(url)}: schema ready (migration "
+          f"{revision}); append-only guards "
           + ("in place" if not gone else f"MISSING: {', '.join(gone)}"))
     if args.grant:
         print(f"granted {args.grant} SELECT and INSERT on the ledger's tables, nothing else")

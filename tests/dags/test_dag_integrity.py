@@ -10,6 +10,7 @@ import inspect
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
     MethodUpdateOperator,
+    SpendApprovalOperator,
 )
 from dp_ops.airflow.tags import ALLOWED_TAGS
 
@@ -31,8 +33,8 @@ DAGS = REPO / "dags"
 MOBILITY_CHAIN = ["ingest", "bound_contributions", "noise", "baseline", "report", "gate",
                   "publish"]
 SYMPTOMS_CHAIN = ["ingest", "bound_contributions", "noise", "report", "gate", "publish"]
-RERUN_CHAIN = ["validate_request", "ingest", "bound_contributions", "noise", "report", "gate",
-               "publish"]
+RERUN_CHAIN = ["validate_request", "approve_spend", "ingest", "bound_contributions", "noise",
+               "report", "gate", "publish"]
 
 
 def _arg(task: Any, name: str) -> Any:
@@ -178,6 +180,13 @@ def test_rerun_graph_and_params(dagbag: DagBag, dag_id: str, report: str) -> Non
     assert (noise.day, noise.region, noise.renoise, noise.reason) == (
         "{{ params.date }}", "{{ params.region }}", "{{ params.renoise }}",
         "{{ params.reason }}")
+    approve = dag.get_task("approve_spend")
+    assert isinstance(approve, SpendApprovalOperator)
+    assert (approve.spend, approve.day, approve.region, approve.renoise, approve.reason) == (
+        "renoise", "{{ params.date }}", "{{ params.region }}", "{{ params.renoise }}",
+        "{{ params.reason }}")
+    # Reject (also the default on timeout) skips every task below: nothing is spent
+    assert approve.defaults == ["Reject"] and approve.ignore_downstream_trigger_rules
     for task in dag.tasks:
         assert _arg(task, "report") == report, task.task_id
     if report == "symptoms":
@@ -186,7 +195,7 @@ def test_rerun_graph_and_params(dagbag: DagBag, dag_id: str, report: str) -> Non
 
 def test_method_update_graph_and_params(dagbag: DagBag) -> None:
     dag = dagbag.dags["mobility_method_update"]
-    _assert_chain(dag, ["method_update", "gate", "publish"])
+    _assert_chain(dag, ["approve_spend", "method_update", "gate", "publish"])
     assert isinstance(dag.timetable, NullTimetable)  # manual runs only
     assert dag.max_active_runs == 1
     assert {"mobility", "spends-privacy-budget"} <= set(dag.tags)
@@ -204,6 +213,12 @@ def test_method_update_graph_and_params(dagbag: DagBag) -> None:
     assert schema["reason"]["type"] == "string" and schema["reason"]["minLength"] >= 3
     for name in names:
         assert not dag.params.get_param(name).has_value, f"{name} must be required"
+    approve = dag.get_task("approve_spend")
+    assert isinstance(approve, SpendApprovalOperator) and approve.spend == "method_update"
+    assert (approve.method_version, approve.effective_date, approve.categories,
+            approve.factor) == tuple(f"{{{{ params.{n} }}}}" for n in (
+                "method_version", "effective_date", "categories", "factor"))
+    assert approve.defaults == ["Reject"] and approve.ignore_downstream_trigger_rules
     task = dag.get_task("method_update")
     assert isinstance(task, MethodUpdateOperator)
     assert task.retries >= 1
@@ -276,3 +291,24 @@ def test_on_call_dags_run_ahead_of_daily_runs_and_backfills(dagbag: DagBag) -> N
     assert lowest_on_call > highest_daily
     for dag_id in on_call + daily:
         assert {str(t.weight_rule) for t in dagbag.dags[dag_id].tasks} == {"absolute"}, dag_id
+
+
+def test_the_daily_dags_carry_their_run_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsed as a deployment parses them (DP_RUN_DEADLINE_HOURS unset; the dag.test()
+    harness sets 0, see tests/conftest.py): each daily DAG alerts 6 h after a run is
+    queued; the on-call DAGs have no deadline (they may wait a day for approval)."""
+    from airflow.sdk.definitions.deadline import DeadlineReference
+
+    monkeypatch.delenv("DP_RUN_DEADLINE_HOURS", raising=False)
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    for dag_id, report in (("mobility_report", "mobility"), ("symptoms_dataset", "symptoms")):
+        (alert,) = bag.dags[dag_id].deadline
+        assert alert.reference == DeadlineReference.DAGRUN_QUEUED_AT
+        assert alert.interval == timedelta(hours=6)
+        assert alert.callback.kwargs == {"report": report}
+    for dag_id in ("mobility_region_rerun", "mobility_method_update"):
+        assert not bag.dags[dag_id].deadline
+    monkeypatch.setenv("DP_RUN_DEADLINE_HOURS", "soon")
+    bad = DagBag(dag_folder=str(DAGS))
+    assert any("DP_RUN_DEADLINE_HOURS='soon'" in str(e) for e in bad.import_errors.values())

@@ -16,9 +16,11 @@ three public report days from 02-15; 12,000 users):
    ledger has exactly one spend per slot, paid by that day's backfill run.
 2. ``mobility_region_rerun`` triggered with ``airflow dags trigger --conf`` for one level-2
    region on 02-17, three times: reuse of the stored noise (nothing spent, release
-   unchanged), ``renoise`` with a reason (15 spends for the region's chain, recorded with
-   the reason, only the chain's rows may change), ``renoise`` again (refused by the cap:
-   ``noise`` fails on its first try with the documented message; nothing changes).
+   unchanged), ``renoise`` with a reason, approved by the approver through the REST API
+   (15 spends for the region's chain, recorded with the reason, only the chain's rows may
+   change), ``renoise`` again (refused by the cap before anyone is asked:
+   ``approve_spend`` fails on its first try with the ledger's documented message; nothing
+   changes).
 3. The leak scan (rules in ``leak_scan.py``): every row of every table of the metadata DB
    (XCom, rendered template fields, DAG-run conf, task instances, audit log, notes, ...),
    every file under ``$AIRFLOW_HOME/logs`` (task logs and the services' logs) and every file
@@ -64,7 +66,7 @@ from leak_scan import (
     sqlite_records,
 )
 from pipeline_helpers import days as _days
-from pipeline_helpers import load_airflow_demo
+from pipeline_helpers import load_airflow_demo, load_script
 
 REPO = Path(__file__).resolve().parents[2]
 START, END = date(2020, 1, 3), date(2020, 2, 17)
@@ -73,6 +75,7 @@ USERS = 12_000
 SEED = 11
 SHARDS = 2
 DAILY_DAG, RERUN_DAG = "mobility_report", "mobility_region_rerun"
+APPROVER = "approver"
 MAX_ACTIVE_RUNS = 4
 RUN_TIMEOUT_S = 300
 
@@ -108,6 +111,7 @@ class Deployment:
     data_root: Path
     services: Any  # airflow_demo.Services
     meta: Any  # airflow_demo.Metadata
+    api_port: int
 
     @property
     def db(self) -> Path:
@@ -164,6 +168,27 @@ class Deployment:
     def task_log(self, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
         return self.demo.task_log(self.home, dag_id, run_id, task_id, attempt)
 
+    def approve(self, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT_S) -> int:
+        """Approve the run's spend through the REST API as the approver, as often as it
+        asks (scripts/topology.py, answer_approvals); 0 when it never asks (refused
+        before, or nothing to approve)."""
+        topo = load_script("topology")
+        passwords = json.loads(
+            (self.home / "simple_auth_manager_passwords.json.generated").read_text())
+        approver = topo.Api(f"http://127.0.0.1:{self.api_port}", APPROVER,
+                            passwords[APPROVER]).login()
+        deadline = time.monotonic() + timeout
+        while self.task_states(dag_id, run_id).get("approve_spend", ("", 0))[0] in (
+                "", None, "scheduled", "queued", "running"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{dag_id} {run_id}: approve_spend never ran")
+            self.services.check_alive()
+            time.sleep(1)
+        if self.task_states(dag_id, run_id)["approve_spend"][0] == "failed":
+            return 0  # refused before asking
+        return int(topo.answer_approvals(approver, dag_id, run_id,
+                                         self.services.check_alive, timeout=timeout))
+
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
@@ -199,6 +224,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         env = demo.airflow_env(args, home, data_root, api_port, demo.free_port(0))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["DP_BOUNDING_SHARDS"] = str(SHARDS)
+    # an approver besides the admin (the CLI's triggering user is the OS user): re-noises
+    # wait for the approver's answer through the REST API
+    env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = f"admin:admin,{APPROVER}:user"
+    env["DP_SPEND_APPROVERS"] = APPROVER
     # the first noise task to draw noise dies with SIGKILL before storing it (once: the
     # retry Airflow schedules inherits the same environment and runs through)
     env["DP_FAULT"] = "noise.after_draw"
@@ -223,7 +252,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         # scheduler -> follow until every run succeeded (raises at the first failed run)
         demo.backfill_dag(services, meta, args, home, time.monotonic())
         yield Deployment(demo=demo, home=home, data_root=data_root, services=services,
-                         meta=meta)
+                         meta=meta, api_port=api_port)
     finally:
         services.stop()
         if previous_handler is not None:
@@ -440,6 +469,8 @@ def reruns(deployment: Deployment) -> dict[str, RerunOutcome]:
         run_id = f"ops_test__{name}"
         before = _snapshot(root)
         deployment.trigger(RERUN_DAG, run_id, conf)
+        if renoise:
+            deployment.approve(RERUN_DAG, run_id)
         state = deployment.wait_for_run(RERUN_DAG, run_id)
         outcomes[name] = RerunOutcome(
             region=region, chain=chain, conf=conf, run_id=run_id, state=state,
@@ -513,26 +544,28 @@ def test_rerun_with_renoise_spends_for_the_region_chain_only(
 @pytest.mark.integration
 def test_second_renoise_is_refused_past_the_cap(deployment: Deployment,
                                                 reruns: dict[str, RerunOutcome]) -> None:
-    """``noise`` fails on its first try (no retry) with the documented refusal naming the
-    date, the slot, the spent and requested epsilon and the cap; nothing is spent, drawn
-    or published."""
+    """The approval refuses it before asking anyone, on its first try (no retry), with the
+    ledger's documented refusal naming the date, the slot, the spent and requested
+    epsilon and the cap; nothing is ingested, spent, drawn or published."""
     from dp_ops.reports.mobility.config import MobilityConfig
 
     cfg = MobilityConfig()
     outcome = reruns["renoise_again"]
     assert outcome.state == "failed"
     assert outcome.tasks["validate_request"] == ("success", 1)
-    assert outcome.tasks["noise"] == ("failed", 1), outcome.tasks
-    assert {outcome.tasks[t][0] for t in ("report", "gate", "publish")} == {"upstream_failed"}
-    text = deployment.task_log(RERUN_DAG, outcome.run_id, "noise", 1).read_text()
+    assert outcome.tasks["approve_spend"] == ("failed", 1), outcome.tasks
+    assert {outcome.tasks[t][0] for t in ("ingest", "noise", "report", "gate",
+                                          "publish")} == {"upstream_failed"}
+    text = deployment.task_log(RERUN_DAG, outcome.run_id, "approve_spend", 1).read_text()
+    assert "not sent for approval, nothing was spent" in text
     match = REFUSAL.search(text)
-    assert match, "the noise task log has no budget refusal"
+    assert match, "the approval's task log has no budget refusal"
     assert match["date"] == RERUN_DAY.isoformat()
     assert match["slot"].startswith(f"mobility/{RERUN_DAY.isoformat()}/level ")
     assert match["slot"].rsplit("/region ", 1)[1] in outcome.chain
     assert float(match["spent"]) + float(match["requested"]) > cfg.cap
     assert float(match["cap"]) == pytest.approx(cfg.cap, abs=1e-4)
-    assert not deployment.task_log(RERUN_DAG, outcome.run_id, "noise", 2).exists()
+    assert not deployment.task_log(RERUN_DAG, outcome.run_id, "approve_spend", 2).exists()
     unchanged = outcome.after == outcome.before
     assert unchanged, "the refused rerun changed the ledger, the noise store or the release"
 

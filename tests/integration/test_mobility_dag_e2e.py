@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from dagrun_helpers import (
     _run_day,
     _task_states,
 )
+from hitl import responder
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -56,6 +57,8 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("DP_DATA_ROOT", str(root))
         mp.delenv("DP_LEDGER_URL", raising=False)
         mp.delenv("DP_MOBILITY_CONFIG", raising=False)
+        # who may approve re-noises and method updates (the runs here have no requester)
+        mp.setenv("DP_SPEND_APPROVERS", "approver")
         yield root
 
 
@@ -202,19 +205,47 @@ def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
 
     count, total = _ledger_total(backfilled)
     reason = "integration test: corrected raw data"
-    dag_run = dags["mobility_region_rerun"].test(
-        logical_date=None,
-        run_conf={"date": END.isoformat(), "region": _a_region(backfilled), "renoise": True,
-                  "reason": reason})
+    region = _a_region(backfilled)
+    with responder("mobility_region_rerun", user="approver") as asked:
+        dag_run = dags["mobility_region_rerun"].test(
+            logical_date=None,
+            run_conf={"date": END.isoformat(), "region": region, "renoise": True,
+                      "reason": reason})
     assert dag_run.state == "success", _task_states(dag_run)
     new_count, new_total = _ledger_total(backfilled)
     assert new_count > count and new_total > total
+    # the approver was shown this spend and the headroom it leaves
+    assert len(asked.subjects) == 1 and region in asked.subjects[0]
+    assert f"+{new_total - total:.4f} epsilon per user-day" in asked.bodies[0]
+    assert "headroom" in asked.bodies[0] and END.isoformat() in asked.bodies[0]
     ledger = Ledger(ledger_url(DataRoot(backfilled)))
     try:
         new = ledger.spends("mobility", END)[-1]
     finally:
         ledger.dispose()
     assert new.reason == reason
+
+
+def test_a_rejected_renoise_spends_nothing(dags: dict, backfilled: Path) -> None:
+    """Reject: every task after the approval is skipped; the ledger and the release are
+    untouched. (The day before END: END has no headroom left for a second re-noise, which
+    the approval refuses before asking anyone.)"""
+    before = _ledger_total(backfilled)
+    latest = backfilled / "published" / "mobility" / "latest" / "manifest.json"
+    manifest = latest.read_bytes()
+    with responder("mobility_region_rerun", user="approver", option="Reject") as asked:
+        dag_run = dags["mobility_region_rerun"].test(
+            logical_date=None,
+            run_conf={"date": (END - timedelta(days=1)).isoformat(),
+                      "region": _a_region(backfilled), "renoise": True,
+                      "reason": "integration test: rejected re-noise"})
+    states = _task_states(dag_run)
+    assert len(asked.subjects) == 1
+    assert states["approve_spend"][0] == "success"
+    assert {states[t][0] for t in ("ingest", "noise", "report", "gate", "publish")} == {
+        "skipped"}, states
+    assert _ledger_total(backfilled) == before
+    assert latest.read_bytes() == manifest
 
 
 def test_region_rerun_rejects_unknown_region(dags: dict, backfilled: Path) -> None:
@@ -236,11 +267,14 @@ def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled
     from dp_ops.layout import DataRoot, ledger_url
     from dp_ops.privacy.ledger import Ledger
 
-    dag_run = dags["mobility_method_update"].test(
-        logical_date=None,
-        run_conf={"method_version": "v2-e2e", "effective_date": "2020-03-09",
-                  "categories": ["parks"], "factor": 1.2,
-                  "reason": "integration test: new parks classifier"})
+    with responder("mobility_method_update", user="approver") as asked:
+        dag_run = dags["mobility_method_update"].test(
+            logical_date=None,
+            run_conf={"method_version": "v2-e2e", "effective_date": "2020-03-09",
+                      "categories": ["parks"], "factor": 1.2,
+                      "reason": "integration test: new parks classifier"})
+    assert len(asked.subjects) == 1 and "v2-e2e" in asked.subjects[0]
+    assert "2020-02-10" in asked.bodies[0] and "2020-03-08" in asked.bodies[0]
     assert dag_run.state == "success", _task_states(dag_run)
     ledger = Ledger(ledger_url(DataRoot(backfilled)))
     try:

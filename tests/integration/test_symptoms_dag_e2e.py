@@ -21,6 +21,7 @@ from dagrun_helpers import (
     _run_day,
     _task_states,
 )
+from hitl import responder
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -52,6 +53,8 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("DP_DATA_ROOT", str(root))
         mp.delenv("DP_LEDGER_URL", raising=False)
         mp.delenv("DP_SYMPTOMS_CONFIG", raising=False)
+        # who may approve re-noises (the runs here have no requester)
+        mp.setenv("DP_SPEND_APPROVERS", "approver")
         yield root
 
 
@@ -108,11 +111,13 @@ def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
                                                             backfilled: Path) -> None:
     before = _spends(backfilled)
     reason = "integration test: corrected raw search data"
-    dag_run = dags["symptoms_region_rerun"].test(
-        logical_date=None,
-        run_conf={"date": END.isoformat(), "region": "DM-02-001", "renoise": True,
-                  "reason": reason})
+    with responder("symptoms_region_rerun", user="approver") as asked:
+        dag_run = dags["symptoms_region_rerun"].test(
+            logical_date=None,
+            run_conf={"date": END.isoformat(), "region": "DM-02-001", "renoise": True,
+                      "reason": reason})
     assert dag_run.state == "success", _task_states(dag_run)
+    assert len(asked.subjects) == 1 and "DM-02-001" in asked.subjects[0]
     new = [s for s in _spends(backfilled) if s not in before]
     assert len(new) == 6 and {s.reason for s in new} == {reason}
     assert {s.slot.region_scope for s in new} == {"DM-02-001", "DM-02", "DM"}

@@ -515,3 +515,74 @@ def _wait_for_success(ui: AirflowUI, page: Any, run_id: str) -> None:
     except AssertionError:
         page.reload()
         expect(badge).to_have_text("Success")
+
+
+# ---------------------------------------------------------------- the privacy budget view --
+BUDGET_PAGES = ("/dp-budget/", "/dp-budget/api/budget",
+                "/dp-budget/release/mobility/index.html", "/dp-budget/data-docs/index.html")
+
+
+def _cli_totals(data_root: Path) -> dict[str, dict[str, float]]:
+    """report -> date -> composed epsilon, read off ``python -m dp_ops ledger``'s output
+    (consecutive dates with the same spends are one range there)."""
+    from datetime import timedelta
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DP_"))}
+    env.update(DP_DATA_ROOT=str(data_root), GX_ANALYTICS_ENABLED="false")
+    res = subprocess.run([sys.executable, "-m", "dp_ops", "ledger"], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    totals: dict[str, dict[str, float]] = {}
+    section = res.stdout.split("composed epsilon per user-day", 1)[1]
+    for m in re.finditer(r"^\s+(\w+)\s+(\d{4}-\d\d-\d\d)(?:\.\.(\d{4}-\d\d-\d\d))?"
+                         r"(?: \(\d+ dates\))?\s+(\d+\.\d+)", section, re.M):
+        first = date.fromisoformat(m[2])
+        last = date.fromisoformat(m[3] or m[2])
+        for i in range((last - first).days + 1):
+            totals.setdefault(m[1], {})[(first + timedelta(days=i)).isoformat()] = float(m[4])
+    return totals
+
+
+def test_the_privacy_budget_view_is_behind_airflows_authentication(
+        airflow_ui: AirflowUI) -> None:
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for path in BUDGET_PAGES:
+        for headers, expected in (({}, 401), ({"Authorization": "Bearer forged"}, 403),
+                                  ({"Cookie": "_token=forged"}, 403)):
+            request = urllib.request.Request(airflow_ui.base_url + path, headers=headers)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                direct.open(request, timeout=30)
+            assert refused.value.code == expected, (path, headers, refused.value.code)
+
+
+def test_the_privacy_budget_view_shows_the_ledgers_totals(airflow_ui: AirflowUI,
+                                                          page: Any) -> None:
+    """Browse > Privacy budget opens the plugin's page inside the UI; its figures are the
+    ledger's (the same totals as ``python -m dp_ops ledger``); the release page and the
+    Data Docs it links to open with the session."""
+    from playwright.sync_api import expect
+
+    with _screenshot_on_failure(page, "privacy-budget"):
+        page.goto("/")
+        page.get_by_role("button", name="Browse").click()
+        page.get_by_role("menuitem", name="Privacy budget").click()
+        page.wait_for_url(re.compile(r"/plugin/privacy-budget"))
+        frame = page.frame_locator("iframe").first
+        expect(frame.get_by_role("heading", name="Privacy budget")).to_be_visible()
+        expect(frame.get_by_role("heading", name="mobility")).to_be_visible()
+        expect(frame.get_by_text("the ledger's hash chain verifies")).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        _shot(page, "05-privacy-budget")
+    api = page.request.get("/dp-budget/api/budget")
+    assert api.ok, f"GET /dp-budget/api/budget: {api.status} {api.text()[:300]}"
+    shown = api.json()["reports"]
+    cli = _cli_totals(airflow_ui.data_root)
+    assert cli["mobility"], "python -m dp_ops ledger printed no mobility totals"
+    assert set(shown["mobility"]["totals"]) == set(cli["mobility"])
+    for day, value in cli["mobility"].items():
+        assert abs(shown["mobility"]["totals"][day] - value) < 5e-5, day
+    # the rerun test re-published: the release history names the latest release
+    assert any(r["latest"] for r in shown["mobility"]["releases"])
+    for path in BUDGET_PAGES[2:]:
+        linked = page.request.get(path)
+        assert linked.ok, f"GET {path}: {linked.status}"

@@ -41,18 +41,22 @@ def child_env(root: Path) -> dict[str, str]:
     return env
 
 
-def load_airflow_demo() -> ModuleType:
-    """``scripts/airflow_demo.py`` as a module: the real-Airflow tests deploy with its
-    pieces (settings, services, metadata reads)."""
-    if "airflow_demo" in sys.modules:
-        return sys.modules["airflow_demo"]
-    spec = importlib.util.spec_from_file_location("airflow_demo",
-                                                  REPO / "scripts" / "airflow_demo.py")
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module (the real-Airflow tests deploy with their pieces:
+    settings, services, metadata reads)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look up their module while being built
     spec.loader.exec_module(module)
     return module
+
+
+def load_airflow_demo() -> ModuleType:
+    """``scripts/airflow_demo.py`` as a module."""
+    return load_script("airflow_demo")
 
 
 def cli(root: Path, *args: str, fault: str | None = None,

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from pipeline_helpers import load_script
 from sqlalchemy.engine import make_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +45,8 @@ EXTRA_ENV = {
     "airflow-worker": {"DUMB_INIT_SETSID"},           # Celery warm shutdown
     "airflow-init": {"_AIRFLOW_DB_MIGRATE",            # the entrypoint migrates the DB
                      "_AIRFLOW_WWW_USER_USERNAME", "_AIRFLOW_WWW_USER_PASSWORD",
+                     # the approver's password for the auth file
+                     "_AIRFLOW_APPROVER_USERNAME", "_AIRFLOW_APPROVER_PASSWORD",
                      "DP_LEDGER_OWNER_URL"},               # ledger init, as the owner
     "airflow-cli": {"CONNECTION_CHECK_MAX_COUNT"},
 }
@@ -62,6 +65,7 @@ INIT_SECRETS = {
     "DP_LEDGER_DB_PASSWORD": "DP_LEDGER_URL",
     "DP_LEDGER_OWNER_DB_PASSWORD": "DP_LEDGER_OWNER_URL",
     "AIRFLOW_ADMIN_PASSWORD": "_AIRFLOW_WWW_USER_PASSWORD",
+    "AIRFLOW_APPROVER_PASSWORD": "_AIRFLOW_APPROVER_PASSWORD",
 }
 # The passwords the postgres service reads, and its container variable for each (its
 # command refuses their placeholders before the image's entrypoint runs). The superuser's
@@ -84,40 +88,14 @@ INIT_SCRIPT_DIR = "/docker-entrypoint-initdb.d/"
 ROLE_ATTRIBUTES = {"LOGIN", "NOSUPERUSER", "NOCREATEDB", "NOCREATEROLE", "NOREPLICATION",
                    "NOBYPASSRLS"}
 
-# One Compose interpolation token: an escaped $, a ${NAME[:-|:?]arg}, or any other $ use
-# (bare $NAME, ${NAME:+x}, ...), which the file must not contain so that this test's
-# interpolation stays the same as Compose's.
-_TOKEN = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|:\?)"
-                    r"(?P<arg>[^}]*))?\}|(?P<other>\$.?)")
-
-
-class MissingVariable(LookupError):
-    """A ``${VAR:?message}`` whose variable is unset or empty (Compose refuses to run)."""
-
-
-def interpolate(value: Any, env: Mapping[str, str]) -> Any:
-    """``value`` (a parsed YAML node) with every string interpolated as Compose does."""
-    if isinstance(value, dict):
-        return {k: interpolate(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env) for v in value]
-    if not isinstance(value, str):
-        return value
-
-    def substitute(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        if match.group("other") is not None:
-            raise AssertionError(f"unsupported interpolation {match.group(0)!r} in {value!r}")
-        name, op, arg = match.group("name", "op", "arg")
-        current = env.get(name, "")
-        if op == ":?" and not current:
-            raise MissingVariable(f"{name}: {arg}")
-        if op == ":-":
-            return current or arg
-        return current
-
-    return _TOKEN.sub(substitute, value)
+# Compose interpolation (an escaped $, ${NAME[:-|:?]arg}; any other $ use is an error, so
+# that it stays the same as Compose's) and .env reading: scripts/topology.py's, which
+# starts this very stack as local processes (tests/integration/test_topology.py).
+_topology = load_script("topology")
+_TOKEN = _topology._TOKEN
+MissingVariable = _topology.MissingVariable
+interpolate = _topology.interpolate
+read_env_file = _topology.read_env_file
 
 
 def strings(node: Any) -> list[str]:
@@ -128,17 +106,6 @@ def strings(node: Any) -> list[str]:
     if isinstance(node, list):
         return [s for v in node for s in strings(v)]
     return [node] if isinstance(node, str) else []
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    values = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, sep, value = line.partition("=")
-            assert sep, f"{path.name}: not KEY=VALUE: {line!r}"
-            values[key.strip()] = value.strip()
-    return values
 
 
 def volume_map(service: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
@@ -818,9 +785,14 @@ def test_init_writes_the_password_file_and_migrates(tmp_path: Path) -> None:
     env = interpolate(raw["x-airflow-common"]["environment"], values)
     passwords = Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]
                      .replace("/opt/airflow", str(opt)))
-    # The format SimpleAuthManager reads: {"<user>": "<password>"}, for the configured user.
-    user = env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(":")[0]
-    assert json.loads(passwords.read_text()) == {user: values["AIRFLOW_ADMIN_PASSWORD"]}
+    # The format SimpleAuthManager reads: {"<user>": "<password>"}, for the configured
+    # users: the admin and the approver (role user: may answer approvals, not administer)
+    roles = dict(u.split(":") for u in env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(","))
+    admin, approver = values["AIRFLOW_ADMIN_USERNAME"], values["AIRFLOW_APPROVER_USERNAME"]
+    assert roles == {admin: "admin", approver: "user"}
+    assert json.loads(passwords.read_text()) == {admin: values["AIRFLOW_ADMIN_PASSWORD"],
+                                                 approver: values["AIRFLOW_APPROVER_PASSWORD"]}
+    assert env["DP_SPEND_APPROVERS"] == approver
     assert passwords.stat().st_mode & 0o077 == 0, "password file readable by others"
     assert calls == ["true|dp_ledger_owner|airflow version",  # waits for the DB, migrates
                      "|dp_ledger_owner|airflow db check-migrations --migration-wait-timeout 0",

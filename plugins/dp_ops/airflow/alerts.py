@@ -12,10 +12,9 @@ people can filter on it:
 - ``[dp-ops] PRIVACY GUARD``: a ledger or stored-state check refused (tampering, a
   mismatched ledger or policy): treat as an incident;
 - ``[dp-ops] TASK FAILED``: anything else;
-- ``[dp-ops] DEADLINE MISSED``: a daily run was not done within ``RUN_DEADLINE`` of being
-  queued (``defaults.run_deadline``, measured from the queue time, so a backfill of 2020
-  dates does not fire it), whatever its state. Not attached to the DAGs yet (see
-  ``run_deadline``).
+- ``[dp-ops] DEADLINE MISSED``: a daily run was not done within ``DP_RUN_DEADLINE_HOURS``
+  (default 6) of being queued (``defaults.run_deadline``, measured from the queue time,
+  so a backfill of 2020 dates does not fire it), whatever its state.
 
 The text names the DAG, run, task and try, and the error's message, which by the
 pipeline's rule names files, parameters and counts, never rows, user ids or un-noised
@@ -50,9 +49,11 @@ class FailureKind(StrEnum):
     DEADLINE_MISSED = "DEADLINE MISSED"
 
 
-# How long a daily run may take from being queued (docs: OPERATIONS.md, Alerts). A normal
-# run takes minutes; a run still going after this is stuck or starved.
+# How long a daily run may take from being queued (docs: OPERATIONS.md, Alerts), unless
+# DP_RUN_DEADLINE_HOURS says otherwise. A normal run takes minutes; a run still going
+# after this is stuck or starved.
 RUN_DEADLINE = timedelta(hours=6)
+RUN_DEADLINE_ENV = "DP_RUN_DEADLINE_HOURS"
 
 
 def _chain(exc: BaseException | None) -> Iterator[BaseException]:
@@ -113,7 +114,7 @@ def send_alert(subject: str, body: str, *, log: Any,
 
 def deadline_missed(*, context: Mapping[str, Any], report: str) -> None:
     """The DAGs' deadline callback (run by the scheduler's executor when a run is still not
-    done ``RUN_DEADLINE`` after it was queued)."""
+    done its deadline after it was queued)."""
     run = context.get("dag_run") or {}
     deadline = context.get("deadline") or {}
     subject, body = compose(
@@ -121,7 +122,8 @@ def deadline_missed(*, context: Mapping[str, Any], report: str) -> None:
         run_id=str(run.get("dag_run_id", run.get("run_id", "?"))), task_id="(the run)",
         try_number=0,
         message=(f"the {report} run queued at {run.get('queued_at')} is not done by its "
-                 f"deadline {deadline.get('deadline_time')} ({RUN_DEADLINE} after queueing);"
+                 f"deadline {deadline.get('deadline_time')} (the run's deadline after "
+                 "queueing);"
                  f" state {run.get('state')}. Look for a stuck or queued task in the grid."))
     send_alert(subject, body, log=_LOG)
 

@@ -6,6 +6,7 @@ Imported at DAG-parse time, so it imports nothing but the Airflow SDK and dp_ops
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,12 @@ from airflow.sdk import Param
 from airflow.sdk.definitions.callback import SyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
-from dp_ops.airflow.alerts import RUN_DEADLINE, FailureAlert, deadline_missed
+from dp_ops.airflow.alerts import (
+    RUN_DEADLINE,
+    RUN_DEADLINE_ENV,
+    FailureAlert,
+    deadline_missed,
+)
 
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "dp-ops",
@@ -41,17 +47,39 @@ DAILY_ARGS: dict[str, Any] = {**DEFAULT_ARGS, "priority_weight": 1,
 RUN_DAY = "{{ data_interval_start | ds }}"
 
 
-def run_deadline(report: str) -> DeadlineAlert:
-    """The daily DAGs' deadline: an alert when a run is not done ``RUN_DEADLINE`` after it
-    was queued (not after its logical date: a backfill of 2020 dates must not fire it).
+def deadline_interval(value: str | None) -> timedelta | None:
+    """The daily runs' deadline from ``DP_RUN_DEADLINE_HOURS`` (hours after a run is
+    queued; unset: ``RUN_DEADLINE``; ``0``: no deadline). Anything else is a ValueError
+    naming the variable (a DAG import error in the UI)."""
+    if value is None or not value.strip():
+        return RUN_DEADLINE
+    try:
+        hours = float(value)
+    except ValueError:
+        raise ValueError(f"{RUN_DEADLINE_ENV}={value[:40]!r}: expected a number of hours "
+                         "(0: no deadline)") from None
+    if not (0 <= hours <= 24 * 7):
+        raise ValueError(f"{RUN_DEADLINE_ENV}={value[:40]!r}: expected 0 (no deadline) to "
+                         "168 hours")
+    return timedelta(hours=hours) if hours else None
 
-    Not attached to the DAGs yet: with a deadline, Airflow 3.3.2's ``dag.test()`` (which
-    the integration tests use) fails updating the run's state (it looks the SDK's alert
-    objects up as deadline ids). To be attached with the topology test, which runs a real
-    scheduler."""
-    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=RUN_DEADLINE,
+
+def run_deadline(report: str) -> DeadlineAlert | None:
+    """The daily DAGs' deadline: an alert when a run is not done its deadline
+    (``DP_RUN_DEADLINE_HOURS``, default 6 h) after it was queued (not after its logical
+    date: a backfill of 2020 dates must not fire it). Read when the DAG file is parsed.
+
+    The ``dag.test()`` harness of the integration tests sets 0 (no deadline): Airflow
+    3.3.2's ``dag.test()`` fails on a DAG with a deadline (it looks the deadline alerts up
+    by their serialized dicts instead of their ids); the scheduler handles them, which
+    the topology test runs (docs/airflow.md)."""
+    interval = deadline_interval(os.environ.get(RUN_DEADLINE_ENV))
+    if interval is None:
+        return None
+    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
                          callback=SyncCallback(deadline_missed, kwargs={"report": report}),
                          name=f"{report}_run_deadline")
+
 
 # The rerun form's values, as templates for the operators.
 RERUN_DAY = "{{ params.date }}"

@@ -63,7 +63,6 @@ from dp_ops.privacy.ledger_schema import (
     append,
     budget_spend,
     derived_state,
-    install_guards,
     ledger_chain,
     ledger_meta,
     metadata,
@@ -241,14 +240,21 @@ class Ledger:
             raise
 
     def _existing_id(self) -> str | None:
-        """The ledger's id when its schema is complete (the common case: no write lock)."""
+        """The ledger's id when its schema is complete and at the newest migration (the
+        common case: no write lock)."""
+        from dp_ops.privacy import ledger_migrations
+
         with self.read_engine.connect() as conn:
             if not set(metadata.tables) <= set(sa.inspect(conn).get_table_names()):
+                return None
+            if ledger_migrations.current(conn) != ledger_migrations.head():
                 return None
             meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
         return None if meta is None else str(meta.ledger_id)
 
     def _open_schema(self) -> str:
+        from dp_ops.privacy import ledger_migrations
+
         with self.engine.begin() as conn:
             self._lock(conn)
             have = set(sa.inspect(conn).get_table_names())
@@ -257,18 +263,25 @@ class Ledger:
                     f"the ledger at {safe_url(self.url)} was written by a version without "
                     "the hash chain and cannot be verified; keep it for the record and "
                     "start a new ledger with a new data root")
-            if not set(metadata.tables) <= have:
+            at = ledger_migrations.current(conn)
+            if at != ledger_migrations.head():
                 try:
-                    metadata.create_all(conn, checkfirst=True)
-                    install_guards(conn)
+                    # the tables, their append-only guards, later changes: Alembic
+                    # (privacy/migrations); a ledger from before them is stamped 0001
+                    ledger_migrations.upgrade(conn)
                 except sa.exc.ProgrammingError as exc:
                     if not any(m in str(exc) for m in ("permission denied",
                                                        "no schema has been selected")):
                         raise
+                    state = ("has no schema" if not have & set(metadata.tables) else
+                             f"is at schema migration {at or 'none (written before them)'}, "
+                             "this version needs "
+                             f"{ledger_migrations.head()},")
                     raise LedgerSchemaError(
-                        f"the ledger at {safe_url(self.url)} has no schema and this role "
-                        "may not create it: run `python -m dp_ops ledger init` once as the "
-                        "ledger's owner role (docs/deploy.md)") from exc
+                        f"the ledger at {safe_url(self.url)} {state} and this role may not "
+                        "create or change its schema: run `python -m dp_ops ledger init` as "
+                        "the ledger's owner role (the compose stack's airflow-init does at "
+                        "every start; docs/deploy.md)") from exc
             meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
             if meta is not None:
                 return str(meta.ledger_id)
@@ -587,24 +600,39 @@ class Ledger:
         return [Spend.from_row(r) for r in conn.execute(q)]
 
     def _check_cap(self, conn: Connection, rows: Iterable[dict[str, Any]], cap: float) -> None:
-        pending: dict[tuple[str, str], float] = {}
-        for row in rows:
-            key = (row["report"], row["day"])
-            spent = pending.get(key)
-            if spent is None:
-                spent = math.fsum(conn.execute(
-                    sa.select(budget_spend.c.epsilon).where(
-                        budget_spend.c.report == row["report"],
-                        budget_spend.c.day == row["day"])).scalars())
-            if spent + row["epsilon"] > cap + _EPS_TOLERANCE:
-                slot = Slot(row["report"], date.fromisoformat(row["day"]), row["level"],
-                            row["metric"], row["region_scope"])
-                raise BudgetExceeded(
-                    f"privacy budget refused for date {row['day']}, slot {slot.describe()}: "
-                    f"spent {spent:.4f} + requested {row['epsilon']:.4f} would exceed the "
-                    f"per-user-day cap {cap:.4f} for report {row['report']!r}; no noise "
-                    "was drawn")
-            pending[key] = spent + row["epsilon"]
+        def spent(report: str, day: date) -> float:
+            return math.fsum(conn.execute(
+                sa.select(budget_spend.c.epsilon).where(
+                    budget_spend.c.report == report,
+                    budget_spend.c.day == day.isoformat())).scalars())
+
+        requests = [SpendRequest(Slot(row["report"], date.fromisoformat(row["day"]),
+                                      row["level"], row["metric"], row["region_scope"]),
+                                 row["epsilon"]) for row in rows]
+        refusal = cap_refusal(requests, spent, cap)
+        if refusal is not None:
+            raise BudgetExceeded(refusal + "; no noise was drawn")
+
+
+def cap_refusal(requests: Iterable[SpendRequest], spent: Callable[[str, date], float],
+                cap: float) -> str | None:
+    """Why spending ``requests`` would take a date past ``cap`` (the first slot that would,
+    with the spent and requested epsilon), or None if every date stays within it.
+    ``spent(report, day)`` is the composed epsilon a date has spent so far. The ledger's
+    own check, and what an approval shows before asking (:mod:`dp_ops.privacy.preview`)."""
+    pending: dict[tuple[str, date], float] = {}
+    for r in requests:
+        key = (r.slot.report, r.slot.day)
+        so_far = pending.get(key)
+        if so_far is None:
+            so_far = spent(*key)
+        if so_far + r.epsilon > cap + _EPS_TOLERANCE:
+            return (f"privacy budget refused for date {r.slot.day}, slot "
+                    f"{r.slot.describe()}: spent {so_far:.4f} + requested {r.epsilon:.4f} "
+                    f"would exceed the per-user-day cap {cap:.4f} for report "
+                    f"{r.slot.report!r}")
+        pending[key] = so_far + r.epsilon
+    return None
 
 
 def _verify(conn: Connection) -> ChainCheck:

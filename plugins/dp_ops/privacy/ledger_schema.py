@@ -30,6 +30,9 @@ from sqlalchemy.engine import Connection
 
 SCHEMA_VERSION = 2
 GENESIS = "0" * 64
+# Alembic's version table of the ledger (privacy/ledger_migrations.py), apart from any
+# `alembic_version` of another application in the same database
+VERSION_TABLE = "ledger_alembic_version"
 
 metadata = sa.MetaData()
 
@@ -301,6 +304,10 @@ def grant_pipeline_role(conn: Connection, role: str) -> None:
     for tbl in APPEND_ONLY:
         conn.exec_driver_sql(f"REVOKE ALL ON {tbl} FROM {ident}")
         conn.exec_driver_sql(f"GRANT SELECT, INSERT ON {tbl} TO {ident}")
+    # the migration version: read (is the ledger at the version this code knows?), never
+    # written by the pipeline
+    conn.exec_driver_sql(f"REVOKE ALL ON {VERSION_TABLE} FROM {ident}")
+    conn.exec_driver_sql(f"GRANT SELECT ON {VERSION_TABLE} TO {ident}")
     for seq in conn.exec_driver_sql(
             "SELECT sequence_name FROM information_schema.sequences "
             "WHERE sequence_schema = current_schema()").scalars():

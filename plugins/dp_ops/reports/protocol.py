@@ -16,10 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import date
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from dp_ops.layout import DataRoot
 from dp_ops.steps.result import StepResult
+
+if TYPE_CHECKING:
+    from dp_ops.steps.noising import NoisePlan
 
 
 class ReportName(StrEnum):
@@ -90,6 +93,11 @@ class ReportSteps(Protocol[C]):
               reason: str = "") -> StepResult:
         """Reserve budget in the ledger (refusing past the cap before any draw), then draw
         and store, or reuse, the noisy value of every cell of the public domain."""
+        ...
+
+    def noise_plan(self, root: DataRoot, cfg: C) -> NoisePlan:
+        """What the noise step spends per day: metric groups, epsilons, levels, the cap
+        (the re-noise approval previews a spend from it)."""
         ...
 
     def report(self, root: DataRoot, cfg: C, day: date, *, ledger_url: str) -> StepResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
-from typing import Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar, overload
 
 from dp_ops import settings
 from dp_ops.layout import DataRoot
@@ -19,6 +19,9 @@ from dp_ops.reports.protocol import ReportConfig, ReportName, ReportSteps, Step
 from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.steps.result import StepResult
+
+if TYPE_CHECKING:
+    from dp_ops.steps.noising import NoisePlan
 
 MOBILITY: ReportSteps[MobilityConfig] = mobility_steps
 SYMPTOMS: ReportSteps[SymptomsConfig] = symptoms_steps
@@ -62,6 +65,9 @@ class BoundReport(Generic[C]):
                                 ledger_url=self.ledger_url, region=region, renoise=renoise,
                                 repeat_renoise=repeat_renoise,
                                 reason=reason)
+
+    def noise_plan(self) -> NoisePlan:
+        return self.steps.noise_plan(self.root, self.cfg)
 
     def gate(self, *, run_id: str, region: str | None = None) -> StepResult:
         return self.steps.gate(self.root, self.cfg, run_id=run_id, region=region)

@@ -4,6 +4,7 @@ SMTP provider to a real (local) SMTP server."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -98,17 +99,33 @@ def test_the_deadline_alert_names_the_run_and_goes_out(monkeypatch: pytest.Monke
     assert "queued at 2026-12-01T00:00:05Z" in body and "state running" in body
 
 
-def test_the_run_deadline_is_measured_from_the_queue_time() -> None:
-    """What the daily DAGs will carry (not attached yet: Airflow 3.3.2's dag.test() fails
-    on a DAG with a deadline; see docs/airflow.md)."""
+def test_the_run_deadline_is_measured_from_the_queue_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the daily DAGs carry (the dag.test() harness turns it off: see
+    tests/conftest.py)."""
     from airflow.sdk.definitions.deadline import DeadlineReference
 
     from dp_ops.airflow.alerts import RUN_DEADLINE
     from dp_ops.airflow.defaults import run_deadline
 
+    monkeypatch.delenv("DP_RUN_DEADLINE_HOURS")
     alert = run_deadline("mobility")
+    assert alert is not None
     # from the queue time, not the logical date: a backfill of 2020 must not fire it
     assert alert.reference == DeadlineReference.DAGRUN_QUEUED_AT
-    assert alert.interval == RUN_DEADLINE
+    assert alert.interval == RUN_DEADLINE == timedelta(hours=6)
     assert alert.callback.path == "dp_ops.airflow.alerts.deadline_missed"
     assert alert.callback.kwargs == {"report": "mobility"}
+    monkeypatch.setenv("DP_RUN_DEADLINE_HOURS", "1.5")
+    alert = run_deadline("mobility")
+    assert alert is not None and alert.interval == timedelta(minutes=90)
+    monkeypatch.setenv("DP_RUN_DEADLINE_HOURS", "0")
+    assert run_deadline("mobility") is None
+
+
+@pytest.mark.parametrize("value", ["six", "-1", "1000", "nan"])
+def test_a_bad_deadline_setting_names_the_variable(value: str) -> None:
+    from dp_ops.airflow.defaults import deadline_interval
+
+    with pytest.raises(ValueError, match="DP_RUN_DEADLINE_HOURS"):
+        deadline_interval(value)

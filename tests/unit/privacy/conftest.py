@@ -51,3 +51,14 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     url, _ = request.getfixturevalue("pg_schema")
     yield url
+
+
+@pytest.fixture
+def app_url(pg_schema: tuple[str, str]) -> str:
+    """The second role's URL (the pipeline's role in the role tests), in the same schema."""
+    base = os.environ.get(PG_APP_ENV)
+    if not base:
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"{PG_APP_ENV} is not set under CI: the role tests must run")
+        pytest.skip(f"set {PG_APP_ENV} (a second role) to run the role tests")
+    return in_schema(base, pg_schema[1])

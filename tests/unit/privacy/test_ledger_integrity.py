@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import PG_APP_ENV, in_schema
 from sqlalchemy.engine import Connection
 
 from dp_ops.errors import BadRequest, BudgetExceeded, LedgerSchemaError, PolicyMismatch
@@ -211,16 +210,6 @@ def test_ids_are_never_reused(used: Ledger, ledger_url: str) -> None:
 
 
 # -- the pipeline's role on PostgreSQL ---------------------------------------------------------
-
-
-@pytest.fixture
-def app_url(pg_schema: tuple[str, str]) -> str:
-    base = os.environ.get(PG_APP_ENV)
-    if not base:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-            pytest.fail(f"{PG_APP_ENV} is not set under CI: the role tests must run")
-        pytest.skip(f"set {PG_APP_ENV} (a second role) to run the role tests")
-    return in_schema(base, pg_schema[1])
 
 
 def test_the_pipeline_role_reads_and_appends_only(pg_schema: tuple[str, str],

@@ -7,6 +7,7 @@ pandas, Great Expectations) happen inside the step functions, so importing this 
 DAG-parse time is cheap.
 """
 
+from dp_ops.airflow.operators.approval import SpendApprovalOperator
 from dp_ops.airflow.operators.gate import GreatExpectationsGateOperator
 from dp_ops.airflow.operators.method_update import MethodUpdateOperator
 from dp_ops.airflow.operators.noise import BudgetCheckedNoiseOperator
@@ -20,5 +21,6 @@ __all__ = [
     "GreatExpectationsGateOperator",
     "MethodUpdateOperator",
     "ReportStepOperator",
+    "SpendApprovalOperator",
     "ValidateRerunRequestOperator",
 ]

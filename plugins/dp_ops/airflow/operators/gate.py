@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from dp_ops.airflow.links import DataDocsLink
 from dp_ops.airflow.runtime import load, parse_region, refusals_fail_without_retry
 from dp_ops.reports.protocol import ReportName
 
@@ -30,6 +31,8 @@ class GreatExpectationsGateOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("region",)
     ui_color = "#eaf7e6"
+    # a link to the Great Expectations Data Docs (served by the "Privacy budget" plugin)
+    operator_extra_links = (DataDocsLink(),)
 
     def __init__(self, *, report: ReportName | str, region: str | None = None,
                  **kwargs: Any) -> None:

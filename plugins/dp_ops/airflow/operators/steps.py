@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from dp_ops.airflow.links import ReleasePageLink
 from dp_ops.airflow.runtime import load, parse_day, refusals_fail_without_retry
 from dp_ops.reports.protocol import ReportName, Step
 
@@ -47,6 +48,8 @@ class ReportStepOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("day", "shard")
     ui_color = "#e8f1fb"
+    # publish: a link to the release page (served by the "Privacy budget" plugin)
+    operator_extra_links = (ReleasePageLink(),)
 
     def __init__(self, *, report: ReportName | str, step: Step | str, day: str | None = None,
                  shard: int | None = None, **kwargs: Any) -> None:

@@ -15,17 +15,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import date
+from typing import TYPE_CHECKING
 
 from dp_ops import requests
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig, load_mobility_config
 from dp_ops.steps.result import StepResult
 
+if TYPE_CHECKING:
+    from dp_ops.steps.noising import NoisePlan
+
 DAILY_DAG_ID = "mobility_report"
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
            "first_noised_date", "gate", "ingest", "load_config", "method_update",
-           "needs_baseline", "noise", "publish", "report", "run_days"]
+           "needs_baseline", "noise", "noise_plan", "publish", "report", "run_days"]
 
 
 def load_config() -> MobilityConfig:
@@ -92,6 +96,13 @@ def report(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: str) -
     from dp_ops.reports.mobility.report import report_day
 
     return report_day(root, cfg, day, ledger_url=ledger_url)
+
+
+def noise_plan(root: DataRoot, cfg: MobilityConfig) -> NoisePlan:
+    """What the noise step spends per day (metric groups, epsilons, levels, cap)."""
+    from dp_ops.reports.mobility.noising import noise_plan as plan
+
+    return plan(cfg)
 
 
 def method_update(

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import date
+from typing import TYPE_CHECKING
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig, load_symptoms_config
 from dp_ops.steps.result import StepResult
 
+if TYPE_CHECKING:
+    from dp_ops.steps.noising import NoisePlan
+
 DAILY_DAG_ID = "symptoms_dataset"
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "first_noised_date", "gate",
-           "ingest", "load_config", "needs_baseline", "noise", "publish", "report",
+           "ingest", "load_config", "needs_baseline", "noise", "noise_plan", "publish", "report",
            "run_days"]
 
 
@@ -54,6 +58,14 @@ def bound_contributions(root: DataRoot, cfg: SymptomsConfig, day: date, *,
     from dp_ops.reports.symptoms.bounding import bound_day
 
     return bound_day(root, cfg, day, shard=shard)
+
+
+def noise_plan(root: DataRoot, cfg: SymptomsConfig) -> NoisePlan:
+    """What the noise step spends per day (metric groups, epsilons, levels, cap)."""
+    from dp_ops.reports.symptoms.noising import noise_plan as plan
+    from dp_ops.steps.ingest import read_symptoms
+
+    return plan(cfg, read_symptoms(root.symptoms_txt))
 
 
 def noise(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str, ledger_url: str,

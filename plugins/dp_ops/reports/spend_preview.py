@@ -1,0 +1,55 @@
+"""The cost of an extra spend of a report, read from the ledger before it is approved.
+
+A re-noise of one region-day and a mobility method update spend budget beyond the daily
+run; the DAGs that do them pause for an approval that shows this preview
+(:class:`dp_ops.privacy.preview.SpendPreview`): the slots the step would reserve, computed
+by the step's own planning function, against what each date has spent and the cap
+recorded in the ledger (the configured one before the first spend).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from dp_ops.privacy.ledger import SpendRequest
+from dp_ops.privacy.preview import SpendPreview, preview
+from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.registry import AnyReport, BoundReport
+from dp_ops.steps.ledger_binding import open_ledger
+
+
+def _preview(report: AnyReport, what: str, requests: list[SpendRequest]) -> SpendPreview:
+    ledger = open_ledger(report.root, report.ledger_url)
+    try:
+        days = {r.slot.day for r in requests}
+        spent = {day: ledger.spent(report.name, day) for day in days}
+        policy = ledger.policy(report.name)
+    finally:
+        ledger.dispose()
+    cap = policy.cap if policy is not None else report.cap
+    return preview(what, requests, spent, cap)
+
+
+def renoise_preview(report: AnyReport, day: date, region: str) -> SpendPreview:
+    """What re-noising ``region`` (and its ancestors) on ``day`` spends."""
+    from dp_ops.regions import read_regions
+    from dp_ops.steps.noising import plan_requests
+
+    plan = report.noise_plan()
+    requests = plan_requests(plan, read_regions(report.root.regions_csv), day, region)
+    return _preview(report, f"re-noise of {report.name} {day} region {region}", requests)
+
+
+def method_update_preview(report: BoundReport[MobilityConfig], *, method_version: str,
+                          effective_date: date, categories: list[str],
+                          factor: float) -> SpendPreview:
+    """What a mobility method update spends (on every date of its comparison window)."""
+    from dp_ops.reports.mobility.method_update import MethodUpdate, plan_requests
+    from dp_ops.reports.mobility.new_methods import ScaledCounts
+
+    update = MethodUpdate(method_version=method_version, effective_date=effective_date,
+                          categories=tuple(categories),
+                          method=ScaledCounts.for_categories(categories, factor))
+    return _preview(report, f"method update {method_version} of mobility from "
+                    f"{effective_date} ({', '.join(categories)})",
+                    plan_requests(report.cfg, update))

@@ -1,0 +1,112 @@
+"""The ledger's schema under Alembic (dp_ops.privacy.ledger_migrations), on SQLite and
+PostgreSQL: an empty database upgraded to head is exactly the models, and a ledger written
+before the migrations (today's schema, no version table) is stamped and kept as it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from dp_ops.privacy import ledger_migrations
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.privacy.ledger_schema import append, install_guards, metadata, missing_guards
+
+
+def _diff(conn: sa.Connection) -> list[Any]:
+    context = MigrationContext.configure(
+        conn, opts={"version_table": ledger_migrations.VERSION_TABLE})
+    return list(compare_metadata(context, metadata))
+
+
+def test_upgrade_from_empty_equals_the_models(ledger_url: str) -> None:
+    ledger = Ledger(ledger_url)  # an empty database: every migration runs
+    try:
+        with ledger.engine.connect() as conn:
+            assert ledger_migrations.current(conn) == ledger_migrations.head()
+            assert _diff(conn) == []
+            assert missing_guards(conn) == []
+        assert ledger.verify().ok
+    finally:
+        ledger.dispose()
+
+
+def test_a_ledger_from_before_the_migrations_is_stamped_and_kept(ledger_url: str) -> None:
+    """What `Ledger` did before Alembic: create_all, the guards, the first chained row."""
+    engine = sa.create_engine(ledger_url)
+    with engine.begin() as conn:
+        metadata.create_all(conn)
+        install_guards(conn)
+        append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000001",
+                                     "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"})
+        assert ledger_migrations.current(conn) is None
+    engine.dispose()
+    ledger = Ledger(ledger_url)
+    try:
+        assert ledger.ledger_id == "0f0e0d0c-0000-4000-8000-000000000001"
+        with ledger.engine.connect() as conn:
+            assert ledger_migrations.current(conn) == ledger_migrations.head()
+            assert _diff(conn) == []
+        check = ledger.verify()
+        assert check.ok, check
+        assert ledger.head()[0] == 1  # the one chain entry, nothing rewritten
+    finally:
+        ledger.dispose()
+
+
+def test_the_first_migration_is_todays_schema() -> None:
+    """0001 creates exactly the models' tables (a later change needs a new revision)."""
+    engine = sa.create_engine("sqlite://")
+    with engine.begin() as conn:
+        ledger_migrations.upgrade(conn)
+        tables = set(sa.inspect(conn).get_table_names())
+    assert tables == set(metadata.tables) | {ledger_migrations.VERSION_TABLE}
+    assert ledger_migrations.head() == ledger_migrations.FIRST
+
+
+def test_migrations_never_go_backwards() -> None:
+    from alembic import command
+
+    engine = sa.create_engine("sqlite://")
+    with engine.begin() as conn:
+        ledger_migrations.upgrade(conn)
+        with pytest.raises(NotImplementedError, match="append-only"):
+            command.downgrade(ledger_migrations._config(conn), "base")
+
+
+def test_the_pipeline_role_waits_for_the_owners_migration(pg_schema: tuple[str, str],
+                                                         app_url: str) -> None:
+    """A ledger from before the migrations, opened by the pipeline's role (which may not
+    change the schema): refused, naming the migration and `ledger init`; the owner's
+    `Ledger` migrates it, and then the pipeline's role reads it."""
+    from dp_ops.errors import LedgerSchemaError
+    from dp_ops.privacy.ledger_schema import grant_pipeline_role
+
+    owner_url, _ = pg_schema
+    engine = sa.create_engine(owner_url)
+    with engine.begin() as conn:
+        metadata.create_all(conn)
+        install_guards(conn)
+        append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000002",
+                                     "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"})
+        role = sa.make_url(app_url).username
+        conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA "{pg_schema[1]}" TO "{role}"')
+        for tbl in metadata.tables:
+            conn.exec_driver_sql(f'GRANT SELECT, INSERT ON {tbl} TO "{role}"')
+    engine.dispose()
+    with pytest.raises(LedgerSchemaError,
+                       match=r"is at schema migration none \(written before them\), this "
+                             r"version needs 0001.*ledger init"):
+        Ledger(app_url)
+    owner = Ledger(owner_url)
+    with owner.engine.begin() as conn:
+        grant_pipeline_role(conn, str(role))
+    owner.dispose()
+    app = Ledger(app_url)
+    try:
+        assert app.ledger_id == "0f0e0d0c-0000-4000-8000-000000000002" and app.verify().ok
+    finally:
+        app.dispose()

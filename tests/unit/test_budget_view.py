@@ -1,0 +1,87 @@
+"""What the Privacy budget view shows (dp_ops.budget_view), from a real ledger and
+manifests on disk; the plugin itself is tested through a real api-server
+(tests/integration/test_ui_browser.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from dp_ops.budget_view import group_spends, release_history, render_page, report_budget, to_json
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
+
+D1, D2 = date(2020, 3, 1), date(2020, 3, 2)
+CAP, NORMAL = 3.0, 1.0
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    led = Ledger(f"sqlite:///{tmp_path}/ledger.sqlite")
+    for day in (D1, D2):
+        led.reserve([SpendRequest(Slot("mobility", day, lvl, "places", ALL_REGIONS), 0.5)
+                     for lvl in (0, 1)], run_id=f"backfill__{day}", kind="noise", cap=CAP,
+                    method_version="v1")
+    led.reserve([SpendRequest(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
+                run_id="oncall__1", kind="renoise", cap=CAP, method_version="v1",
+                reason="INC-7 <script>alert(1)</script>")
+    yield led
+    led.dispose()
+
+
+def _release(root: Path, release_id: str, last: str, eps: float, latest: bool) -> None:
+    path = root / "published" / "mobility" / "releases" / release_id
+    path.mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({
+        "first_date": "2020-02-15", "last_date": last,
+        "epsilon": {"per_user_day_max": eps},
+        "suppression": {"values": {"cells": {"published_share": 0.625}}},
+        "gate": {"success": True, "evaluated": 40}}))
+    if latest:
+        (root / "published" / "mobility" / "latest").symlink_to(path)
+
+
+def test_the_totals_are_the_ledgers(ledger: Ledger, tmp_path: Path) -> None:
+    b = report_budget(DataRoot(tmp_path), ledger, "mobility", cap=99.0, normal_run=NORMAL)
+    assert b.cap == CAP  # the recorded cap, not the configured one
+    assert b.totals == {day.isoformat(): total
+                        for (_, day), total in ledger.totals("mobility").items()}
+    assert b.totals == {"2020-03-01": 1.0, "2020-03-02": 1.75}
+    assert [d.day for d in b.above_normal] == [D2]
+    assert min(d.headroom for d in b.dates) == pytest.approx(1.25)
+
+
+def test_spends_are_grouped_by_date_kind_run_and_reason(ledger: Ledger) -> None:
+    groups = group_spends(ledger.spends("mobility"))
+    assert [(g.day, g.kind, g.run_id, g.slots, g.epsilon) for g in groups] == [
+        (D1, "noise", "backfill__2020-03-01", 2, 1.0),
+        (D2, "noise", "backfill__2020-03-02", 2, 1.0),
+        (D2, "renoise", "oncall__1", 1, 0.75)]
+
+
+def test_release_history_newest_first_with_latest_marked(tmp_path: Path) -> None:
+    _release(tmp_path, "2020-03-01-aaaa", "2020-03-01", 1.0, latest=False)
+    _release(tmp_path, "2020-03-02-bbbb", "2020-03-02", 1.75, latest=True)
+    rows = release_history(DataRoot(tmp_path), "mobility")
+    assert [(r.release_id, r.latest, r.epsilon_max) for r in rows] == [
+        ("2020-03-02-bbbb", True, 1.75), ("2020-03-01-aaaa", False, 1.0)]
+    assert rows[0].published_share == {"cells": 0.625} and rows[0].gate_success
+
+
+def test_the_page_escapes_what_people_typed(ledger: Ledger, tmp_path: Path) -> None:
+    _release(tmp_path, "2020-03-02-bbbb", "2020-03-02", 1.75, latest=True)
+    b = report_budget(DataRoot(tmp_path), ledger, "mobility", cap=CAP, normal_run=NORMAL)
+    page = render_page([b], {"mobility": {"release": "/dp-budget/release/mobility/index.html",
+                                          "data_docs": "/dp-budget/data-docs/index.html"}},
+                       "the ledger's hash chain verifies")
+    assert "<script>alert(1)</script>" not in page
+    assert "INC-7 &lt;script&gt;" in page
+    assert "oncall__1" in page and "2020-03-02-bbbb" in page and "62.50%" in page
+    assert page.count("<rect") == 2  # one bar per date
+    data = to_json([b])["mobility"]
+    assert data["above_normal"] == ["2020-03-02"] and data["cap"] == CAP
+    assert json.dumps(data)  # plain JSON
