@@ -31,16 +31,9 @@ import numpy as np
 import pandas as pd
 
 from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.granularity import decide_resolution
-from dp_ops.reports.symptoms.matrix import (
-    DailyMatrix,
-    complete_weeks,
-    from_rows,
-    long_frame,
-    weekly,
-)
-from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
+from dp_ops.reports.symptoms.matrix import DailyMatrix, complete_weeks, from_rows
+from dp_ops.reports.symptoms.period import PeriodSummary, summarize
 
 __all__ = ["KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
            "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
@@ -65,9 +58,10 @@ def header(symptoms: list[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A candidate release: the two wide tables; ``values``, every weekly value of the
-    domain and every daily value of the series decided daily, each with its decision
-    (for the gate and the manifest); ``counts``, values and published values per
+    """A candidate release: the two wide tables; ``values``, every published value (the
+    passing weekly values and the passing daily values of the series decided daily) with
+    what it was derived from (for the gate and the manifest); ``counts``, values and
+    published values per
     resolution over the whole domain; the series decisions; the scaling factors it used
     (``new`` marks factors fixed by this release)."""
 
@@ -86,19 +80,20 @@ def eligible_regions(regions: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame
     return regions.loc[keep].reset_index(drop=True)
 
 
-def decide(m: DailyMatrix, cfg: SymptomsConfig, frozen: pd.DataFrame | None = None,
+def decide(m: PeriodSummary, cfg: SymptomsConfig, frozen: pd.DataFrame | None = None,
            recompute: set[str] | None = None) -> pd.DataFrame:
     """(region_id, symptom, level, resolution, failed_share, and the vote's voters and
-    unreliable_votes) for every series (column) of ``m``.
+    unreliable_votes) for every series (cell) of ``m``.
 
     With ``frozen`` (the current release's decisions) and ``recompute`` (region ids), only
     the regions in ``recompute`` (and any region the frozen table lacks) are decided
     afresh; the others keep their frozen decision.
     """
+    n_days = len(m.days)
     series = m.cells[["region_id", "symptom", "level"]].copy()
-    series["failed_share"] = 1.0 - m.reliable.mean(axis=0)
+    series["failed_share"] = m.failed / n_days
     series["daily_unreliable"] = series["failed_share"] > cfg.daily_unreliable_share
-    volume = pd.Series(m.b.mean(axis=0), index=m.cells["region_id"].to_numpy())
+    volume = pd.Series(m.b_sum / n_days, index=m.cells["region_id"].to_numpy())
     volume = volume.groupby(level=0).first()  # B is the same for every symptom of a region
     decided = decide_resolution(
         series[["region_id", "symptom", "level", "daily_unreliable"]], volume,
@@ -155,21 +150,29 @@ def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
     return wide[[*KEY_COLUMNS, *columns]].reset_index(drop=True)
 
 
-def _values(frame: pd.DataFrame, resolution: str) -> pd.DataFrame:
-    out = frame[["level", "region_id", "symptom", "date", "a_noisy", "b_noisy", "n_days",
-                 *NOISE_PARAMETERS, "ratio", "lower", "upper", "reliable"]].copy()
+def _values(m: PeriodSummary, passing: pd.DataFrame, resolution: str) -> pd.DataFrame:
+    """The passing values with their series' labels: all of them publishable."""
+    cell = passing["cell"].to_numpy(np.int64)
+    out = pd.DataFrame({k: m.cells[k].to_numpy()[cell] for k in ("level", "region_id",
+                                                                  "symptom")})
+    for c in passing.columns.drop("cell"):
+        out[c] = passing[c].to_numpy()
+    out["reliable"] = True
     out["resolution"] = resolution
-    out["published"] = out["reliable"].to_numpy(bool)
+    out["published"] = True
     return out
 
 
-def build_candidate(daily: pd.DataFrame | DailyMatrix, regions: pd.DataFrame,
+def build_candidate(daily: pd.DataFrame | DailyMatrix | PeriodSummary, regions: pd.DataFrame,
                     symptoms: list[str], cfg: SymptomsConfig, stored_scaling: pd.DataFrame,
                     frozen: pd.DataFrame | None = None,
                     recompute: set[str] | None = None) -> Candidate:
-    """The candidate release from the per-day rows of an unbroken run of days (a long
-    table, or the period already stacked by :func:`dp_ops.reports.symptoms.matrix.read_days`)."""
-    m = from_rows(daily) if isinstance(daily, pd.DataFrame) else daily
+    """The candidate release from an unbroken run of days: their summary
+    (:func:`dp_ops.reports.symptoms.period.load_period`), or, in tests, the per-day rows
+    as a long table or a (days x cells) matrix."""
+    if isinstance(daily, pd.DataFrame):
+        daily = from_rows(daily)
+    m = summarize(daily, cfg) if isinstance(daily, DailyMatrix) else daily
     first, last = m.days[0], m.days[-1]
     if len(m.days) != (last - first).days + 1:
         raise ValueError(f"the daily rows from {first} to {last} have gaps: every day of a "
@@ -179,32 +182,25 @@ def build_candidate(daily: pd.DataFrame | DailyMatrix, regions: pd.DataFrame,
 
     resolutions = decide(m, cfg, frozen, recompute)
     is_daily = (resolutions["resolution"] == "daily").to_numpy()
-    d = m.select(is_daily)
-    daily_rows = with_reliability(long_frame(d.cells, m.days, d.a, d.b, d.params, 1), cfg)
-    daily_values = _values(daily_rows, "daily")
-
-    mondays, a_w, b_w, params_w = weekly(m)
-    weekly_rows = with_reliability(long_frame(m.cells, mondays, a_w, b_w, params_w, 7), cfg)
-    weekly_values = _values(weekly_rows, "weekly")
-
-    values = pd.concat([daily_values, weekly_values], ignore_index=True)
+    daily_passing = m.daily[is_daily[m.daily["cell"].to_numpy(np.int64)]]
+    values = pd.concat([_values(m, daily_passing, "daily"),
+                        _values(m, m.weekly, "weekly")], ignore_index=True)
     scaling = scaling_factors(values, stored_scaling, cfg, last)
     values = values.merge(scaling[["region_id", "resolution", "c"]],
                           on=["region_id", "resolution"], how="left")
-    values["value"] = np.where(values["published"],
-                               np.round(values["c"] * np.maximum(values["ratio"], 0), 2),
-                               np.nan)
-    labels = {day: day.isoformat() for day in [*m.days, *mondays]}
+    values["value"] = np.round(values["c"] * np.maximum(values["ratio"], 0), 2)
+    labels = {day: day.isoformat() for day in [*m.days, *m.mondays]}
     values["date"] = values["date"].map(labels)
     counts = {
-        "daily": {"values": int(m.a.size), "published": int(daily_values["published"].sum())},
-        "weekly": {"values": int(a_w.size),
-                   "published": int(weekly_values["published"].sum())},
+        "daily": {"values": len(m.days) * len(m.cells),
+                  "published": int((values["resolution"] == "daily").sum())},
+        "weekly": {"values": len(m.mondays) * len(m.cells),
+                   "published": int((values["resolution"] == "weekly").sum())},
     }
     return Candidate(
         first_date=first, last_date=last,
         daily=_wide(values[values["resolution"] == "daily"], eligible, symptoms,
                     [day.isoformat() for day in m.days]),
         weekly=_wide(values[values["resolution"] == "weekly"], eligible, symptoms,
-                     [day.isoformat() for day in mondays]),
+                     [day.isoformat() for day in m.mondays]),
         values=values, counts=counts, resolutions=resolutions, scaling=scaling)

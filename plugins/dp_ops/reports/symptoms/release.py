@@ -43,8 +43,8 @@ from dp_ops.reports.symptoms.assemble import (
 )
 from dp_ops.reports.symptoms.charts import write_symptom_charts
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
-from dp_ops.reports.symptoms.matrix import read_days
 from dp_ops.reports.symptoms.page import published_symptoms
+from dp_ops.reports.symptoms.period import load_period
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ingest import read_symptoms
@@ -190,7 +190,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
 
         recompute = {rid for _, rid in region_chain(regions, region)}
     used_scaling = scaling_sha256(root)
-    candidate = build_candidate(read_days(root, REPORT, days), regions, symptoms, cfg,
+    candidate = build_candidate(load_period(root, cfg, days), regions, symptoms, cfg,
                                 read_scaling(root), _frozen_resolutions(root), recompute)
     day_labels = [d.isoformat() for d in days]
     mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]

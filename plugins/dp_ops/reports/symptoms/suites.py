@@ -81,15 +81,19 @@ def values_suite(cfg: SymptomsConfig, symptoms: list[str]) -> gx.ExpectationSuit
 
 
 def published_values(candidate: Candidate, regions: pd.DataFrame) -> pd.DataFrame:
-    """Every non-empty cell of the wide tables, joined with what it was derived from."""
+    """Every non-empty cell of the wide tables, joined with the passing value it was
+    derived from (a cell derived from none has no ratio and is not reliable)."""
     frames = []
     for resolution, wide in (("daily", candidate.daily), ("weekly", candidate.weekly)):
         cols = [c for c in wide.columns if c.startswith("symptom:")]
-        long = wide.melt(id_vars=["open_covid_region_code", "date"], value_vars=cols,
-                         var_name="column", value_name="value").dropna(subset=["value"])
-        long["symptom"] = long["column"].str.slice(len("symptom:"))
-        long["resolution"] = resolution
-        frames.append(long.drop(columns="column"))
+        values = wide[cols].to_numpy(np.float64, na_value=np.nan)
+        row, col = np.nonzero(~np.isnan(values))
+        frames.append(pd.DataFrame({
+            "open_covid_region_code": wide["open_covid_region_code"].to_numpy()[row],
+            "date": wide["date"].to_numpy()[row],
+            "value": values[row, col],
+            "symptom": np.array([c[len("symptom:"):] for c in cols], dtype=object)[col],
+            "resolution": resolution}))
     long = pd.concat(frames, ignore_index=True)
     codes = regions[["region_id", "open_covid_region_code", "area_km2"]]
     long = long.merge(codes, on="open_covid_region_code", how="left")
@@ -102,7 +106,7 @@ def published_values(candidate: Candidate, regions: pd.DataFrame) -> pd.DataFram
         long["upper_over_ratio"] = long["upper"] / ratio
     long["value_error"] = (long["value"] - (long["c"] * np.maximum(ratio, 0)).round(2)).abs()
     long["weekday"] = pd.to_datetime(long["date"]).dt.day_of_week
-    long["reliable"] = long["reliable"].astype(object)
+    long["reliable"] = long["reliable"].eq(True).astype(object)
     return long
 
 

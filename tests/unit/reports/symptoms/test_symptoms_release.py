@@ -176,17 +176,12 @@ def test_gx_gate_passes_a_good_release_and_blocks_a_bad_one(
     assert good.success, good.failed
     require_pass(good)
 
-    # publish an unreliable value, and a row for a region under 3 km2
+    # publish an unreliable value (an empty cell: a failing daily value or a day of a
+    # weekly series), and a row for a region under 3 km2
     daily = candidate.daily.copy()
-    unreliable = candidate.values[(candidate.values["resolution"] == "daily")
-                                  & ~candidate.values["reliable"]
-                                  & candidate.values["region_id"].isin(
-                                      regions.loc[regions["open_covid_region_code"].isin(
-                                          daily["open_covid_region_code"]), "region_id"])]
-    target = unreliable.iloc[0]
-    code = regions.set_index("region_id").loc[target["region_id"], "open_covid_region_code"]
-    row = (daily["open_covid_region_code"] == code) & (daily["date"] == target["date"])
-    daily.loc[row, f"symptom:{target['symptom']}"] = 42.0
+    columns = [c for c in daily.columns if c.startswith("symptom:")]
+    row, col = np.argwhere(daily[columns].isna().to_numpy())[0]
+    daily.iloc[row, daily.columns.get_loc(columns[col])] = 42.0
     small = regions[regions["area_km2"] < CFG.min_area_km2].iloc[0]
     extra = daily.iloc[[0]].copy()
     extra["open_covid_region_code"] = small["open_covid_region_code"]
