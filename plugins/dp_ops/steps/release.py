@@ -16,6 +16,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dp_ops.engine.files import write_json_atomic
@@ -31,9 +32,49 @@ def staging_dir(root: DataRoot, report: str, run_id: str) -> Path:
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
-    """Google's CSV conventions: header, no index, empty cell for a missing value, LF."""
+    """Google's CSV conventions: header, no index, empty cell for a missing value, LF.
+
+    A wide, sparse table (key columns, then many float columns: the symptoms files) is
+    written by :func:`_wide_csv_text`, byte for byte what ``DataFrame.to_csv`` writes,
+    about five times faster on a year of 422 mostly empty symptom columns."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False, na_rep="", lineterminator="\n", encoding="utf-8")
+    text = _wide_csv_text(frame)
+    if text is None:
+        frame.to_csv(path, index=False, na_rep="", lineterminator="\n", encoding="utf-8")
+        return
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+# Fewer trailing float columns than this: plain DataFrame.to_csv.
+_WIDE_FLOAT_COLUMNS = 32
+
+
+def _wide_csv_text(frame: pd.DataFrame) -> str | None:
+    """The CSV text of ``frame`` when it is key columns followed by at least
+    ``_WIDE_FLOAT_COLUMNS`` float columns (else None): the keys through pandas (its
+    quoting), each float as numpy's shortest repr (what pandas writes), NaN as empty."""
+    kinds = [frame[c].dtype.kind for c in frame.columns]
+    lead = len(kinds)
+    while lead > 0 and kinds[lead - 1] == "f":
+        lead -= 1
+    n_floats = len(kinds) - lead
+    if n_floats < _WIDE_FLOAT_COLUMNS or lead == 0 or "f" in kinds[:lead] or frame.empty:
+        return None
+    keys = frame.iloc[:, :lead]
+    if any(keys[c].astype(str).str.contains("[\r\n]").any() for c in keys.columns
+           if keys[c].dtype.kind in "OUST"):
+        return None  # a quoted line break would split a key line in two
+    header = str(frame.iloc[:0].to_csv(index=False, lineterminator="\n"))
+    key_lines = keys.to_csv(index=False, header=False, na_rep="",
+                            lineterminator="\n").split("\n")[:-1]
+    values = frame.iloc[:, lead:].to_numpy(np.float64)
+    cells = np.full(values.shape, "", dtype=object)
+    present = ~np.isnan(values)
+    cells[present] = values[present].astype(str)
+    body = "".join(f"{k},{','.join(row)}\n"
+                   for k, row in zip(key_lines, cells.tolist(), strict=True))
+    return header + body
 
 
 def sha256_file(path: Path) -> str:

@@ -44,10 +44,9 @@ from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summarize"]
 
 # The columns of a passing value (daily or weekly); ``cell`` indexes ``PeriodSummary.cells``.
-VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "a_noisy", "b_noisy", "n_days",
-                                  *NOISE_PARAMETERS, "ratio", "lower", "upper")
+VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper")
 # Bumped when the state's layout or meaning changes: an older state is then rebuilt.
-STATE_VERSION = 1
+STATE_VERSION = 2
 _FILE_COLUMNS = [*KEYS, "a_noisy", "b_noisy", *NOISE_PARAMETERS, "ratio", "lower", "upper",
                  "reliable"]
 
@@ -150,19 +149,36 @@ class _Day:
     b: NDArray[np.int64]
     reliable: NDArray[np.bool_]
     params: dict[str, NDArray[np.float64]]
-    passing: pd.DataFrame
+    passing: pd.DataFrame  # cell, day (ordinal), ratio, lower, upper
+
+
+def _empty_values() -> pd.DataFrame:
+    return pd.DataFrame({"cell": np.zeros(0, np.int64), "day": np.zeros(0, np.int64),
+                         **{c: np.zeros(0) for c in ("ratio", "lower", "upper")}})
 
 
 @dataclass
 class _State:
+    """The stored state: per day its file's stamp, which cells fail the rule (packed
+    bits) and each region's B; the passing daily values; per complete week the stamps
+    of its seven days and its passing weekly values. Days are ISO labels in the maps and
+    proleptic ordinals in the value tables."""
+
     fingerprint: str
     cells: pd.DataFrame
-    stamps: dict[str, list[int]] = field(default_factory=dict)      # day -> stamp
+    stamps: dict[str, list[int]] = field(default_factory=dict)
     failed_bits: dict[str, NDArray[np.uint8]] = field(default_factory=dict)
     b: dict[str, NDArray[np.int64]] = field(default_factory=dict)
-    daily: dict[str, pd.DataFrame] = field(default_factory=dict)
-    weeks: dict[str, list[list[int]]] = field(default_factory=dict)  # monday -> 7 stamps
-    weekly: dict[str, pd.DataFrame] = field(default_factory=dict)
+    daily: pd.DataFrame = field(default_factory=_empty_values)
+    weeks: dict[str, list[list[int]]] = field(default_factory=dict)
+    weekly: pd.DataFrame = field(default_factory=_empty_values)
+
+
+def _regions(cells: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Each region's first cell, and each cell's region (an index into the first)."""
+    _, first, inverse = np.unique(cells["region_id"].to_numpy(str), return_index=True,
+                                  return_inverse=True)
+    return first.astype(np.int64), inverse.astype(np.int64)
 
 
 def _read_day(root: DataRoot, day: date, cells: pd.DataFrame | None,
@@ -183,53 +199,18 @@ def _read_day(root: DataRoot, day: date, cells: pd.DataFrame | None,
 
     reliable = col("reliable").astype(bool)
     idx = np.flatnonzero(reliable)
-    passing = pd.DataFrame({"cell": idx.astype(np.int64), "date": day})
-    for c in ("a_noisy", "b_noisy"):
-        passing[c] = col(c)[idx].astype(np.int64)
-    passing["n_days"] = np.int64(1)
-    for p in NOISE_PARAMETERS:
-        values = col(p)[idx]
-        passing[p] = values.astype(np.int64) if p.endswith("sensitivity") else values
-    for c in ("ratio", "lower", "upper"):
-        passing[c] = col(c)[idx].astype(np.float64)
+    passing = pd.DataFrame({"cell": idx.astype(np.int64),
+                            "day": np.full(len(idx), day.toordinal(), np.int64),
+                            **{c: col(c)[idx].astype(np.float64)
+                               for c in ("ratio", "lower", "upper")}})
     return cells, _Day(a=col("a_noisy").astype(np.int64), b=col("b_noisy").astype(np.int64),
                        reliable=reliable,
                        params={p: col(p).astype(np.float64) for p in NOISE_PARAMETERS},
-                       passing=passing[list(VALUE_COLUMNS)])
-
-
-def _frames_to_arrays(prefix: str, frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    keys = sorted(frames)
-    whole = (pd.concat([frames[k] for k in keys], ignore_index=True) if keys
-             else pd.DataFrame({c: [] for c in VALUE_COLUMNS}))
-    out = {f"{prefix}_keys": np.array(keys, dtype=str),
-           f"{prefix}_sizes": np.array([len(frames[k]) for k in keys], dtype=np.int64)}
-    for c in VALUE_COLUMNS:
-        values = whole[c]
-        out[f"{prefix}.{c}"] = (np.array([d.isoformat() for d in values], dtype=str)
-                                if c == "date" else values.to_numpy())
-    return out
-
-
-def _arrays_to_frames(prefix: str, z: Any) -> dict[str, pd.DataFrame]:
-    keys = [str(k) for k in z[f"{prefix}_keys"]]
-    sizes = z[f"{prefix}_sizes"]
-    whole = pd.DataFrame({c: z[f"{prefix}.{c}"] for c in VALUE_COLUMNS})
-    if len(whole):
-        labels = whole["date"].to_numpy(str)
-        uniq, inverse = np.unique(labels, return_inverse=True)
-        whole["date"] = np.array([date.fromisoformat(u) for u in uniq], dtype=object)[inverse]
-    out: dict[str, pd.DataFrame] = {}
-    start = 0
-    for k, n in zip(keys, sizes, strict=True):
-        out[k] = whole.iloc[start:start + int(n)].reset_index(drop=True)
-        start += int(n)
-    return out
+                       passing=passing)
 
 
 def _save(path: Path, state: _State) -> None:
     days = sorted(state.stamps)
-    mondays = sorted(state.weeks)
     arrays: dict[str, Any] = {
         "meta": np.array(json.dumps({"fingerprint": state.fingerprint,
                                      "stamps": state.stamps, "weeks": state.weeks})),
@@ -238,8 +219,8 @@ def _save(path: Path, state: _State) -> None:
         "b": (np.stack([state.b[d] for d in days]) if days else np.zeros((0, 0), np.int64)),
         "cells.level": state.cells["level"].to_numpy(np.int64),
         **{f"cells.{k}": state.cells[k].to_numpy(str) for k in ("region_id", "symptom")},
-        **_frames_to_arrays("daily", {d: state.daily[d] for d in days}),
-        **_frames_to_arrays("weekly", {m: state.weekly[m] for m in mondays}),
+        **{f"daily.{c}": state.daily[c].to_numpy() for c in state.daily.columns},
+        **{f"weekly.{c}": state.weekly[c].to_numpy() for c in state.weekly.columns},
     }
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state-", suffix=".npz")
@@ -262,14 +243,25 @@ def _load(path: Path) -> _State | None:
                                   **{k: z[f"cells.{k}"].astype(object)
                                      for k in ("region_id", "symptom")}})
             bits, b = z["bits"], z["b"]
+            columns = _empty_values().columns
             return _State(
                 fingerprint=meta["fingerprint"], cells=cells, stamps=meta["stamps"],
                 failed_bits={d: bits[i] for i, d in enumerate(days)},
                 b={d: b[i] for i, d in enumerate(days)},
-                daily=_arrays_to_frames("daily", z), weeks=meta["weeks"],
-                weekly=_arrays_to_frames("weekly", z))
+                daily=pd.DataFrame({c: z[f"daily.{c}"] for c in columns}),
+                weeks=meta["weeks"],
+                weekly=pd.DataFrame({c: z[f"weekly.{c}"] for c in columns}))
     except (OSError, ValueError, KeyError, json.JSONDecodeError):
         return None
+
+
+def _dated(values: pd.DataFrame) -> pd.DataFrame:
+    """``values`` (cell, day ordinal, ...) with :data:`VALUE_COLUMNS` (``date`` a date)."""
+    ordinals, inverse = np.unique(values["day"].to_numpy(np.int64), return_inverse=True)
+    dates = np.array([date.fromordinal(int(o)) for o in ordinals], dtype=object)
+    out = values.drop(columns="day")
+    out.insert(1, "date", dates[inverse] if len(values) else np.zeros(0, dtype=object))
+    return out[list(VALUE_COLUMNS)].reset_index(drop=True)
 
 
 def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> PeriodSummary:
@@ -281,7 +273,7 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
     stamps = {d.isoformat(): list(_stamp(root.report_file(REPORT, d))) for d in days}
     state = _load(path)
     read: dict[str, _Day] = {}
-    cells = state.cells if state is not None else None
+    cells = state.cells if state is not None and len(state.cells) else None
 
     def day_data(label: str) -> _Day:
         nonlocal cells
@@ -289,36 +281,43 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
             cells, read[label] = _read_day(root, date.fromisoformat(label), cells, days[0])
         return read[label]
 
-    if state is None or len(state.cells) == 0:
-        cells, read[days[0].isoformat()] = _read_day(root, days[0], None, days[0])
-        state = None
+    if cells is None:
+        day_data(days[0].isoformat())
     assert cells is not None
     fingerprint = _fingerprint(cells, cfg)
     if state is None or state.fingerprint != fingerprint:
         state = _State(fingerprint=fingerprint, cells=cells)
-    # days gone from the period, or changed since they were summarized
-    for label in list(state.stamps):
-        if stamps.get(label) != state.stamps[label]:
-            for store in (state.stamps, state.failed_bits, state.b, state.daily):
-                store.pop(label, None)
-    for label, stamp in stamps.items():
-        if label in state.stamps:
-            continue
+    first_cell, region_of = _regions(cells)
+    # forget days gone from the period or changed since they were summarized
+    stale = [label for label in state.stamps if stamps.get(label) != state.stamps[label]]
+    for label in stale:
+        for store in (state.stamps, state.failed_bits, state.b):
+            store.pop(label, None)
+    fresh = [label for label in stamps if label not in state.stamps]
+    gone = {date.fromisoformat(x).toordinal() for x in [*stale, *fresh]}
+    if gone:
+        state.daily = state.daily[~state.daily["day"].isin(gone)]
+    new_values = []
+    for label in fresh:
         d = day_data(label)
-        state.stamps[label] = stamp
+        state.stamps[label] = stamps[label]
         state.failed_bits[label] = np.packbits(~d.reliable)
-        state.b[label] = d.b
-        state.daily[label] = d.passing
+        state.b[label] = d.b[first_cell]
+        new_values.append(d.passing)
+    if new_values:
+        state.daily = pd.concat([state.daily, *new_values], ignore_index=True)
     mondays = complete_weeks(days[0], days[-1]) if days else []
     wanted = {m.isoformat(): [stamps[(m + timedelta(days=i)).isoformat()] for i in range(7)]
               for m in mondays}
-    for label in list(state.weeks):
-        if wanted.get(label) != state.weeks[label]:
-            state.weeks.pop(label)
-            state.weekly.pop(label, None)
-    for label, week_stamps in wanted.items():
-        if label in state.weeks:
-            continue
+    redo = [label for label in state.weeks if wanted.get(label) != state.weeks[label]]
+    for label in redo:
+        state.weeks.pop(label)
+    new_weeks = [label for label in wanted if label not in state.weeks]
+    gone_weeks = {date.fromisoformat(x).toordinal() for x in [*redo, *new_weeks]}
+    if gone_weeks:
+        state.weekly = state.weekly[~state.weekly["day"].isin(gone_weeks)]
+    weekly_values = []
+    for label in new_weeks:
         monday = date.fromisoformat(label)
         week = [day_data((monday + timedelta(days=i)).isoformat()) for i in range(7)]
         m = DailyMatrix(days=[monday + timedelta(days=i) for i in range(7)], cells=cells,
@@ -327,24 +326,25 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
                         params={p: np.stack([w.params[p] for w in week])
                                 for p in NOISE_PARAMETERS})
         _, passing = _weekly_passing(m, cfg)
-        state.weeks[label] = week_stamps
-        state.weekly[label] = passing
-    if read or set(state.weeks) != set(wanted):
+        state.weeks[label] = wanted[label]
+        weekly_values.append(pd.DataFrame({
+            "cell": passing["cell"].to_numpy(np.int64),
+            "day": np.full(len(passing), monday.toordinal(), np.int64),
+            **{c: passing[c].to_numpy(np.float64) for c in ("ratio", "lower", "upper")}}))
+    if weekly_values:
+        state.weekly = pd.concat([state.weekly, *weekly_values], ignore_index=True)
+    if fresh or stale or redo or new_weeks:
         _save(path, state)
-    labels = [d.isoformat() for d in days]
     n = len(cells)
     failed = np.zeros(n, dtype=np.int64)
-    b_sum = np.zeros(n, dtype=np.int64)
-    for label in labels:
-        failed += np.unpackbits(state.failed_bits[label], count=n).astype(np.int64)
-        b_sum += state.b[label]
-    empty = pd.DataFrame({c: pd.Series(dtype=object if c == "date" else "float64")
-                          for c in VALUE_COLUMNS})
-
-    def stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
-        frames = [f for f in frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else empty
-
-    return PeriodSummary(days=list(days), cells=cells, failed=failed, b_sum=b_sum,
-                         daily=stack([state.daily[x] for x in labels]), mondays=mondays,
-                         weekly=stack([state.weekly[m.isoformat()] for m in mondays]))
+    b_region = np.zeros(len(first_cell), dtype=np.int64)
+    for label in stamps:
+        failed += np.unpackbits(state.failed_bits[label], count=n)
+        b_region += state.b[label]
+    first, last = days[0].toordinal(), days[-1].toordinal()
+    daily = state.daily[state.daily["day"].between(first, last)]
+    weekly_values_in = state.weekly[state.weekly["day"].isin(
+        {m.toordinal() for m in mondays})]
+    return PeriodSummary(days=list(days), cells=cells, failed=failed,
+                         b_sum=b_region[region_of], daily=_dated(daily), mondays=mondays,
+                         weekly=_dated(weekly_values_in))

@@ -97,14 +97,11 @@ def test_weekly_rows_are_complete_weeks_dated_by_monday(regions: pd.DataFrame,
     mondays = sorted(candidate.weekly["date"].unique())
     assert mondays == ["2020-01-06", "2020-01-13", "2020-01-20"]  # 1-5 Jan is partial
     assert [d.isoformat() for d in complete_weeks(date(2020, 1, 1), date(2020, 1, 26))] == mondays
+    # every published weekly value is dated by the Monday of a complete week
     weekly = candidate.values[candidate.values["resolution"] == "weekly"]
-    # weekly A is the sum of the seven daily noisy A of the week
-    one = weekly[(weekly["region_id"] == "DM") & (weekly["symptom"] == "Fever")
-                 & (weekly["date"] == "2020-01-13")].iloc[0]
-    daily = three_weeks[(three_weeks["region_id"] == "DM") & (three_weeks["symptom"] == "Fever")]
-    week = daily[(daily["date"] >= date(2020, 1, 13)) & (daily["date"] <= date(2020, 1, 19))]
-    assert len(week) == 7 and one["a_noisy"] == week["a_noisy"].sum()
-    assert one["b_noisy"] == week["b_noisy"].sum() and one["n_days"] == 7
+    assert len(weekly) > 0 and set(weekly["date"]) <= set(mondays)
+    # (weekly A and B are the sums of the week's seven daily noisy values:
+    # test_matrix_weekly_sums_match_the_reference_implementation)
 
 
 def test_values_follow_the_rules(regions: pd.DataFrame, three_weeks: pd.DataFrame) -> None:

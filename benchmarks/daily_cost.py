@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""What one daily run costs early and late in the year: does it grow with the release?
+
+    python benchmarks/daily_cost.py --input DIR [--report symptoms] [--at 10,360]
+
+``DIR`` is a data root that ``python -m dp_ops generate`` filled for the year (only its
+``raw/`` and ``reference/`` are read). In a fresh data root the script runs the report's
+step functions in-process, day by day from 2020-01-01, as the daily DAG does (ingest,
+bound, noise, [baseline,] report for the day, then gate and publish of the whole release
+so far), with every step timed on the days of ``--at`` (day of the year, 1 = 1 January).
+The day before each timed day also gates and publishes, so the timed day finds what a
+daily schedule leaves behind (the previous release, the period state); the other days
+only build the per-day files, untimed. Heavy libraries are imported before timing, as the
+Airflow processes' warm imports do (``docker/airflow/airflow_local_settings.py``).
+
+Prints one line per timed day (seconds per step) and, for gate + publish, the ratio of
+the last timed day to the first; figures also go to
+``benchmarks/results/daily_cost_<report>.json``. A report whose cost does not grow has a
+ratio near 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+YEAR_START = date(2020, 1, 1)
+
+
+def log(msg: str) -> None:
+    print(f"[daily-cost {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--input", type=Path, required=True)
+    p.add_argument("--report", choices=("symptoms", "mobility"), default="symptoms")
+    p.add_argument("--at", default="10,360", help="days of the year to time (default 10,360)")
+    p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--profile", action="store_true",
+                   help="profile gate and publish on the last timed day (cProfile, top 40 "
+                        "by cumulative time, dp_ops functions)")
+    args = p.parse_args(argv)
+    at = sorted({int(x) for x in args.at.split(",")})
+    last = YEAR_START + timedelta(days=at[-1] - 1)
+    if not (args.input / "raw").is_dir():
+        raise SystemExit(f"{args.input}/raw does not exist: run python -m dp_ops generate")
+
+    import os
+
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # warm imports, as in the Airflow processes that fork tasks
+    import duckdb  # noqa: F401
+    import great_expectations  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from dp_ops.layout import DataRoot
+
+    if args.report == "symptoms":
+        from dp_ops.reports.symptoms import steps
+    else:
+        from dp_ops.reports.mobility import steps  # type: ignore[no-redef]
+
+    base = Path(tempfile.mkdtemp(prefix="daily-cost-", dir=args.workdir))
+    root_dir = base / "data"
+    root_dir.mkdir()
+    (root_dir / "raw").symlink_to(args.input.resolve() / "raw")
+    shutil.copytree(args.input / "reference", root_dir / "reference")
+    root = DataRoot(root_dir)
+    url = f"sqlite:///{root_dir / 'ledger.sqlite'}"
+    cfg = steps.load_config()
+    gate_days = {YEAR_START + timedelta(days=d - 1) for d in at}
+    gate_days |= {d - timedelta(days=1) for d in gate_days}
+    rows = []
+    t_all = time.monotonic()
+    day = YEAR_START
+    try:
+        while day <= last:
+            timed = day in {YEAR_START + timedelta(days=d - 1) for d in at}
+            chain = [("ingest", lambda d=day: steps.ingest(root, cfg, d)),
+                     ("bound", lambda d=day: steps.bound_contributions(root, cfg, d)),
+                     ("noise", lambda d=day: steps.noise(root, cfg, d, run_id=f"day-{d}",
+                                                         ledger_url=url))]
+            if args.report == "mobility":
+                chain.append(("baseline", lambda: steps.build_baseline(  # type: ignore[attr-defined]
+                    root, cfg, ledger_url=url)))
+            chain.append(("report", lambda d=day: steps.report(root, cfg, d, ledger_url=url)))
+            if day in gate_days:
+                chain += [("gate", lambda d=day: steps.gate(root, cfg, run_id=f"day-{d}")),
+                          ("publish", lambda d=day: steps.publish(root, cfg, run_id=f"day-{d}",
+                                                                  ledger_url=url))]
+            times: dict[str, float] = {}
+            profile = args.profile and day == last
+            for name, fn in chain:
+                t0 = time.perf_counter()
+                if profile and name in ("gate", "publish"):
+                    import cProfile
+                    import pstats
+
+                    prof = cProfile.Profile()
+                    prof.runcall(fn)
+                    pstats.Stats(prof).sort_stats("cumulative").print_stats("dp_ops", 40)
+                else:
+                    fn()
+                times[name] = round(time.perf_counter() - t0, 3)
+            if timed:
+                n = (day - YEAR_START).days + 1
+                rows.append({"day_of_year": n, "date": day.isoformat(), **times})
+                log(f"day {n} ({day}): " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
+                    + f"; total {sum(times.values()):.2f} s")
+            elif (day - YEAR_START).days % 30 == 0:
+                log(f"{day} ({time.monotonic() - t_all:.0f} s)")
+            day += timedelta(days=1)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    first, final = rows[0], rows[-1]
+    release = {r["day_of_year"]: round(r.get("gate", 0) + r.get("publish", 0), 3) for r in rows}
+    whole = {r["day_of_year"]: round(sum(v for k, v in r.items()
+                                         if k not in ("day_of_year", "date")), 3) for r in rows}
+    ratio = release[final["day_of_year"]] / release[first["day_of_year"]]
+    log(f"{args.report}: gate + publish {release}; whole daily run {whole}; day "
+        f"{final['day_of_year']} / day {first['day_of_year']} = {ratio:.2f}x (gate + publish)")
+    out = REPO / "benchmarks" / "results" / f"daily_cost_{args.report}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"report": args.report, "days": rows,
+                               "gate_plus_publish": release, "whole_run": whole,
+                               "ratio_last_first": round(ratio, 3)}, indent=2))
+    log(f"figures in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
