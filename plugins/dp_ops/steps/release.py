@@ -10,7 +10,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
@@ -107,6 +108,67 @@ def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# The manifest's ``inputs`` key for :func:`inputs_sha256`.
+INPUTS_KEY = "report_days_sha256"
+# A file's (size, mtime, inode) is trusted only once it is this much older than the read.
+RACY_NS = 2_000_000_000
+
+
+def inputs_sha256(root: DataRoot, report: str, days: list[date],
+                  extra: tuple[Path, ...] = ()) -> str:
+    """sha256 over what a release of ``days`` is built from: each day's per-day report
+    file, then each of ``extra`` (e.g. the frozen baseline), each by its own sha256. The
+    per-day hashes are cached in ``work/period/<report>/report_sha256.json`` by the file's
+    size, mtime and inode, so a daily run hashes one new file. Raises OSError when a file
+    is missing."""
+    cache_path = root.root / "work" / "period" / report / "report_sha256.json"
+    try:
+        cache: dict[str, list[Any]] = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h = hashlib.sha256()
+    changed = False
+    now = time.time_ns()
+    for day in days:
+        path = root.report_file(report, day)
+        st = path.stat()
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        label = day.isoformat()
+        entry = cache.get(label)
+        if not isinstance(entry, list) or len(entry) != 4 or entry[:3] != stamp:
+            digest = sha256_file(path)
+            # a file modified within the last RACY_NS could change again within the same
+            # clock tick unnoticed: recorded so that it is hashed again next time
+            entry = [*stamp, digest] if now - stamp[1] >= RACY_NS else [*stamp, -1, digest]
+            cache[label] = entry
+            changed = True
+        h.update(f"{label} {entry[-1]}\n".encode())
+    for path in extra:
+        h.update(f"{path.name} {sha256_file(path)}\n".encode())
+    if changed:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cache_path, cache)
+    return h.hexdigest()
+
+
+def holds_current_inputs(current: dict[str, Any] | None, now: Callable[[list[date]], str]
+                         ) -> bool:
+    """Whether the published release ``current`` (its manifest) was built from exactly
+    the inputs its days have now (``now(days)``: :func:`inputs_sha256` of them): then a run
+    overtaken by it has its values published already, and rebuilding would give the same
+    files. False when the manifest has no such record or a file is missing."""
+    recorded = (current or {}).get("inputs", {}).get(INPUTS_KEY)
+    if current is None or not recorded:
+        return False
+    first, last = date.fromisoformat(current["first_date"]), date.fromisoformat(
+        current["last_date"])
+    days = [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
+    try:
+        return bool(now(days) == recorded)
+    except OSError:
+        return False
 
 
 def current_release(root: DataRoot, report: str) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from dp_ops.errors import GateFailed, PublishRefused
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _INTEGER = re.compile(r"^-?\d+$")
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")

@@ -40,10 +40,13 @@ from dp_ops.steps.derived import verify_recorded
 from dp_ops.steps.ledger_binding import ledger_anchor, open_ledger, require_verified_ledger
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
+    INPUTS_KEY,
     checksums,
     content_release_id,
     current_release,
     epsilon_summary,
+    holds_current_inputs,
+    inputs_sha256,
     promote,
     publish_lock,
     release_event,
@@ -120,6 +123,16 @@ def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
             "published_share_of_eligible_by_level": shares}
 
 
+def mobility_inputs_sha256(root: DataRoot, days: list[date]) -> str:
+    """What a release of ``days`` is built from: the per-day files, the frozen baseline
+    and the method-update factors (:func:`dp_ops.steps.release.inputs_sha256`)."""
+    updates = root.method_updates_dir(REPORT)
+    extra = tuple(p for p in (root.baseline_file(REPORT),
+                              *(sorted(updates.glob("*.parquet")) if updates.is_dir() else []))
+                  if p.is_file())
+    return inputs_sha256(root, REPORT, days, extra)
+
+
 def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
     stage = staging_dir(root, run_id)
     if stage.exists():
@@ -135,6 +148,8 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
     from dp_ops.reports.mobility.suites import validate_mobility_release
     from dp_ops.steps.gate import require_pass
 
+    # before reading them: a file rewritten meanwhile then fails the comparison (rebuild)
+    inputs = mobility_inputs_sha256(root, days)
     internal, published = assemble(root, days)
     result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
                                        run_name=f"mobility-{run_id}")
@@ -154,6 +169,7 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
         "files": files,
         "rows": {"published": len(published), "domain": len(internal)},
         "suppression": suppression_summary(internal),
+        "inputs_sha256": inputs,
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
         "charts": [c.as_dict() for c in charts],
@@ -203,6 +219,18 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         return StepResult("nothing to publish yet (no report days)")
     with publish_lock(root, REPORT):
         current = current_release(root, REPORT)
+        if (current and current["last_date"] > staged["last_date"]
+                and holds_current_inputs(current,
+                                         lambda days: mobility_inputs_sha256(root, days))):
+            # a release of later days, built from the per-day files, baseline and method
+            # updates as they are now, is out: it holds this run's values, and a rebuild
+            # would give the same files
+            shutil.rmtree(stage, ignore_errors=True)
+            return StepResult(
+                f"mobility release {current['release_id']} ({current['first_date']}.."
+                f"{current['last_date']}), published since this run staged, holds this "
+                f"run's days {staged['first_date']}..{staged['last_date']} from the same "
+                "inputs: latest stays, nothing to rebuild")
         if current and current["last_date"] > staged["last_date"]:
             # a release covering later days was published since this run staged: rebuild
             # from the current report days, so that this run's values are published (a
@@ -244,7 +272,9 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
                    "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
                    "baseline_window": [cfg.baseline_start.isoformat(),
-                                       cfg.baseline_end.isoformat()]},
+                                       cfg.baseline_end.isoformat()],
+                   **({INPUTS_KEY: staged["inputs_sha256"]}
+                      if staged.get("inputs_sha256") else {})},
         "method_updates": updates,
         "rows": staged["rows"],
         "suppression": staged["suppression"],

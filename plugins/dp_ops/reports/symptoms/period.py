@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -47,6 +48,8 @@ __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summa
 VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper")
 # Bumped when the state's layout or meaning changes: an older state is then rebuilt.
 STATE_VERSION = 2
+# A file's stamp is trusted only once it is this much older than the moment it is read.
+RACY_NS = 2_000_000_000
 _FILE_COLUMNS = [*KEYS, "a_noisy", "b_noisy", *NOISE_PARAMETERS, "ratio", "lower", "upper",
                  "reliable"]
 
@@ -128,6 +131,15 @@ def state_file(root: DataRoot) -> Path:
 def _stamp(path: Path) -> tuple[int, int, int]:
     st = path.stat()
     return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def recordable(stamp: list[int], now_ns: int | None = None) -> list[int]:
+    """``stamp`` as it may be recorded: a file modified less than ``RACY_NS`` ago could
+    be rewritten within the same clock tick, keeping size, mtime and (a reused) inode, so
+    its stamp is recorded with a marker that never matches, and it is read again next
+    time (git's "racily clean" rule)."""
+    now = time.time_ns() if now_ns is None else now_ns
+    return stamp if now - stamp[1] >= RACY_NS else [*stamp, -1]
 
 
 def _fingerprint(cells: pd.DataFrame, cfg: SymptomsConfig) -> str:
@@ -270,7 +282,9 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
     summed and tested again. Raises ValueError naming a day whose cells differ from the
     first day's."""
     path = state_file(root)
+    now = time.time_ns()
     stamps = {d.isoformat(): list(_stamp(root.report_file(REPORT, d))) for d in days}
+    recorded = {label: recordable(stamp, now) for label, stamp in stamps.items()}
     state = _load(path)
     read: dict[str, _Day] = {}
     cells = state.cells if state is not None and len(state.cells) else None
@@ -300,7 +314,7 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
     new_values = []
     for label in fresh:
         d = day_data(label)
-        state.stamps[label] = stamps[label]
+        state.stamps[label] = recorded[label]
         state.failed_bits[label] = np.packbits(~d.reliable)
         state.b[label] = d.b[first_cell]
         new_values.append(d.passing)
@@ -309,6 +323,8 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
     mondays = complete_weeks(days[0], days[-1]) if days else []
     wanted = {m.isoformat(): [stamps[(m + timedelta(days=i)).isoformat()] for i in range(7)]
               for m in mondays}
+    to_record = {m: [recorded[(date.fromisoformat(m) + timedelta(days=i)).isoformat()]
+                     for i in range(7)] for m in wanted}
     redo = [label for label in state.weeks if wanted.get(label) != state.weeks[label]]
     for label in redo:
         state.weeks.pop(label)
@@ -326,7 +342,7 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
                         params={p: np.stack([w.params[p] for w in week])
                                 for p in NOISE_PARAMETERS})
         _, passing = _weekly_passing(m, cfg)
-        state.weeks[label] = wanted[label]
+        state.weeks[label] = to_record[label]
         weekly_values.append(pd.DataFrame({
             "cell": passing["cell"].to_numpy(np.int64),
             "day": np.full(len(passing), monday.toordinal(), np.int64),

@@ -56,10 +56,13 @@ from dp_ops.steps.ledger_binding import (
 )
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
+    INPUTS_KEY,
     checksums,
     content_release_id,
     current_release,
     epsilon_summary,
+    holds_current_inputs,
+    inputs_sha256,
     promote,
     publish_lock,
     release_event,
@@ -190,6 +193,8 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
 
         recompute = {rid for _, rid in region_chain(regions, region)}
     used_scaling = scaling_sha256(root)
+    # before reading them: a file rewritten meanwhile then fails the comparison (rebuild)
+    inputs = inputs_sha256(root, REPORT, days)
     candidate = build_candidate(load_period(root, cfg, days), regions, symptoms, cfg,
                                 read_scaling(root), _frozen_resolutions(root), recompute)
     day_labels = [d.isoformat() for d in days]
@@ -219,6 +224,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         "summary": release_summary(candidate),
         "new_scaling": new[list(SCALING_COLUMNS)].to_dict(orient="records"),
         "scaling_sha256": used_scaling,
+        "inputs_sha256": inputs,
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
         "charts": [c.as_dict() for c in charts],
@@ -266,8 +272,19 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         require_verified_ledger(ledger)
         stored_scaling = read_scaling(root, ledger)  # verified against the ledger
         current = current_release(root, REPORT)
-        if (staged.get("scaling_sha256") != scaling_sha256(root)
-                or (current and current["last_date"] > staged["last_date"])):
+        overtaken = bool(current and current["last_date"] > staged["last_date"])
+        if overtaken and staged.get("region") is None and holds_current_inputs(
+                current, lambda days: inputs_sha256(root, REPORT, days)):
+            # a release of later days, built from the per-day files as they are now, is
+            # out: it holds this run's values, and a rebuild would give the same files
+            assert current is not None
+            shutil.rmtree(stage, ignore_errors=True)
+            return StepResult(
+                f"symptoms release {current['release_id']} ({current['first_date']}.."
+                f"{current['last_date']}), published since this run staged, holds this "
+                f"run's days {staged['first_date']}..{staged['last_date']} from the same "
+                "per-day files: latest stays, nothing to rebuild")
+        if staged.get("scaling_sha256") != scaling_sha256(root) or overtaken:
             # the stored factors changed since staging (another release fixed one first),
             # or a release covering later days was published meanwhile: rebuild from the
             # current state, so that this run's values are published, not skipped
@@ -299,7 +316,9 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
             "first_date": staged["first_date"],
             "last_date": staged["last_date"],
             "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
-                       "symptom_list_sha256": sha256_file(root.symptoms_txt)},
+                       "symptom_list_sha256": sha256_file(root.symptoms_txt),
+                       **({INPUTS_KEY: staged["inputs_sha256"]}
+                          if staged.get("inputs_sha256") else {})},
             "parameters": {"max_symptoms_per_day": cfg.max_symptoms_per_day,
                            "reliability_tolerance": cfg.reliability_tolerance,
                            "reliability_probability": cfg.reliability_probability,

@@ -4,6 +4,8 @@ or changed per-day files, and rebuilds when it is deleted, unreadable or stale."
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -33,12 +35,16 @@ def rows() -> pd.DataFrame:
     return constructed_rows(demo_regions(), _days(17))  # two complete weeks
 
 
-def _write(root: DataRoot, rows: pd.DataFrame, days: list[date]) -> None:
+def _write(root: DataRoot, rows: pd.DataFrame, days: list[date], *, age: float = 60.0) -> None:
+    """Write the days' per-day files, dated ``age`` seconds ago (a file younger than
+    ``period.RACY_NS`` is read again on every load: see test_a_racy_file_is_read_again)."""
     for day in days:
         part = rows[rows["date"] == day].sort_values(["level", "region_id", "symptom"])
+        path = root.report_file("symptoms", day)
         write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
-                                                  preserve_index=False),
-                             root.report_file("symptoms", day))
+                                                  preserve_index=False), path)
+        when = time.time_ns() - int(age * 1e9)
+        os.utime(path, ns=(when, when))
 
 
 def _same(a: PeriodSummary, b: PeriodSummary) -> None:
@@ -156,3 +162,38 @@ def test_the_release_from_the_state_equals_the_release_from_the_rows(
     pd.testing.assert_frame_equal(a.daily, b.daily)
     pd.testing.assert_frame_equal(a.weekly, b.weekly)
     assert a.counts == b.counts
+
+
+def test_a_racy_file_is_read_again(rows: pd.DataFrame, tmp_path: Path,
+                                   reads: list[date]) -> None:
+    """A file summarized within ``RACY_NS`` of its last change could be rewritten in the
+    same clock tick with the same size and a reused inode: its stamp is not trusted, so
+    the next load reads it again and sees the change (here forced: same size, same
+    inode, mtime put back)."""
+    root = DataRoot(tmp_path)
+    _write(root, rows, _days(3))
+    _write(root, rows, [date(2020, 1, 2)], age=0.0)  # just written
+    load_period(root, CFG, _days(3))
+    reads.clear()
+    path = root.report_file("symptoms", date(2020, 1, 2))
+    before = path.stat()
+    changed = rows[rows["date"] == date(2020, 1, 2)].sort_values(
+        ["level", "region_id", "symptom"]).reset_index(drop=True)
+    changed["reliable"] = ~changed["reliable"]  # same size: one bit per value flips
+    data = pa.BufferOutputStream()
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pandas(changed, preserve_index=False), data)
+    raw = data.getvalue().to_pybytes()
+    if len(raw) != before.st_size:
+        pytest.skip("the rewritten file's size differs; the stamp changes anyway")
+    with open(path, "r+b") as fh:  # in place: same inode
+        fh.write(raw)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert period._stamp(path) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    summary = load_period(root, CFG, _days(3))
+    assert date(2020, 1, 2) in reads
+    expected = pd.concat([rows[rows["date"].isin([date(2020, 1, 1), date(2020, 1, 3)])],
+                          changed.assign(date=date(2020, 1, 2))])
+    np.testing.assert_array_equal(summary.failed,
+                                  summarize(from_rows(expected), CFG).failed)

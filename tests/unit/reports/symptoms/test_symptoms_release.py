@@ -8,6 +8,7 @@ import json
 import math
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -353,18 +354,45 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
 def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
         regions: pd.DataFrame, tmp_path: Path) -> None:
     """Issue 14, finding 6: a publish that found a release covering later days kept it and
-    exited 0, having spent for values it never published. Now it rebuilds from the
-    current state under the publish lock and publishes that (which holds its values)."""
-    root, url, rows = _publishable(regions, tmp_path)
-    _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-old")
-    _stage(root, rows, regions, "run-new")
-    release.publish_staged(root, CFG, run_id="run-new", ledger_url=url)
+    exited 0, having spent for values it never published. Now it keeps that release only
+    when it provably holds the run's values (built from the per-day files as they are now,
+    recorded in its manifest); otherwise it rebuilds from the current state under the
+    publish lock and publishes that."""
+    def overtaken(where: Path) -> tuple[DataRoot, str, pd.DataFrame, dict[str, Any]]:
+        where.mkdir()
+        root, url, rows = _publishable(regions, where)
+        _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-old")
+        _stage(root, rows, regions, "run-new")
+        release.publish_staged(root, CFG, run_id="run-new", ledger_url=url)
+        newer = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
+        assert newer["inputs"]["report_days_sha256"]
+        return root, url, rows, newer
+
+    # issue 16: the newer release holds run-old's days from the same files: kept as it is
+    # (a rebuild would give the same files), and the run says so
+    root, url, rows, newer = overtaken(tmp_path / "same")
+    kept = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
+    assert "holds this run's days 2020-01-01..2020-01-07" in kept.summary
+    assert kept.event is None
+    assert not release.staging_dir(root, "symptoms", "run-old").exists()
+    assert json.loads((root.latest_release("symptoms") / "manifest.json").read_text()) == newer
+    # a day the newer release holds was rewritten since (e.g. an on-call re-noise): the
+    # overtaken publish rebuilds from the current state and publishes that
+    root, url, rows, newer = overtaken(tmp_path / "changed")
+    changed = rows[rows["date"] == date(2020, 1, 8)].copy()
+    changed["a_noisy"] = changed["a_noisy"] * 3 // 2  # every published value moves
+    changed = with_reliability(changed.drop(columns=["ratio", "lower", "upper", "reliable"]),
+                               CFG)
+    write_parquet_atomic(pa.Table.from_pandas(changed.reset_index(drop=True),
+                                              preserve_index=False),
+                         root.report_file("symptoms", date(2020, 1, 8)))
     result = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
     assert result.summary.startswith("published symptoms release")
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert manifest["last_date"] == "2020-01-14"
-    # the rebuilt release is the same content as run-new's, so the same release id
     assert manifest["release_id"] in result.summary
+    assert manifest["release_id"] != newer["release_id"]
+    assert manifest["inputs"]["report_days_sha256"] != newer["inputs"]["report_days_sha256"]
 
 
 def test_the_gate_and_publish_enforce_the_release_contract(
