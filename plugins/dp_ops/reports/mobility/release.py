@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
@@ -87,8 +88,10 @@ def report_days(root: DataRoot, cfg: MobilityConfig) -> list[date]:
 
 def assemble(root: DataRoot, days: list[date]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(internal domain table, published table) for ``days``."""
-    internal = pd.concat([pq.read_table(root.report_file(REPORT, d)).to_pandas() for d in days],
-                         ignore_index=True)
+    # one Arrow concatenation and one conversion (a pandas concat of a year of small
+    # frames cost four times as much)
+    internal = pa.concat_tables([pq.read_table(root.report_file(REPORT, d)) for d in days],
+                                promote_options="permissive").to_pandas()
     published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
     published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
     for col in CHANGE_COLUMNS:
