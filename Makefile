@@ -1,6 +1,6 @@
 # Two commands do all the setup on a fresh machine with Python 3.11:
-#   make demo   build the environment, generate demo data, run both reports (mobility, then
-#               symptoms) through Airflow (real scheduler, backfills 2020-01-01..2020-03-31,
+#   make demo   build the environment, generate demo data, run both reports (mobility and
+#               symptoms, at once) through Airflow (real scheduler, backfills 2020-01-01..2020-03-31,
 #               SQLite metadata DB), then compare the releases with the synthetic truth
 #   make test   build the environment and run every test (what .ci/run runs), the ledger
 #               tests on SQLite and on a throwaway PostgreSQL server

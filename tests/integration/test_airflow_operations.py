@@ -250,7 +250,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         demo.airflow_cli(env, log_dir, "unpause", "dags", "unpause", RERUN_DAG)
         # parsed -> unpause -> backfill create (retried on "database is locked") ->
         # scheduler -> follow until every run succeeded (raises at the first failed run)
-        demo.backfill_dag(services, meta, args, home, time.monotonic())
+        demo.backfill_dags(services, meta, args, home, time.monotonic())
         yield Deployment(demo=demo, home=home, data_root=data_root, services=services,
                          meta=meta, api_port=api_port)
     finally:
