@@ -395,8 +395,10 @@ def start_postgres(stack: Stack) -> None:
     # image runs it from /docker-entrypoint-initdb.d (psql over the local socket)
     script = next(REPO / s.split(":")[0] for s in service["volumes"]
                   if "docker-entrypoint-initdb.d" in s)
-    proc = subprocess.run(["bash", str(script)], env={**base, **env, "PGHOST": str(pg_dir),
-                                                      "PGPORT": str(port)},
+    # fed on stdin: as root it runs as postgres, which may not read the checkout (a
+    # clone in a 0700 directory such as mktemp -d's failed with "Permission denied")
+    proc = subprocess.run(["bash", "-s"], input=script.read_text(),
+                          env={**base, **env, "PGHOST": str(pg_dir), "PGPORT": str(port)},
                           capture_output=True, text=True, user=run_as, cwd="/")
     if proc.returncode != 0:
         raise TopologyError(f"{script.name} failed:\n{proc.stdout}{proc.stderr}")
