@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
@@ -42,6 +44,21 @@ class DailyMatrix:
                            {k: v[:, mask] for k, v in self.params.items()})
 
 
+def same_cells(table: pa.Table, cells: pd.DataFrame | None, path: Path,
+               first: date) -> pd.DataFrame:
+    """The cells of a per-day ``table``: its keys when ``cells`` is None (the period's first
+    day), else ``cells`` after checking the table holds the same ones in the same order;
+    raises ValueError naming ``path`` and ``first`` when it does not."""
+    if cells is None:
+        return table.select(list(KEYS)).to_pandas()
+    if len(table) != len(cells) or not all(
+            np.array_equal(table.column(k).to_numpy(zero_copy_only=False),
+                           cells[k].to_numpy()) for k in ("region_id", "symptom")):
+        raise ValueError(f"{path}: its cells differ from those of {first}; a release "
+                         "period must share one region table and symptom list")
+    return cells
+
+
 def read_days(root: DataRoot, report: str, days: list[date]) -> DailyMatrix:
     """Stack the per-day rows of ``days``; raises ValueError naming the day whose cells
     differ from the first day's (a changed region table or symptom list mid-period)."""
@@ -50,13 +67,7 @@ def read_days(root: DataRoot, report: str, days: list[date]) -> DailyMatrix:
     for day in days:
         path = root.report_file(report, day)
         table = pq.read_table(path, columns=[*KEYS, *VALUES, *NOISE_PARAMETERS])
-        if cells is None:
-            cells = table.select(list(KEYS)).to_pandas()
-        elif len(table) != len(cells) or not all(
-                np.array_equal(table.column(k).to_numpy(zero_copy_only=False),
-                               cells[k].to_numpy()) for k in ("region_id", "symptom")):
-            raise ValueError(f"{path}: its cells differ from those of {days[0]}; a release "
-                             "period must share one region table and symptom list")
+        cells = same_cells(table, cells, path, days[0])
         for c in columns:
             columns[c].append(table.column(c).to_numpy(zero_copy_only=False))
     assert cells is not None

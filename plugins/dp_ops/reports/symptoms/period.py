@@ -39,7 +39,14 @@ from numpy.typing import NDArray
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
-from dp_ops.reports.symptoms.matrix import KEYS, DailyMatrix, complete_weeks, long_frame, weekly
+from dp_ops.reports.symptoms.matrix import (
+    KEYS,
+    DailyMatrix,
+    complete_weeks,
+    long_frame,
+    same_cells,
+    weekly,
+)
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 
 __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summarize"]
@@ -197,13 +204,7 @@ def _read_day(root: DataRoot, day: date, cells: pd.DataFrame | None,
               first: date) -> tuple[pd.DataFrame, _Day]:
     path = root.report_file(REPORT, day)
     table = pq.read_table(path, columns=_FILE_COLUMNS)
-    if cells is None:
-        cells = table.select(list(KEYS)).to_pandas()
-    elif len(table) != len(cells) or not all(
-            np.array_equal(table.column(k).to_numpy(zero_copy_only=False),
-                           cells[k].to_numpy()) for k in ("region_id", "symptom")):
-        raise ValueError(f"{path}: its cells differ from those of {first}; a release "
-                         "period must share one region table and symptom list")
+    cells = same_cells(table, cells, path, first)
 
     def col(name: str) -> NDArray[Any]:
         values: NDArray[Any] = table.column(name).to_numpy(zero_copy_only=False)
