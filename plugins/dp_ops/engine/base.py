@@ -14,6 +14,7 @@ written are private: an engine logs, prints and returns neither.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -27,13 +28,33 @@ from dp_ops.settings import ExecutionSettings
 ContributionsSql = Callable[[str], str]
 
 
+@dataclass(frozen=True)
+class BoundingSql:
+    """A report's bounding queries over a relation of clean rows.
+
+    ``contributions`` is the per-user query (``<report>_bound_contributions.sql``): it
+    states the bounds, runs on every engine, and its rows summed per cell are the truth.
+    ``duckdb_cell_sums``, when a report has one, gives rows with exactly the same sums per
+    cell, faster, in DuckDB's dialect only (mobility: ``mobility_cell_sums.sql``); tests
+    hold it equal to ``contributions``."""
+
+    contributions: ContributionsSql
+    duckdb_cell_sums: ContributionsSql | None = None
+
+    def cell_sums(self, relation: str, engine: str) -> str:
+        """The true per-cell sums over ``relation`` in the SQL the ``engine`` runs best."""
+        if engine == "duckdb" and self.duckdb_cell_sums is not None:
+            return aggregate_sql(self.duckdb_cell_sums(relation))
+        return aggregate_sql(self.contributions(relation))
+
+
 class Engine(Protocol):
     """Runs the bounding SQL of one day (or one user shard of it) into a Parquet file."""
 
     name: str
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
-                         ancestors: pd.DataFrame, contributions_sql: ContributionsSql,
+                         ancestors: pd.DataFrame, bounding: BoundingSql,
                          params: dict[str, object], shard: int | None) -> None:
         """Write the true cell sums of the bounded contributions of ``clean`` (restricted
         to user ``shard`` when given) to ``target``, atomically."""

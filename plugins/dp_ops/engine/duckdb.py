@@ -16,20 +16,34 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.base import ContributionsSql, aggregate_sql, shard_relation
+from dp_ops.engine.base import BoundingSql, shard_relation
 from dp_ops.engine.files import atomic_copy_to_parquet, make_dirs
 from dp_ops.engine.sql import render_sql
+from dp_ops.errors import RegionTableError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import ExecutionSettings
+
+# mobility_cell_sums.sql packs three levels' region numbers into one BIGINT, 21 bits each
+# (all ones marks "no region at that level").
+MAX_REGIONS = 2**21 - 1
 
 
 def register_ancestors(con: duckdb.DuckDBPyConnection, ancestors: pd.DataFrame) -> None:
     """The public region tree as the view ``ancestors`` (finest region -> its region at
-    every level) that the bounding SQL joins to."""
+    every level) that the bounding SQL joins to, each region also numbered
+    (``region_idx``, its rank among the sorted region ids)."""
+    names = pd.Index(sorted(set(ancestors["region_id"].astype(str))))
+    if len(names) >= MAX_REGIONS:
+        raise RegionTableError(
+            f"the region table has {len(names):,} regions: the DuckDB bounding query packs "
+            f"region numbers in 21 bits, so at most {MAX_REGIONS - 1:,} (split the country "
+            "into several region tables, or run DP_ENGINE=spark)")
     table = pa.table({
         "finest_region_id": pa.array(ancestors["finest_region_id"].astype(str), pa.string()),
         "level": pa.array(ancestors["level"].astype("int64"), pa.int64()),
         "region_id": pa.array(ancestors["region_id"].astype(str), pa.string()),
+        "region_idx": pa.array(names.get_indexer(ancestors["region_id"].astype(str)),
+                               pa.int32()),
     })
     con.register("ancestors", table)
 
@@ -87,7 +101,7 @@ class DuckDBEngine:
         self.settings = settings
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
-                         ancestors: pd.DataFrame, contributions_sql: ContributionsSql,
+                         ancestors: pd.DataFrame, bounding: BoundingSql,
                          params: dict[str, object], shard: int | None) -> None:
         settings = self.settings
         relation, params = shard_relation(
@@ -98,7 +112,7 @@ class DuckDBEngine:
         try:
             register_ancestors(con, ancestors)
             if parts == 1:
-                atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(relation)),
+                atomic_copy_to_parquet(con, bounding.cell_sums(relation, self.name),
                                        target, params)
                 return
             # A big day is bounded in user parts, one after the other, so that DuckDB's
@@ -110,7 +124,7 @@ class DuckDBEngine:
                 for k, partial in enumerate(partials):
                     part = (f"(SELECT * FROM {relation} AS r "
                             f"WHERE hash(r.user_id) % {parts} = {k})")
-                    atomic_copy_to_parquet(con, aggregate_sql(contributions_sql(part)),
+                    atomic_copy_to_parquet(con, bounding.cell_sums(part, self.name),
                                            partial, params)
                 atomic_copy_to_parquet(con, sum_partials_sql(), target,
                                        {"parts": [str(x) for x in partials]})

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pyarrow as pa
 
-from dp_ops.engine.base import ContributionsSql, aggregate_sql, shard_relation
+from dp_ops.engine.base import BoundingSql, shard_relation
 from dp_ops.engine.files import file_mode, make_dirs
 from dp_ops.errors import SparkEngineError
 from dp_ops.layout import DataRoot
@@ -218,8 +218,8 @@ class SparkEngine:
         self.settings = settings
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
-                         ancestors: pd.DataFrame, contributions_sql: ContributionsSql,
+                         ancestors: pd.DataFrame, bounding: BoundingSql,
                          params: dict[str, object], shard: int | None) -> None:
         relation, params = shard_relation(CLEAN_VIEW, params, self.settings, shard, "spark")
-        copy_query_to_parquet(self.settings, aggregate_sql(contributions_sql(relation)),
+        copy_query_to_parquet(self.settings, bounding.cell_sums(relation, self.name),
                               params, ancestors, target, clean_file=clean)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-from dp_ops.engine.base import ContributionsSql
+from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.duckdb import sum_partials
 from dp_ops.engine.registry import engine_for
 from dp_ops.errors import BoundingError
@@ -44,7 +44,7 @@ def combine_shards(root: DataRoot, report: str, day: date, shards: int) -> Path:
 
 
 def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
-                    contributions_sql: ContributionsSql,
+                    bounding: BoundingSql,
                     params: dict[str, object], *, shard: int | None = None,
                     settings: ExecutionSettings | None = None) -> StepResult:
     """Bound one day's clean rows of ``source`` and write the true cell sums (private).
@@ -67,14 +67,14 @@ def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
     engine = engine_for(settings)
     if shards == 1:
         target: Path = root.bounded_file(report, day)
-        engine.bound_to_parquet(root, clean, target, anc, contributions_sql, params, None)
+        engine.bound_to_parquet(root, clean, target, anc, bounding, params, None)
         return StepResult(f"bounded contributions for {day} ({engine.name}); private cell sums "
                           f"in {target}", (str(target),))
     todo = range(shards) if shard is None else [shard]
     written = []
     for k in todo:
         part = shard_file(root, report, day, k, shards)
-        engine.bound_to_parquet(root, clean, part, anc, contributions_sql, params, k)
+        engine.bound_to_parquet(root, clean, part, anc, bounding, params, k)
         written.append(str(part))
     if shard is None:
         target = combine_shards(root, report, day, shards)

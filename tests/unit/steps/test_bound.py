@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.engine.duckdb import register_ancestors
+from dp_ops.errors import RegionTableError
 from dp_ops.reports.mobility.bounding import (
     bounded_contributions_sql,
     bounding_params,
     cell_aggregates_sql,
+    portable_cell_aggregates_sql,
 )
 from dp_ops.reports.mobility.config import MobilityConfig
 
@@ -135,6 +137,64 @@ def test_fast_query_equals_the_plain_reference(stays: list[tuple[str, str, str, 
     pd.testing.assert_frame_equal(
         fast.sort_values(keys).reset_index(drop=True),
         plain.sort_values(keys).reset_index(drop=True))
+
+
+# A deeper tree for the cell-sums query: D is a level-1 region with no children (so it is
+# finest, with no level-2 region), and stays may be very long (past 2^40 seconds summed,
+# where the query's packed keys saturate and it must settle ties the exact way).
+ANCESTORS_WITH_SHALLOW = pd.concat([ANCESTORS, pd.DataFrame(
+    [("D", 1, "D"), ("D", 0, "C")], columns=["finest_region_id", "level", "region_id"])],
+    ignore_index=True)
+cell_stay = st.tuples(
+    st.sampled_from(["u0", "u1", "u2", "u3"]),
+    st.sampled_from([*FINEST, "D"]),
+    st.sampled_from(ALL_STAY_CATEGORIES),
+    st.sampled_from([0.0, 0.5, 1.0, 1.01, 2.0, 8.0, 24.0, 4e8]),
+)
+
+
+def cell_sums(stays: list[tuple[str, str, str, float]], sql: str,
+              cfg: MobilityConfig = CFG) -> pd.DataFrame:
+    con = duckdb.connect()
+    register_ancestors(con, ANCESTORS_WITH_SHALLOW)
+    con.register("stays", _stays_table(stays))
+    return con.execute(sql, bounding_params(cfg, DAY)).df()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(cell_stay, min_size=0, max_size=50),
+       st.sampled_from([(0, 1, 2), (1, 2), (2,), (0,)]))
+def test_cell_sums_query_equals_the_per_user_query(
+        stays: list[tuple[str, str, str, float]], levels: tuple[int, ...]) -> None:
+    """mobility_cell_sums.sql (what DuckDB runs) gives exactly the cells, values and row
+    set of the per-user query summed per cell (what Spark runs), on days built to tie
+    between regions, to exceed the pair bound, to saturate the packed keys and to have a
+    finest region without a level-2 region; for every choice of levels."""
+    cfg = MobilityConfig(levels=levels)
+    fast = cell_sums(stays, cell_aggregates_sql("stays"), cfg)
+    plain = cell_sums(stays, portable_cell_aggregates_sql("stays"), cfg)
+    pd.testing.assert_frame_equal(fast, plain)
+
+
+def test_cell_sums_query_on_a_larger_day() -> None:
+    """The same on 2,000 random users with up to 12 stays each (every path at once)."""
+    import random
+    rng = random.Random(2020)
+    stays = [(f"u{u}", rng.choice([*FINEST, "D"]), rng.choice(ALL_STAY_CATEGORIES),
+              rng.choice([0.25, 0.5, 1.0, 2.0, 3.0, rng.uniform(0, 24)]))
+             for u in range(2000) for _ in range(rng.randint(1, 12))]
+    fast = cell_sums(stays, cell_aggregates_sql("stays"))
+    plain = cell_sums(stays, portable_cell_aggregates_sql("stays"))
+    assert len(plain) > 50
+    pd.testing.assert_frame_equal(fast, plain)
+
+
+def test_too_many_regions_for_the_packed_keys_is_refused() -> None:
+    from dp_ops.engine.duckdb import MAX_REGIONS
+    many = pd.DataFrame({"finest_region_id": [f"r{i}" for i in range(MAX_REGIONS)],
+                         "level": 2, "region_id": [f"r{i}" for i in range(MAX_REGIONS)]})
+    with pytest.raises(RegionTableError, match="2,097,151 regions"):
+        register_ancestors(duckdb.connect(), many)
 
 
 def test_aggregates_are_sums_of_bounded_contributions() -> None:

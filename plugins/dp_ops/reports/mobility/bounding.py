@@ -1,24 +1,28 @@
-"""Contribution bounding for the mobility report, run by DuckDB over Parquet.
+"""Contribution bounding for the mobility report, run by DuckDB (or Spark) over Parquet.
 
 The SQL lives in ``include/sql/mobility_bound_contributions.sql`` (per-user bounded
-contributions) and ``include/sql/aggregate_cells.sql`` (sum per cell). The
-bounds it enforces per user-day and level are what the noise step's sensitivities
-assume; ``tests/unit/steps/test_bound.py`` checks them with property tests.
+contributions; the statement of the bounds, run by Spark) and
+``include/sql/mobility_cell_sums.sql`` (the same cell sums computed directly, 3-4x faster,
+run by DuckDB), each summed per cell by ``include/sql/aggregate_cells.sql``. The bounds
+enforced per user-day and level are what the noise step's sensitivities assume;
+``tests/unit/steps/test_bound.py`` checks them with property tests, and that both queries
+give the same cell sums.
 """
 
 from __future__ import annotations
 
 from datetime import date
 
-from dp_ops.contract import LOCATION_SOURCE, PLACE_CATEGORIES
-from dp_ops.engine.base import aggregate_sql
+from dp_ops.contract import LEVELS, LOCATION_SOURCE, PLACE_CATEGORIES
+from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.result import StepResult
 
-__all__ = ["bound_day", "bounded_contributions_sql", "bounding_params", "cell_aggregates_sql"]
+__all__ = ["BOUNDING", "bound_day", "bounded_contributions_sql", "bounding_params",
+           "cell_aggregates_sql", "cell_sums_sql", "portable_cell_aggregates_sql"]
 
 
 def bounding_params(cfg: MobilityConfig, day: date) -> dict[str, object]:
@@ -38,13 +42,27 @@ def bounded_contributions_sql(stays: str) -> str:
     return render_sql("mobility_bound_contributions", stays=stays)
 
 
+def cell_sums_sql(stays: str) -> str:
+    """Rows whose per-cell sums are the bounded cell sums over ``stays`` (DuckDB only)."""
+    return render_sql("mobility_cell_sums", stays=stays, levels=LEVELS)
+
+
+BOUNDING = BoundingSql(bounded_contributions_sql, duckdb_cell_sums=cell_sums_sql)
+
+
 def cell_aggregates_sql(stays: str) -> str:
-    """True per-cell sums of bounded contributions over ``stays``."""
-    return aggregate_sql(bounded_contributions_sql(stays))
+    """True per-cell sums of bounded contributions over ``stays``, as DuckDB computes them
+    in the pipeline."""
+    return BOUNDING.cell_sums(stays, "duckdb")
+
+
+def portable_cell_aggregates_sql(stays: str) -> str:
+    """The same sums from the per-user query (what Spark runs)."""
+    return BOUNDING.cell_sums(stays, "spark")
 
 
 def bound_day(root: DataRoot, cfg: MobilityConfig, day: date, *,
               shard: int | None = None) -> StepResult:
     """Bound one day's clean stays and write the true cell sums (private) for noising."""
-    return bound_clean_day(root, "mobility", LOCATION_SOURCE, day, bounded_contributions_sql,
+    return bound_clean_day(root, "mobility", LOCATION_SOURCE, day, BOUNDING,
                            bounding_params(cfg, day), shard=shard)

@@ -1,0 +1,268 @@
+-- Bounded cell sums of one day of the mobility report, computed directly (DuckDB only).
+-- Output: (level, region_id, metric, value) rows whose sums per cell, taken by
+-- aggregate_cells.sql, are exactly the cell sums of mobility_bound_contributions.sql (the
+-- per-user query, which Spark runs and which states the bounds): the same users, the
+-- same pairs kept, the same regions chosen, the same pseudo-random keys. Private, like
+-- that query's output. tests/unit/steps/test_bound.py checks the equality on random days
+-- built to tie and to exceed the bounds; tests/integration/test_spark_engine.py checks it
+-- against Spark.
+--
+-- Why a second formulation: the per-user query groups every stay by user several times
+-- (per region, per level, per pair) and ranks; this one groups every stay by user once and
+-- settles most users there, which is 3-4x faster on a large day
+-- (benchmarks/README.md). It relies on these facts, each kept exact:
+--   * A user whose stays all lie in one region at a level, with at most $max_pairs place
+--     categories, keeps every pair there and has that region for every metric at that
+--     level: such (user, level)s are summed per region without any per-user row
+--     ("simple"). A region table has fewer than 2^21 - 1 regions, so the three levels'
+--     region numbers pack into one BIGINT, and "one region at every level" is
+--     bit_and = bit_or of the packed numbers over the user's stays (2^21 - 1 marks a
+--     stay with no region at that level).
+--   * Every other (user, level) ("general": several regions, or more place categories
+--     than $max_pairs) is bounded as the per-user query does, on integer keys: the top
+--     region of each metric is the max of (seconds << 22 | region number), and a tie is
+--     a different region from the max of (seconds << 22 | -region number); seconds past
+--     2^40 (34,000 years) count as a tie, which goes the exact way.
+--   * Pairs: every pair of every general (user, level) is counted, then the pairs the
+--     per-user query drops (rank > $max_pairs by the same md5 key, only where a
+--     (user, level) has more pairs than that) are subtracted.
+--   * Ties between regions are broken by the per-user query's md5 keys, on the tied
+--     (user, level)s only.
+-- Inputs: the stays relation (clean stays), ancestors(finest_region_id, level, region_id,
+-- region_idx) (dp_ops.engine.duckdb.register_ancestors: region_idx numbers the regions).
+-- Parameters: as mobility_bound_contributions.sql. Jinja: stays, levels (every level a
+-- region table may have, 0..2; $levels picks those computed).
+WITH names AS (SELECT DISTINCT region_idx, region_id FROM ancestors),
+wide AS (
+    SELECT finest_region_id AS region_id,
+           {% for l in levels %}max(region_idx) FILTER (WHERE level = {{ l }}) AS r{{ l }}{{ "," if not loop.last }}
+           {% endfor %}
+    FROM ancestors
+    WHERE array_contains($levels, level)
+    GROUP BY finest_region_id
+),
+stays_s AS NOT MATERIALIZED (
+    SELECT s.user_id, {% for l in levels %}w.r{{ l }}, {% endfor %}s.place_category,
+           CAST(round(s.dwell_hours * 3600) AS BIGINT) AS seconds,
+           CAST(1 AS INTEGER) << (list_position($place_categories, s.place_category) - 1) AS bit,
+           {% for l in levels %}(CAST(coalesce(w.r{{ l }}, 2097151) AS BIGINT) << {{ 21 * loop.index0 }}){{ " | " if not loop.last }}{% endfor %} AS packed
+    FROM {{ stays }} AS s
+    JOIN wide AS w ON w.region_id = s.region_id
+),
+per_user_packed AS (
+    SELECT user_id, bit_and(packed) AS all_and, bit_or(packed) AS all_or,
+           sum(seconds) FILTER (WHERE place_category = 'workplace')   AS work_seconds,
+           sum(seconds) FILTER (WHERE place_category = 'residential') AS home_seconds,
+           coalesce(bit_or(bit), 0) AS mask
+    FROM stays_s
+    GROUP BY user_id
+),
+per_user AS MATERIALIZED (
+    SELECT user_id, work_seconds, home_seconds, mask,
+           {% for l in levels %}CAST((all_or >> {{ 21 * loop.index0 }}) & 2097151 AS INTEGER) AS r{{ l }},
+           (all_and >> {{ 21 * loop.index0 }}) & 2097151 <> 2097151 AS in{{ l }},
+           (xor(all_and, all_or) >> {{ 21 * loop.index0 }}) & 2097151 = 0 AND bit_count(mask) <= $max_pairs AS simple{{ l }}{{ "," if not loop.last }}
+           {% endfor %}
+    FROM per_user_packed
+),
+simple AS (
+    {% for l in levels %}
+    SELECT {{ l }} AS level, r{{ l }} AS region_idx, mask, work_seconds, home_seconds
+    FROM per_user
+    WHERE in{{ l }} AND simple{{ l }}
+    {{ "UNION ALL" if not loop.last }}
+    {% endfor %}
+),
+simple_regions AS (
+    SELECT level, region_idx,
+           count(*) AS contributors,
+           count(*) FILTER (WHERE work_seconds > round($workplace_min_hours * 3600)) AS workplaces,
+           count(*) FILTER (WHERE home_seconds IS NOT NULL) AS residential_users,
+           sum(CAST(round((least(home_seconds, 86400) - 43200) * $grid_per_hour / 3600.0)
+                    AS BIGINT)) FILTER (WHERE home_seconds IS NOT NULL) AS residential_sum_units
+    FROM simple
+    GROUP BY level, region_idx
+),
+simple_masks AS (
+    SELECT level, region_idx, mask, count(*) AS n
+    FROM simple
+    WHERE mask <> 0
+    GROUP BY level, region_idx, mask
+),
+categories AS (
+    SELECT unnest($place_categories) AS category, generate_subscripts($place_categories, 1) AS k
+),
+simple_cells AS (
+    SELECT m.level, f.region_id, 'places_' || c.category AS metric, sum(m.n) AS value
+    FROM simple_masks AS m
+    JOIN names AS f ON f.region_idx = m.region_idx
+    CROSS JOIN categories AS c
+    WHERE (m.mask >> (c.k - 1)) & 1 = 1
+    GROUP BY m.level, f.region_id, c.category
+    UNION ALL
+    SELECT m.level, f.region_id, m.metric, m.value
+    FROM (UNPIVOT simple_regions ON contributors, workplaces, residential_users,
+                                    residential_sum_units
+          INTO NAME metric VALUE value) AS m
+    JOIN names AS f ON f.region_idx = m.region_idx
+),
+-- (user, level) pairs in several regions, or with more place categories than max_pairs
+general_users AS MATERIALIZED (
+    SELECT user_id, CAST(row_number() OVER () AS BIGINT) AS uid,
+           {% for l in levels %}in{{ l }} AND NOT simple{{ l }} AS g{{ l }}{{ "," if not loop.last }}
+           {% endfor %}
+    FROM per_user
+    WHERE {% for l in levels %}(in{{ l }} AND NOT simple{{ l }}){{ " OR " if not loop.last }}{% endfor %}
+),
+by_region AS MATERIALIZED (
+    SELECT uid, level, region_idx,
+           sum(seconds) FILTER (WHERE place_category = 'workplace')   AS work_seconds,
+           sum(seconds) FILTER (WHERE place_category = 'residential') AS home_seconds,
+           sum(seconds)                                               AS any_seconds,
+           coalesce(bit_or(bit), 0) AS mask
+    FROM (
+        SELECT g.uid, lv.level,
+               CASE lv.level {% for l in levels %}WHEN {{ l }} THEN s.r{{ l }} {% endfor %}END
+                   AS region_idx,
+               s.place_category, s.seconds, s.bit
+        FROM stays_s AS s
+        JOIN general_users AS g ON g.user_id = s.user_id
+        CROSS JOIN (SELECT unnest({{ levels | list }}) AS level) AS lv
+        WHERE CASE lv.level {% for l in levels %}WHEN {{ l }} THEN g.g{{ l }} {% endfor %}END
+    )
+    WHERE region_idx IS NOT NULL
+    GROUP BY uid, level, region_idx
+),
+keyed AS (
+    SELECT uid, level, mask, work_seconds, home_seconds, any_seconds,
+           (CASE WHEN work_seconds < 1099511627775 THEN work_seconds WHEN work_seconds IS NOT NULL THEN 1099511627775 END << 22) | region_idx AS work_hi,
+           (CASE WHEN work_seconds < 1099511627775 THEN work_seconds WHEN work_seconds IS NOT NULL THEN 1099511627775 END << 22) | (4194303 - region_idx) AS work_lo,
+           (CASE WHEN home_seconds < 1099511627775 THEN home_seconds WHEN home_seconds IS NOT NULL THEN 1099511627775 END << 22) | region_idx AS home_hi,
+           (CASE WHEN home_seconds < 1099511627775 THEN home_seconds WHEN home_seconds IS NOT NULL THEN 1099511627775 END << 22) | (4194303 - region_idx) AS home_lo,
+           (CASE WHEN any_seconds < 1099511627775 THEN any_seconds WHEN any_seconds IS NOT NULL THEN 1099511627775 END << 22) | region_idx AS any_hi,
+           (CASE WHEN any_seconds < 1099511627775 THEN any_seconds WHEN any_seconds IS NOT NULL THEN 1099511627775 END << 22) | (4194303 - region_idx) AS any_lo
+    FROM by_region
+),
+tops AS MATERIALIZED (
+    SELECT uid, level,
+           sum(bit_count(mask)) AS n_pairs,
+           max(work_seconds) AS work_seconds,
+           max(home_seconds) AS home_seconds,
+           max(any_seconds)  AS any_seconds,
+           CAST(max(work_hi) & 4194303 AS INTEGER) AS work_hi,
+           CAST(4194303 - (max(work_lo) & 4194303) AS INTEGER) AS work_lo,
+           CAST(max(home_hi) & 4194303 AS INTEGER) AS home_hi,
+           CAST(4194303 - (max(home_lo) & 4194303) AS INTEGER) AS home_lo,
+           CAST(max(any_hi) & 4194303 AS INTEGER) AS any_hi,
+           CAST(4194303 - (max(any_lo) & 4194303) AS INTEGER) AS any_lo
+    FROM keyed
+    GROUP BY uid, level
+),
+decided AS (
+    SELECT uid, level, n_pairs, work_seconds, home_seconds, any_seconds,
+           work_hi <> work_lo OR work_seconds >= 1099511627775 AS work_tied,
+           home_hi <> home_lo OR home_seconds >= 1099511627775 AS home_tied,
+           any_hi <> any_lo OR any_seconds >= 1099511627775 AS any_tied,
+           work_hi, home_hi, any_hi
+    FROM tops
+),
+special AS (
+    SELECT * FROM decided
+    WHERE n_pairs > $max_pairs OR work_tied OR home_tied OR any_tied
+),
+special_regions AS MATERIALIZED (
+    SELECT g.user_id, b.uid, b.level, n.region_id, b.mask, s.n_pairs > $max_pairs AS heavy,
+           s.work_tied AND b.work_seconds = s.work_seconds AS work_top,
+           s.home_tied AND b.home_seconds = s.home_seconds AS home_top,
+           s.any_tied AND b.any_seconds = s.any_seconds AS any_top
+    FROM by_region AS b
+    JOIN special AS s ON s.uid = b.uid AND s.level = b.level
+    JOIN names AS n ON n.region_idx = b.region_idx
+    JOIN general_users AS g ON g.uid = b.uid
+),
+tie_breaks AS (
+    SELECT uid, level,
+           min_by(region_id, md5(concat_ws('|', user_id, CAST(level AS STRING), 'work',
+                                           region_id, $day, $salt)))
+               FILTER (WHERE work_top) AS work_region,
+           min_by(region_id, md5(concat_ws('|', user_id, CAST(level AS STRING), 'home',
+                                           region_id, $day, $salt)))
+               FILTER (WHERE home_top) AS home_region,
+           min_by(region_id, md5(concat_ws('|', user_id, CAST(level AS STRING), 'any',
+                                           region_id, $day, $salt)))
+               FILTER (WHERE any_top)  AS any_region
+    FROM special_regions
+    WHERE work_top OR home_top OR any_top
+    GROUP BY uid, level
+),
+dropped AS (
+    SELECT level, region_id, 'places_' || category AS metric, -1 AS value
+    FROM (
+        SELECT r.level, r.region_id, c.category,
+               row_number() OVER (
+                   PARTITION BY r.uid, r.level
+                   ORDER BY md5(concat_ws('|', r.user_id, CAST(r.level AS STRING), c.category,
+                                          r.region_id, $day, $salt))) AS pair_rank
+        FROM special_regions AS r
+        CROSS JOIN categories AS c
+        WHERE r.heavy AND (r.mask >> (c.k - 1)) & 1 = 1)
+    WHERE pair_rank > $max_pairs
+),
+general_masks AS (
+    SELECT level, region_idx, mask, count(*) AS n
+    FROM by_region
+    WHERE mask <> 0
+    GROUP BY level, region_idx, mask
+),
+general_pairs AS (
+    SELECT m.level, n.region_id, 'places_' || c.category AS metric, sum(m.n) AS value
+    FROM general_masks AS m
+    JOIN names AS n ON n.region_idx = m.region_idx
+    CROSS JOIN categories AS c
+    WHERE (m.mask >> (c.k - 1)) & 1 = 1
+    GROUP BY m.level, n.region_id, c.category
+),
+chosen AS MATERIALIZED (
+    SELECT d.level, d.work_seconds, d.home_seconds,
+           CASE WHEN d.work_tied THEN t.work_region ELSE nw.region_id END AS work_region,
+           CASE WHEN d.home_tied THEN t.home_region ELSE nh.region_id END AS home_region,
+           CASE WHEN d.any_tied THEN t.any_region ELSE na.region_id END AS any_region
+    FROM decided AS d
+    LEFT JOIN tie_breaks AS t ON t.uid = d.uid AND t.level = d.level
+    LEFT JOIN names AS nw ON nw.region_idx = d.work_hi
+    LEFT JOIN names AS nh ON nh.region_idx = d.home_hi
+    LEFT JOIN names AS na ON na.region_idx = d.any_hi
+),
+general_cells AS (
+    SELECT level, work_region AS region_id, 'workplaces' AS metric, count(*) AS value
+    FROM chosen
+    WHERE work_seconds > round($workplace_min_hours * 3600)
+    GROUP BY level, work_region
+    UNION ALL
+    SELECT level, home_region AS region_id, 'residential_sum_units' AS metric,
+           sum(CAST(round((least(home_seconds, 86400) - 43200) * $grid_per_hour / 3600.0)
+                    AS BIGINT)) AS value
+    FROM chosen
+    WHERE home_seconds IS NOT NULL
+    GROUP BY level, home_region
+    UNION ALL
+    SELECT level, home_region AS region_id, 'residential_users' AS metric, count(*) AS value
+    FROM chosen
+    WHERE home_seconds IS NOT NULL
+    GROUP BY level, home_region
+    UNION ALL
+    SELECT level, any_region AS region_id, 'contributors' AS metric, count(*) AS value
+    FROM chosen
+    GROUP BY level, any_region
+)
+-- A cell is present exactly where the per-user query has a row for it: where its sum is not
+-- zero, and for residential_sum_units wherever a resident is counted (the sum may be 0).
+SELECT CAST(level AS TINYINT) AS level, region_id, metric, CAST(sum(value) AS BIGINT) AS value
+FROM (
+    SELECT * FROM simple_cells
+    UNION ALL SELECT * FROM general_pairs
+    UNION ALL SELECT * FROM dropped
+    UNION ALL SELECT * FROM general_cells
+)
+GROUP BY level, region_id, metric
+HAVING sum(value) <> 0 OR metric = 'residential_sum_units'
