@@ -194,3 +194,24 @@ def test_ancestors_maps_every_region_to_itself_and_its_ancestors(regions: pd.Dat
     assert not anc.duplicated(["finest_region_id", "level"]).any()
     level_of = regions.set_index("region_id")["level"]
     assert (level_of[anc["region_id"]].to_numpy() == anc["level"].to_numpy()).all()
+
+
+def test_a_validated_table_is_reused_until_its_file_changes(regions: pd.DataFrame,
+                                                            tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "regions.csv"
+    write_regions(regions, path)
+    old = path.stat().st_mtime_ns - 10_000_000_000
+    os.utime(path, ns=(old, old))  # older than the 2 s racy window: reusable
+    first = read_regions(path)
+    first.loc[0, "name"] = "changed by the caller"  # a copy: the kept table is untouched
+    again = read_regions(path)
+    pd.testing.assert_frame_equal(again, regions.loc[:, list(REGION_COLUMNS)]
+                                  .astype({"level": "int64", "area_km2": "float64"}),
+                                  check_dtype=False)
+    bad = regions.copy()
+    bad.loc[1, "parent_id"] = "NOPE"
+    write_regions(bad, path)  # a new size and mtime: read and validated again
+    with pytest.raises(RegionTableError, match="NOPE"):
+        read_regions(path)

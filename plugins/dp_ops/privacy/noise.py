@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from functools import lru_cache
@@ -296,6 +297,17 @@ def _exactly_below(word: Any, k: int, bitgen: Any) -> bool:
 def exact_sampler(epsilon: float, sensitivity: int) -> ExactSampler:
     """The (cached) exact sampler for one parameter pair."""
     return ExactSampler(epsilon, sensitivity)
+
+
+def prepare_samplers(parameters: Iterable[tuple[float, int]]) -> int:
+    """Build (and cache in this process) the exact sampler of each ``(epsilon,
+    sensitivity)``: 0.01-0.3 s each, paid once per process. A process that forks task
+    processes calls this so that they start with the tables built; the tables depend on
+    the parameters only, so a sampler built here is the one a task would build."""
+    built = {(float(e), int(s)) for e, s in parameters}
+    for epsilon, sensitivity in built:
+        exact_sampler(epsilon, sensitivity)
+    return len(built)
 
 
 def add_discrete_laplace(

@@ -99,6 +99,17 @@ class BoundReport(Generic[C]):
 AnyReport = BoundReport[MobilityConfig] | BoundReport[SymptomsConfig]
 
 
+def prepare_noise_samplers() -> int:
+    """Build the exact noise sampler of every metric group of both reports' configs (from
+    the environment, as the tasks load them), once, in this process: the Airflow processes
+    that fork task processes call it at start (``airflow_local_settings.py``), so a noise
+    task does not spend ~0.6 s building them. Returns how many were built."""
+    from dp_ops.privacy.noise import prepare_samplers
+
+    budgets = (*MOBILITY.load_config().metric_budgets, *SYMPTOMS.load_config().metric_budgets)
+    return prepare_samplers((b.cell_epsilon, b.sensitivity) for b in budgets)
+
+
 @overload
 def load_report(name: Literal[ReportName.MOBILITY], *,
                 ledger_url: str | None = None) -> BoundReport[MobilityConfig]: ...

@@ -144,7 +144,7 @@ def plan_requests(plan: NoisePlan, regions: pd.DataFrame, day: date,
             for level, scope in scopes for b in plan.budgets]
 
 
-def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pd.DataFrame:
+def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pa.Table:
     """Every (level, region_id, metric) cell the spend covers: the public domain, which
     does not depend on the data."""
     level = spend.slot.level
@@ -153,10 +153,10 @@ def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pd.Dat
     else:
         ids = [spend.slot.region_scope]
     metrics = plan.group_cells[spend.slot.metric]
-    return pd.DataFrame({
-        "level": np.int8(level),
-        "region_id": np.repeat(np.array(ids, dtype=object), len(metrics)),
-        "metric": np.tile(np.array(metrics, dtype=object), len(ids)),
+    return pa.table({
+        "level": pa.array(np.full(len(ids) * len(metrics), level, dtype=np.int8), pa.int8()),
+        "region_id": pa.array(np.repeat(np.array(ids, dtype=object), len(metrics)), pa.string()),
+        "metric": pa.array(np.tile(np.array(metrics, dtype=object), len(ids)), pa.string()),
     })
 
 
@@ -166,14 +166,16 @@ def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
     """Noise every cell of ``spend``'s domain and store the noisy values (first wins)."""
     budget = plan.budget(spend.slot.metric)
     cells = domain_cells(plan, regions, spend)
-    merged = cells.merge(true_cells, on=["level", "region_id", "metric"], how="left")
+    # the true value of each domain cell, in the domain's order (0 where absent)
+    merged = cells.to_pandas().merge(true_cells, on=["level", "region_id", "metric"],
+                                     how="left", sort=False)
     true_values = merged["value"].fillna(0).to_numpy(dtype=np.int64)
     noisy = add_discrete_laplace(true_values, epsilon=budget.cell_epsilon,
                                  sensitivity=budget.sensitivity, rng=rng)
     table = pa.table({
-        "level": pa.array(cells["level"].to_numpy(), pa.int8()),
-        "region_id": pa.array(cells["region_id"].tolist(), pa.string()),
-        "metric": pa.array(cells["metric"].tolist(), pa.string()),
+        "level": cells["level"],
+        "region_id": cells["region_id"],
+        "metric": cells["metric"],
         "noisy_value": pa.array(noisy, pa.int64()),
         "cell_epsilon": pa.array(np.full(len(cells), budget.cell_epsilon), pa.float64()),
         "sensitivity": pa.array(np.full(len(cells), budget.sensitivity), pa.int64()),
