@@ -395,12 +395,14 @@ def evaluate(bench: Bench) -> dict[str, Any]:
             t_ours, t_floor = seconds(subject, n), seconds("duckdb-floor", n)
             floor_ratios.append((n, None if t_ours is None or t_floor is None
                                  else t_ours / t_floor))
-        known = [r for _, r in floor_ratios if r is not None]
-        target("within 3x of the non-private floor", label,
-               ", ".join(f"{human(n)}: " + ("n/a" if r is None else f"{r:.1f}x")
+        # issue 16: within 2x of the floor on the largest day (at small N both are
+        # dominated by fixed costs; every ratio is shown)
+        at_largest = dict(floor_ratios).get(max(ours_sizes)) if ours_sizes else None
+        target(f"within 2x of the non-private floor at {human(max(a.sizes))}", label,
+               ", ".join(f"{human(n)}: " + ("n/a" if r is None else f"{r:.2f}x")
                          for n, r in floor_ratios),
-               None if not known else (all(r <= 3 for r in known)
-                                       and len(known) == len(floor_ratios)),
+               None if at_largest is None else (at_largest <= 2
+                                                and max(ours_sizes) == max(a.sizes)),
                f"{label} seconds / floor seconds")
         big = max(a.sizes)
         r_big = by.get((subject, big))

@@ -1,0 +1,282 @@
+"""National scale: bound and noise one day of up to 100M stays on one machine, with DuckDB
+and with Spark in local mode, and check that both give identical cell sums.
+
+    .venv/bin/python benchmarks/scale.py                       # 10M, 30M, 100M; both engines
+    .venv/bin/python benchmarks/scale.py --sizes 10M --engines duckdb   # a quick look
+
+For each size the synthetic day of ``synth.py`` (the ``make bench`` generator: ~3.5 stays
+per user, 3,051 regions) is generated once (cached under ``benchmarks/data/``; 100M stays
+is ~4.7 GB of Parquet). Then each engine runs in a fresh child process that does what a
+``bound_contributions`` task and a ``noise`` task of the pipeline do:
+``steps.bound_contributions`` then ``steps.noise`` (ledger on SQLite) on a data root that
+holds the day as its clean partition. The DuckDB child first runs ``steps.ingest`` on the
+day as a raw partition (ingest runs on the worker with DuckDB whatever the engine), timed
+apart.
+
+* **duckdb**: the pipeline's settings (``dp_ops.settings``): memory limit
+  ``--duckdb-memory`` (``DP_DUCKDB_MEMORY_LIMIT``, default the pipeline's 1GB), user parts
+  of ``DP_DUCKDB_ROWS_PER_PART`` rows, spilling under the data root.
+* **spark**: ``DP_ENGINE=spark``; the child first starts a local SparkSession
+  (``local[N]`` over the machine's cores, driver memory ``--spark-memory``, shuffle
+  partitions ``--spark-partitions``, scratch under the data root), which the engine then
+  uses as it would under ``spark-submit``. Session start is timed apart.
+
+Measured from outside each child: wall seconds and the **peak memory of its whole process
+tree** (the sum of the resident sizes of the child and its descendants, the Spark JVM
+included, sampled every 0.1 s from ``/proc``); inside: the seconds of each step. After both
+engines ran a size, their bounded cell files (private, deleted afterwards) are compared
+cell by cell: the report says whether they are identical. Results go to
+``benchmarks/results/scale-<time>.{md,json}`` and ``benchmarks/results/scale-latest.*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(REPO / "plugins"))
+
+from run import human, parse_size  # noqa: E402
+
+# -- the child ------------------------------------------------------------------------------
+
+def child(engine: str, data: Path, work: Path, spark_memory: str,
+          spark_partitions: int) -> dict[str, Any]:
+    """One day bounded and noised as the pipeline's tasks do; returns step seconds."""
+    from contenders import BENCH_DAY, prepare_root
+
+    import dp_ops.privacy.ledger_migrations  # noqa: F401  imports outside the timed part
+    import dp_ops.reports.mobility.bounding  # noqa: F401
+    import dp_ops.reports.mobility.noising  # noqa: F401
+    from dp_ops.reports.mobility import steps
+    from dp_ops.reports.mobility.config import MobilityConfig
+    from dp_ops.reports.registry import prepare_noise_samplers
+    from dp_ops.settings import load_execution_settings
+
+    prepare_noise_samplers()
+    cfg = MobilityConfig()
+    out: dict[str, Any] = {"engine": engine}
+    if engine == "duckdb":
+        # the ingest step always runs on the worker with DuckDB, whatever the engine:
+        # timed here once per size, from the day as a raw partition to its clean rows
+        root = prepare_root(data, work, raw_days=[BENCH_DAY])
+        t = time.perf_counter()
+        steps.ingest(root, cfg, BENCH_DAY)
+        out["ingest_s"] = round(time.perf_counter() - t, 2)
+    else:
+        root = prepare_root(data, work, clean_days=[BENCH_DAY])
+    if engine == "spark":
+        os.environ["DP_ENGINE"] = "spark"
+        t = time.perf_counter()
+        session = start_local_spark(work, spark_memory, spark_partitions)
+        out["session_start_s"] = round(time.perf_counter() - t, 2)
+        out["spark_conf"] = {k: session.conf.get(k) for k in (
+            "spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions",
+            "spark.sql.adaptive.enabled")}
+    out["execution"] = vars(load_execution_settings())
+    t0 = time.perf_counter()
+    steps.bound_contributions(root, cfg, BENCH_DAY)
+    t1 = time.perf_counter()
+    steps.noise(root, cfg, BENCH_DAY, run_id="scale", ledger_url=f"sqlite:///{work}/ledger.db")
+    t2 = time.perf_counter()
+    out |= {"bound_s": round(t1 - t0, 2), "noise_s": round(t2 - t1, 2),
+            "seconds": round(t2 - t0, 2),
+            "bounded_file": str(root.bounded_file("mobility", BENCH_DAY))}
+    return out
+
+
+def start_local_spark(work: Path, memory: str, partitions: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    scratch = work / "spark-tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    return (SparkSession.builder.appName("dp_ops-scale")
+            .master(f"local[{os.cpu_count() or 2}]")
+            .config("spark.driver.memory", memory)
+            .config("spark.sql.shuffle.partitions", str(partitions))
+            .config("spark.local.dir", str(scratch))
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.log.level", "WARN")
+            .getOrCreate())
+
+
+# -- the parent -----------------------------------------------------------------------------
+
+def _tree_rss_bytes(pgid: int) -> int:
+    """Resident bytes of every process in the process group ``pgid`` (the child leads its
+    own group; the Spark JVM it starts joins it)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[2]) != pgid:      # field 5 of stat: the process group
+                continue
+            with open(f"/proc/{entry.name}/statm") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def run_child(argv: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    peak = 0
+    with open(log, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        timed_out = False
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss_bytes(proc.pid))
+            if time.perf_counter() - t0 > timeout_s:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                timed_out = True
+                break
+            time.sleep(0.1)
+        wall = time.perf_counter() - t0
+    return {"exit_code": proc.returncode, "timed_out": timed_out, "wall_s": round(wall, 2),
+            "peak_tree_rss_mib": round(peak / 2**20)}
+
+
+def same_cells(a: Path, b: Path) -> dict[str, Any]:
+    """Whether two bounded cell files hold exactly the same (level, region, metric, value)
+    rows. Only counts are returned: the values are private."""
+    import pyarrow.parquet as pq
+
+    keys = ["level", "region_id", "metric"]
+    fa = pq.read_table(a).to_pandas().sort_values(keys, ignore_index=True)
+    fb = pq.read_table(b).to_pandas().sort_values(keys, ignore_index=True)
+    fa["level"] = fa["level"].astype("int64")
+    fb["level"] = fb["level"].astype("int64")
+    identical = (len(fa) == len(fb) and fa[keys].equals(fb[keys])
+                 and (fa["value"].to_numpy() == fb["value"].to_numpy()).all())
+    return {"identical": bool(identical), "cells": [len(fa), len(fb)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="10M,30M,100M")
+    p.add_argument("--engines", default="duckdb,spark")
+    p.add_argument("--duckdb-memory", default="1GB", help="DP_DUCKDB_MEMORY_LIMIT")
+    p.add_argument("--spark-memory", default="6g", help="spark.driver.memory (local mode)")
+    p.add_argument("--spark-partitions", type=int, default=0,
+                   help="spark.sql.shuffle.partitions (default: one per 2M stays, >= 8)")
+    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--data-dir", type=Path, default=BENCH_DIR / "data")
+    p.add_argument("--seed", type=int, default=2020)
+    p.add_argument("--keep-work", action="store_true")
+    # the child's arguments
+    p.add_argument("--child", choices=["duckdb", "spark"], help=argparse.SUPPRESS)
+    p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+
+    if a.child:
+        result = child(a.child, a.data, a.work, a.spark_memory, a.spark_partitions)
+        a.result.write_text(json.dumps(result, default=str) + "\n")
+        return 0
+
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    engines = a.engines.split(",")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    runs_dir = a.data_dir / "runs" / f"scale-{stamp}"
+    results_dir = BENCH_DIR / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "plugins", "include", "benchmarks"],
+                           cwd=REPO, capture_output=True, text=True).stdout.strip()
+    report: dict[str, Any] = {"commit": commit, "dirty": bool(dirty), "started": stamp,
+                              "cores": os.cpu_count(), "duckdb_memory": a.duckdb_memory,
+                              "spark_memory": a.spark_memory, "sizes": []}
+    for n in sizes:
+        data = a.data_dir / f"stays-{human(n)}-seed{a.seed}-50x3000"
+        t = time.perf_counter()
+        subprocess.run([sys.executable, str(BENCH_DIR / "synth.py"), "--stays", str(n),
+                        "--out", str(data), "--seed", str(a.seed)], check=True,
+                       stdout=subprocess.DEVNULL)
+        meta = json.loads((data / "meta.json").read_text())
+        print(f"[{human(n)}] data ready ({meta['bytes'] / 2**30:.2f} GiB, "
+              f"{time.perf_counter() - t:.0f} s)", flush=True)
+        entry: dict[str, Any] = {"stays": n, "users": meta.get("users"),
+                                 "parquet_gib": round(meta["bytes"] / 2**30, 2), "runs": {}}
+        bounded: dict[str, Path] = {}
+        for engine in engines:
+            work = runs_dir / f"{engine}-{human(n)}"
+            result_file = runs_dir / f"{engine}-{human(n)}.json"
+            partitions = a.spark_partitions or max(8, n // 2_000_000)
+            env_argv = [sys.executable, str(Path(__file__).resolve()), "--child", engine,
+                        "--data", str(data), "--work", str(work), "--result", str(result_file),
+                        "--spark-memory", a.spark_memory, "--spark-partitions", str(partitions)]
+            os.environ["DP_DUCKDB_MEMORY_LIMIT"] = a.duckdb_memory
+            print(f"[{human(n)}] {engine} ...", flush=True)
+            outer = run_child(env_argv, runs_dir / f"{engine}-{human(n)}.log", a.timeout)
+            inner = json.loads(result_file.read_text()) if result_file.is_file() else {}
+            entry["runs"][engine] = outer | inner
+            if inner.get("bounded_file"):
+                bounded[engine] = Path(inner["bounded_file"])
+            timings = {k: v for k, v in inner.items() if k.endswith("_s")}
+            print(f"[{human(n)}] {engine}: {json.dumps(outer | timings)}", flush=True)
+        if len(bounded) == 2:
+            entry["same_cells"] = same_cells(*bounded.values())
+            print(f"[{human(n)}] same cells: {entry['same_cells']}", flush=True)
+        if not a.keep_work:
+            for engine in engines:
+                shutil.rmtree(runs_dir / f"{engine}-{human(n)}", ignore_errors=True)
+        report["sizes"].append(entry)
+        (results_dir / f"scale-{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
+    md = render(report)
+    (results_dir / f"scale-{stamp}.md").write_text(md)
+    shutil.copyfile(results_dir / f"scale-{stamp}.json", results_dir / "scale-latest.json")
+    (results_dir / "scale-latest.md").write_text(md)
+    print(md)
+    return 0
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"# Scale: one day bounded and noised (commit {report['commit']}"
+             f"{', uncommitted changes' if report['dirty'] else ''}, {report['cores']} cores)",
+             "",
+             f"DuckDB memory limit {report['duckdb_memory']}; Spark local, driver memory "
+             f"{report['spark_memory']}. Wall: the child process from start to exit; steps: "
+             "timed inside it. Peak: the child's whole process tree (JVM included).", "",
+             "| stays | users | engine | wall s | ingest s | session start s | bound s | "
+             "noise s | peak tree MiB | bound s per 1M stays | identical cells |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for e in report["sizes"]:
+        for engine, r in e["runs"].items():
+            same = e.get("same_cells")
+            lines.append(
+                f"| {human(e['stays'])} | {e.get('users') or ''} | {engine} | {r['wall_s']} | "
+                f"{r.get('ingest_s', '')} | {r.get('session_start_s', '')} | "
+                f"{r.get('bound_s', 'failed')} | "
+                f"{r.get('noise_s', '')} | {r['peak_tree_rss_mib']} | "
+                + (f"{r['bound_s'] / e['stays'] * 1e6:.2f}" if 'bound_s' in r else "")
+                + f" | {'' if same is None else ('yes' if same['identical'] else 'NO')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
