@@ -313,7 +313,8 @@ def whole_day(data: Path, work: Path) -> dict[str, Any]:
                 timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    names = ("ingest", "bound", "noise", "build_baseline", "report", "gate", "publish")
+    names = ("ingest", "bound_contributions", "noise", "build_baseline", "report", "gate",
+             "publish")
     for name in names:
         setattr(steps, name, timed(name, getattr(steps, name)))
     t0 = time.perf_counter()
