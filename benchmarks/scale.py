@@ -9,10 +9,10 @@ per user, 3,051 regions) is generated once (cached under ``benchmarks/data/``; 1
 is ~4.7 GB of Parquet). Then each engine runs in a fresh child process that does what a
 ``bound_contributions`` task and a ``noise`` task of the pipeline do:
 ``steps.bound_contributions`` then ``steps.noise`` (ledger on SQLite) on a data root that
-holds the day as its clean partition. The DuckDB child first runs ``steps.ingest`` on the
-day as a raw partition (ingest runs on the worker with DuckDB whatever the engine), timed
-apart.
+holds the day as its clean partition.
 
+* **ingest**: ``steps.ingest`` alone (DuckDB, whatever the bounding engine: it runs on
+  the worker), from the day as a raw partition to clean rows and quarantine.
 * **duckdb**: the pipeline's settings (``dp_ops.settings``): memory limit
   ``--duckdb-memory`` (``DP_DUCKDB_MEMORY_LIMIT``, default the pipeline's 1GB), user parts
   of ``DP_DUCKDB_ROWS_PER_PART`` rows, spilling under the data root.
@@ -68,15 +68,17 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
     prepare_noise_samplers()
     cfg = MobilityConfig()
     out: dict[str, Any] = {"engine": engine}
-    if engine == "duckdb":
-        # the ingest step always runs on the worker with DuckDB, whatever the engine:
-        # timed here once per size, from the day as a raw partition to its clean rows
+    if engine == "ingest":
+        # the ingest step runs on the worker with DuckDB whatever the bounding engine:
+        # from the day as a raw partition to its clean rows and quarantine
         root = prepare_root(data, work, raw_days=[BENCH_DAY])
         t = time.perf_counter()
         steps.ingest(root, cfg, BENCH_DAY)
-        out["ingest_s"] = round(time.perf_counter() - t, 2)
-    else:
-        root = prepare_root(data, work, clean_days=[BENCH_DAY])
+        return out | {"ingest_s": round(time.perf_counter() - t, 2),
+                      "execution": vars(load_execution_settings())}
+    # both engines bound the same clean file (ingest drops exact duplicate rows, so its
+    # output is not the generated file)
+    root = prepare_root(data, work, clean_days=[BENCH_DAY])
     if engine == "spark":
         os.environ["DP_ENGINE"] = "spark"
         t = time.perf_counter()
@@ -177,7 +179,9 @@ def same_cells(a: Path, b: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="10M,30M,100M")
-    p.add_argument("--engines", default="duckdb,spark")
+    p.add_argument("--engines", default="ingest,duckdb,spark",
+                   help="ingest (DuckDB, alone), duckdb and spark (bound + noise)")
+    p.add_argument("--spark-max", default="100M", help="largest size Spark runs at")
     p.add_argument("--duckdb-memory", default="1GB", help="DP_DUCKDB_MEMORY_LIMIT")
     p.add_argument("--spark-memory", default="6g", help="spark.driver.memory (local mode)")
     p.add_argument("--spark-partitions", type=int, default=0,
@@ -187,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=2020)
     p.add_argument("--keep-work", action="store_true")
     # the child's arguments
-    p.add_argument("--child", choices=["duckdb", "spark"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["ingest", "duckdb", "spark"], help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -224,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                                  "parquet_gib": round(meta["bytes"] / 2**30, 2), "runs": {}}
         bounded: dict[str, Path] = {}
         for engine in engines:
+            if engine == "spark" and n > parse_size(a.spark_max):
+                continue
             work = runs_dir / f"{engine}-{human(n)}"
             result_file = runs_dir / f"{engine}-{human(n)}.json"
             partitions = a.spark_partitions or max(8, n // 2_000_000)
