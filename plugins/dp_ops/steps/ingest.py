@@ -31,10 +31,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, SEARCH_SOURCE
+from dp_ops.engine.duckdb import duckdb_connection
 from dp_ops.engine.files import atomic_copy_to_parquet, write_json_atomic
 from dp_ops.engine.sql import render_sql
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
+from dp_ops.settings import load_execution_settings
 from dp_ops.steps.result import StepResult
 
 MAX_ID_LENGTH = 256
@@ -156,7 +158,9 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
     source_name = spec.schema.name
     files = partition_files(root, source_name, day)
     dated = {f: check_file_schema(f, spec.schema) for f in files}
-    con = duckdb.connect()
+    # capped at DP_DUCKDB_MEMORY_LIMIT and spilling under work/tmp, like the bounding: a
+    # big day's judged rows do not fit in memory (100M stays are ~10 GB)
+    con = duckdb_connection(root, load_execution_settings(), keep_row_order=True)
     try:
         _lookup_tables(con, lookups)
         query, params = _judging_query(spec.sql, day, dated)
