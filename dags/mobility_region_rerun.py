@@ -32,6 +32,7 @@ from dp_ops.airflow.defaults import (
     RERUN_REGION,
     RERUN_RENOISE,
     RERUN_REPEAT_RENOISE,
+    bounding_pool,
     rerun_params,
 )
 from dp_ops.airflow.operators import (
@@ -73,6 +74,7 @@ def mobility_region_rerun() -> None:
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
         task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
+        pool=bounding_pool(),
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, region=REGION,
                                        renoise=RENOISE, reason=REASON,

@@ -49,7 +49,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
 from dp_ops.airflow.assets import MOBILITY_BASELINE_EVENTS
-from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, run_deadline
+from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, bounding_pool, run_deadline
 from dp_ops.airflow.operators import (
     BaselineReadySensor,
     BudgetCheckedNoiseOperator,
@@ -86,6 +86,7 @@ def mobility_report() -> None:
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
         task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
+        pool=bounding_pool(),
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
     baseline = BaselineReadySensor(

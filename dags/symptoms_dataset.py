@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import CronDataIntervalTimetable, chain, dag
 
-from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, run_deadline
+from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, bounding_pool, run_deadline
 from dp_ops.airflow.operators import (
     BudgetCheckedNoiseOperator,
     GreatExpectationsGateOperator,
@@ -77,6 +77,7 @@ def symptoms_dataset() -> None:
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(
         task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
+        pool=bounding_pool(),
         ).expand(shard=ingest.output)
     noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
     report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)

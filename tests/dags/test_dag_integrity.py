@@ -312,3 +312,26 @@ def test_the_daily_dags_carry_their_run_deadline(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("DP_RUN_DEADLINE_HOURS", "soon")
     bad = DagBag(dag_folder=str(DAGS))
     assert any("DP_RUN_DEADLINE_HOURS='soon'" in str(e) for e in bad.import_errors.values())
+
+
+def test_bounding_tasks_take_the_configured_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DP_BOUNDING_POOL puts every bound_contributions task (daily and on-call) in that
+    Airflow pool, and no other task; unset, the default pool; a malformed name is an
+    import error naming the variable."""
+    monkeypatch.setenv("DP_BOUNDING_POOL", "spark_bounding")
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    for dag_id in ("mobility_report", "symptoms_dataset", "mobility_region_rerun",
+                   "symptoms_region_rerun"):
+        dag = bag.dags[dag_id]
+        assert _arg(dag.get_task("bound_contributions"), "pool") == "spark_bounding", dag_id
+        others = {t.task_id: t.pool for t in dag.tasks if t.task_id != "bound_contributions"}
+        assert set(others.values()) == {"default_pool"}, (dag_id, others)
+    monkeypatch.delenv("DP_BOUNDING_POOL")
+    bag = DagBag(dag_folder=str(DAGS))
+    assert _arg(bag.dags["mobility_report"].get_task("bound_contributions"),
+                "pool") == "default_pool"
+    monkeypatch.setenv("DP_BOUNDING_POOL", "no spaces; please")
+    bad = DagBag(dag_folder=str(DAGS))
+    assert any("DP_BOUNDING_POOL='no spaces; please'" in str(e)
+               for e in bad.import_errors.values())

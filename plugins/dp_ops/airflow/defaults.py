@@ -7,6 +7,7 @@ Imported at DAG-parse time, so it imports nothing but the Airflow SDK and dp_ops
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -79,6 +80,26 @@ def run_deadline(report: str) -> DeadlineAlert | None:
     return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
                          callback=SyncCallback(deadline_missed, kwargs={"report": report}),
                          name=f"{report}_run_deadline")
+
+
+BOUNDING_POOL_ENV = "DP_BOUNDING_POOL"
+_POOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
+def bounding_pool(value: str | None = None) -> str:
+    """The Airflow pool of the ``bound_contributions`` tasks, from ``DP_BOUNDING_POOL``
+    (default ``default_pool``). With the Spark engine on a cluster, a pool whose slots are
+    the Spark applications the cluster can run at once keeps a backfill from queueing more
+    bounding jobs than that, while the other steps (which run on the workers) go on; create
+    the pool first (``airflow pools set spark_bounding 4 "..."``). Read when the DAG file
+    is parsed; a malformed name is a ValueError naming the variable (a DAG import error)."""
+    name = os.environ.get(BOUNDING_POOL_ENV) if value is None else value
+    if name is None or not name.strip():
+        return "default_pool"
+    if not _POOL_NAME.fullmatch(name.strip()):
+        raise ValueError(f"{BOUNDING_POOL_ENV}={name[:40]!r}: expected a pool name (letters, "
+                         "digits, '_', '.', '-')")
+    return name.strip()
 
 
 # The rerun form's values, as templates for the operators.
