@@ -284,3 +284,22 @@ def test_a_day_without_rows_gives_the_same_empty_file(spark: object, root: DataR
     _engine(monkeypatch, "spark")
     _bound("mobility")(root, EMPTY_DAY)
     _assert_same(_cells(target), duckdb_cells)
+
+
+def test_a_query_splits_into_its_ctes_and_statement() -> None:
+    """The Spark engine computes each CTE of a bounding query once (a view, persisted when
+    read twice): the split respects comments, quotes and nested parentheses."""
+    from dp_ops.engine.spark import split_ctes
+
+    query = """-- a comment with WITH x AS (
+    WITH a AS (SELECT '(' AS p, ")" AS q /* ) */ FROM t), b AS (
+        SELECT * FROM (SELECT 1 AS one) AS s -- )
+        JOIN a ON 'it''s (' <> a.p
+    )
+    SELECT * FROM a JOIN b ON TRUE"""
+    parts, statement = split_ctes(query)
+    assert [name for name, _ in parts] == ["a", "b"]
+    assert parts[0][1] == """SELECT '(' AS p, ")" AS q /* ) */ FROM t"""
+    assert "JOIN a ON 'it''s (' <> a.p" in parts[1][1]
+    assert statement == "SELECT * FROM a JOIN b ON TRUE"
+    assert split_ctes("SELECT 1") == ([], "SELECT 1")

@@ -37,15 +37,15 @@ import re
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
 
-from dp_ops.engine.base import BoundingSql, shard_relation
+from dp_ops.engine.base import BoundingSql, aggregate_sql, shard_relation
 from dp_ops.engine.files import file_mode, make_dirs
 from dp_ops.errors import SparkEngineError
 from dp_ops.layout import DataRoot
@@ -93,6 +93,77 @@ def spark_parameters(query: str, params: Mapping[str, object]) -> tuple[str, dic
     if missing:
         raise KeyError(f"SQL parameter(s) without a value: {', '.join(missing)}")
     return translated, {name: params[name] for name in sorted(used)}
+
+
+def _skip_space(query: str, i: int) -> int:
+    """The first position at or after ``i`` that is not whitespace or a comment."""
+    while i < len(query):
+        if query[i].isspace():
+            i += 1
+        elif query.startswith("--", i):
+            end = query.find("\n", i)
+            i = len(query) if end < 0 else end + 1
+        elif query.startswith("/*", i):
+            end = query.find("*/", i + 2)
+            i = len(query) if end < 0 else end + 2
+        else:
+            return i
+    return i
+
+
+def _closing_paren(query: str, i: int) -> int:
+    """The position of the parenthesis closing the one at ``i`` (quoted text and comments
+    skipped)."""
+    depth = 0
+    while i < len(query):
+        c = query[i]
+        if c in "'\"":
+            end = query.find(c, i + 1)
+            while end >= 0 and query.startswith(c * 2, end):  # '' and "" are escapes
+                end = query.find(c, end + 2)
+            if end < 0:
+                break
+            i = end + 1
+            continue
+        if query.startswith("--", i) or query.startswith("/*", i):
+            i = _skip_space(query, i)
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise SparkEngineError("unbalanced parentheses in a bounding query")
+
+
+_CTE_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s+AS\s*\(", re.IGNORECASE)
+_WITH = re.compile(r"WITH\s", re.IGNORECASE)
+
+
+def split_ctes(query: str) -> tuple[list[tuple[str, str]], str]:
+    """``WITH a AS (...), b AS (...) <statement>`` as ``([("a", ...), ("b", ...)],
+    statement)``; ``([], query)`` for a query without a leading ``WITH``."""
+    i = _skip_space(query, 0)
+    if not _WITH.match(query, i):
+        return [], query
+    i += 4
+    parts: list[tuple[str, str]] = []
+    while True:
+        i = _skip_space(query, i)
+        head = _CTE_NAME.match(query, i)
+        if head is None:
+            raise SparkEngineError(f"cannot read the WITH clause of a bounding query at "
+                                   f"offset {i}")
+        open_at = head.end() - 1
+        close_at = _closing_paren(query, open_at)
+        parts.append((head.group(1), query[open_at + 1:close_at]))
+        i = _skip_space(query, close_at + 1)
+        if i < len(query) and query[i] == ",":
+            i += 1
+            continue
+        return parts, query[i:]
 
 
 def _is_local(master: str) -> bool:
@@ -168,7 +239,8 @@ def _temp_dir_beside(target: Path) -> Iterator[Path]:
 
 def copy_query_to_parquet(settings: ExecutionSettings, query: str,
                           params: Mapping[str, object], ancestors: pd.DataFrame,
-                          target: Path, *, clean_file: Path | None = None) -> None:
+                          target: Path, *, clean_file: Path | None = None,
+                          stages: Sequence[tuple[str, str]] = ()) -> None:
     """Run the DuckDB-dialect ``query`` on Spark and write its result to ``target`` as one
     Parquet file, atomically (the Spark counterpart of
     :func:`dp_ops.engine.files.atomic_copy_to_parquet`).
@@ -178,10 +250,17 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
     ``target``; its single part file is then renamed onto ``target``, so readers see the
     old file or the whole new one, never a partial one. Row order is the query's
     ``ORDER BY``; column types are the query's casts, as in DuckDB's file.
+
+    ``stages`` (a query's common table expressions, :func:`split_ctes`) become temporary
+    views first, in order; one that later stages or the query read more than once is
+    persisted (memory, then Spark's local disk) while the query runs. Spark does not
+    materialize a CTE: it computes it again at every reference (the mobility query read
+    the clean file 32 times and took 43 s per million stays on 2 cores).
     """
     spark = spark_session(settings)
     sql, args = spark_parameters(query, params)
     views = [ANCESTORS_VIEW]
+    persisted: list[Any] = []
     try:
         _register_ancestors(spark, ancestors)
         if clean_file is not None:
@@ -191,6 +270,15 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
             (spark.read.option("basePath", clean_dir).parquet(_file_uri(clean_file))
              .createOrReplaceTempView(CLEAN_VIEW))
             views.append(CLEAN_VIEW)
+        for k, (name, body) in enumerate(stages):
+            later = " ".join(b for _, b in stages[k + 1:]) + " " + query
+            stage_sql, stage_args = spark_parameters(body, params)
+            frame = spark.sql(stage_sql, args=stage_args)
+            if len(re.findall(rf"\b{re.escape(name)}\b", later)) > 1:
+                frame = frame.persist()
+                persisted.append(frame)
+            frame.createOrReplaceTempView(name)
+            views.append(name)
         result = spark.sql(sql, args=args)
         with _temp_dir_beside(target) as tmp:
             out = tmp / "out"
@@ -205,6 +293,8 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
     finally:
         for view in views:
             spark.catalog.dropTempView(view)
+        for frame in persisted:
+            frame.unpersist()
 
 
 class SparkEngine:
@@ -221,5 +311,7 @@ class SparkEngine:
                          ancestors: pd.DataFrame, bounding: BoundingSql,
                          params: dict[str, object], shard: int | None) -> None:
         relation, params = shard_relation(CLEAN_VIEW, params, self.settings, shard, "spark")
-        copy_query_to_parquet(self.settings, bounding.cell_sums(relation, self.name),
-                              params, ancestors, target, clean_file=clean)
+        # the per-user query's CTEs as views, each computed once (see copy_query_to_parquet)
+        stages, statement = split_ctes(bounding.contributions(relation))
+        copy_query_to_parquet(self.settings, aggregate_sql(statement), params, ancestors,
+                              target, clean_file=clean, stages=stages)
