@@ -9,15 +9,17 @@
 --
 -- Why a second formulation: the per-user query groups every stay by user several times
 -- (per region, per level, per pair) and ranks; this one groups every stay by user once and
--- settles most users there, which is 3-4x faster on a large day
+-- settles most users there, which is about 3x faster on a large day
 -- (benchmarks/README.md). It relies on these facts, each kept exact:
 --   * A user whose stays all lie in one region at a level, with at most $max_pairs place
 --     categories, keeps every pair there and has that region for every metric at that
 --     level: such (user, level)s are summed per region without any per-user row
 --     ("simple"). A region table has fewer than 2^21 - 1 regions, so the three levels'
---     region numbers pack into one BIGINT, and "one region at every level" is
---     bit_and = bit_or of the packed numbers over the user's stays (2^21 - 1 marks a
---     stay with no region at that level).
+--     region numbers pack into one BIGINT (21 bits each), and "one region at a level" is
+--     bit_and = bit_or of that level's bits over the user's stays. 2^21 - 1 marks a stay
+--     with no region at that level (a finest region above it): mixed with real regions
+--     it makes bit_and differ from bit_or (general); in every stay (bit_and all ones) the
+--     user is absent from that level, as in the per-user query.
 --   * Every other (user, level) ("general": several regions, or more place categories
 --     than $max_pairs) is bounded as the per-user query does, on integer keys: the top
 --     region of each metric is the max of (seconds << 22 | region number), and a tie is
