@@ -85,23 +85,10 @@ simple_regions AS (
     FROM simple
     GROUP BY level, region_idx
 ),
-simple_masks AS (
-    SELECT level, region_idx, mask, count(*) AS n
-    FROM simple
-    WHERE mask <> 0
-    GROUP BY level, region_idx, mask
-),
 categories AS (
     SELECT unnest($place_categories) AS category, generate_subscripts($place_categories, 1) AS k
 ),
 simple_cells AS (
-    SELECT m.level, f.region_id, 'places_' || c.category AS metric, sum(m.n) AS value
-    FROM simple_masks AS m
-    JOIN names AS f ON f.region_idx = m.region_idx
-    CROSS JOIN categories AS c
-    WHERE (m.mask >> (c.k - 1)) & 1 = 1
-    GROUP BY m.level, f.region_id, c.category
-    UNION ALL
     SELECT m.level, f.region_id, m.metric, m.value
     FROM (UNPIVOT simple_regions ON contributors, workplaces, residential_users,
                                     residential_sum_units
@@ -210,15 +197,18 @@ dropped AS (
         WHERE r.heavy AND (r.mask >> (c.k - 1)) & 1 = 1)
     WHERE pair_rank > $max_pairs
 ),
-general_masks AS (
+-- every pair of every (user, level), simple or general, counted per place-category mask
+masks AS (
     SELECT level, region_idx, mask, count(*) AS n
-    FROM by_region
+    FROM (SELECT level, region_idx, mask FROM simple
+          UNION ALL
+          SELECT level, region_idx, mask FROM by_region)
     WHERE mask <> 0
     GROUP BY level, region_idx, mask
 ),
-general_pairs AS (
+all_pairs AS (
     SELECT m.level, n.region_id, 'places_' || c.category AS metric, sum(m.n) AS value
-    FROM general_masks AS m
+    FROM masks AS m
     JOIN names AS n ON n.region_idx = m.region_idx
     CROSS JOIN categories AS c
     WHERE (m.mask >> (c.k - 1)) & 1 = 1
@@ -262,7 +252,7 @@ general_cells AS (
 SELECT CAST(level AS TINYINT) AS level, region_id, metric, CAST(sum(value) AS BIGINT) AS value
 FROM (
     SELECT * FROM simple_cells
-    UNION ALL SELECT * FROM general_pairs
+    UNION ALL SELECT * FROM all_pairs
     UNION ALL SELECT * FROM dropped
     UNION ALL SELECT * FROM general_cells
 )
