@@ -35,6 +35,11 @@ field names, lower case), the environment winning:
                             every level of the report; ``none`` for no charts). A chart
                             takes ~15 ms, so a geography of thousands of sub-regions adds
                             a minute to every gate step, a backfill's included
+``DP_DOCS_INDEX_SECONDS``  the gate rebuilds the GX Data Docs site index when it
+                            fails, when there is none, or when it is at least this old
+                            (default 120; 0: every gate). Each run's own validation pages
+                            are always written. The index re-reads every stored result
+                            (~1 s), which a backfill's gates paid one after the other
 ==========================  =============================================================
 """
 
@@ -88,6 +93,7 @@ class ExecutionSettings:
     spark_master: str = "local[2]"
     spark_remote: str | None = None
     chart_levels: tuple[int, ...] | None = None
+    docs_index_seconds: int = 120
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -105,13 +111,18 @@ class ExecutionSettings:
                 and all(isinstance(v, int) and v >= 0 for v in self.chart_levels)):
             raise ConfigError(f"execution setting chart_levels={self.chart_levels!r}: "
                               "expected region levels (integers >= 0)")
+        if not (isinstance(self.docs_index_seconds, int)
+                and self.docs_index_seconds >= 0):
+            raise ConfigError("execution setting docs_index_seconds="
+                              f"{self.docs_index_seconds!r}: expected an integer >= 0")
         if self.duckdb_threads is not None and not (
                 isinstance(self.duckdb_threads, int) and self.duckdb_threads >= 1):
             raise ConfigError(f"execution setting duckdb_threads={self.duckdb_threads!r}: "
                               "expected an integer >= 1")
 
 
-_INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part"}
+_INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part",
+               "docs_index_seconds"}
 
 
 def load_execution_settings(environ: Mapping[str, str] | None = None) -> ExecutionSettings:

@@ -11,9 +11,12 @@ attributes, the same kind of values a release publishes, never raw rows or user 
 
 The GX project is a file Data Context at ``gx_dir``, created on first use and reused
 after. Its suites, validation definitions and checkpoints are rewritten only when the
-rules change (e.g. a new config). Each call holds an exclusive file lock on the project,
-so concurrent calls in one process or across processes are safe; stored validation
-results and their Data Docs pages are pruned to ``KEEP_VALIDATIONS`` a suite.
+rules change (e.g. a new config). A file lock on the project makes concurrent calls in
+one process or across processes safe: validations share it, changes to shared files take
+it exclusively (:func:`run_suites`). Each run writes its own validation pages; the site
+index is rebuilt on failure and otherwise at most every ``DP_DOCS_INDEX_SECONDS`` (120),
+when stored validation results and their Data Docs pages are also pruned to
+``KEEP_VALIDATIONS`` a suite.
 
 The gate reads only noisy values and public region attributes (post-processing), so it
 costs no privacy budget. No Airflow imports; ``dp_ops.airflow.operators`` wraps it.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,48 +117,73 @@ def day_start(day: date) -> datetime:
 
 # -- the GX project -----------------------------------------------------------------------
 @contextmanager
-def _project_lock(gx_dir: Path) -> Iterator[None]:
-    """Serialise gate runs on one GX project, across threads and processes.
+def _project_lock(gx_dir: Path, *, exclusive: bool = True) -> Iterator[None]:
+    """Lock the GX project across threads and processes: exclusive to change what runs
+    share (project config, suites, checkpoints, pruning, the site index), shared to
+    validate and render one run's own pages (new files named by the run).
 
     The file stores rewrite JSON/YAML files in place and the site index is rebuilt from
-    the stores, so two concurrent runs could interleave writes.
+    the stores, so a change must not interleave with another run's reads or writes;
+    validations only read the shared files and add their own, so they run side by side
+    (four runs of each report at once in a backfill: one lock for everything made the
+    gates of both DAGs a queue, most of the demo's wall time).
     """
     gx_dir.mkdir(parents=True, exist_ok=True)
     with _thread_lock, open(gx_dir / ".gate.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _open_context(gx_dir: Path) -> FileDataContext:
-    context = gx.get_context(mode="file", project_root_dir=gx_dir)
+def _project_exists(gx_dir: Path) -> bool:
+    return (gx_dir / "gx" / "great_expectations.yml").is_file()
+
+
+def _bars_off(context: FileDataContext) -> bool:
     bars = context.variables.progress_bars
     # A fresh project holds a config object, a reloaded one a plain dict.
     globally = bars.get("globally") if isinstance(bars, dict) else getattr(bars, "globally", None)
-    if globally is not False:
+    return globally is False
+
+
+def _open_context(gx_dir: Path) -> FileDataContext:
+    """The project at ``gx_dir``, created if missing (call under the exclusive lock)."""
+    context = gx.get_context(mode="file", project_root_dir=gx_dir)
+    if not _bars_off(context):
         # Task logs are for humans; tqdm bars per metric batch only add noise there.
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         context.variables.save()
     return context
 
 
-def _checkpoint(
-    context: FileDataContext, suite: gx.ExpectationSuite, asset_name: str
-) -> gx.Checkpoint:
-    """The checkpoint validating ``suite`` on a whole dataframe, saved in the project.
-
-    Reused as stored when its suite is unchanged: rewriting the suite, validation
-    definition and checkpoint costs about as much as validating 25,000 rows.
-    """
+def _stored_checkpoint(context: FileDataContext, suite: gx.ExpectationSuite
+                       ) -> gx.Checkpoint | None:
+    """The checkpoint saved for ``suite`` when its rules are unchanged, else None
+    (reads only)."""
     try:
         stored = context.checkpoints.get(suite.name)
         if ([_rules(d.suite) for d in stored.validation_definitions] == [_rules(suite)]
                 and not stored.actions):
             return stored
     except (DataContextError, LookupError, ValueError):
-        pass  # not saved yet, or saved by an older gate: write it afresh below
+        pass  # not saved yet, or saved by an older gate
+    return None
+
+
+def _checkpoint(
+    context: FileDataContext, suite: gx.ExpectationSuite, asset_name: str
+) -> gx.Checkpoint:
+    """The checkpoint validating ``suite`` on a whole dataframe, saved in the project
+    (call under the exclusive lock).
+
+    Reused as stored when its suite is unchanged: rewriting the suite, validation
+    definition and checkpoint costs about as much as validating 25,000 rows.
+    """
+    stored = _stored_checkpoint(context, suite)
+    if stored is not None:
+        return stored
     source: PandasDatasource
     try:
         source = cast(PandasDatasource, context.data_sources.get(DATA_SOURCE))
@@ -272,11 +301,9 @@ def _site_path(context: FileDataContext, resource_identifier: Any = None) -> str
 
 
 def _prune_validations(context: FileDataContext, keep: int) -> None:
-    """Drop stored validation results beyond the newest ``keep`` per suite.
-
-    Their Data Docs pages go with them: the next index build of the site removes pages
-    whose validation result is no longer in the store.
-    """
+    """Drop stored validation results beyond the newest ``keep`` per suite, and their
+    Data Docs pages (call under the exclusive lock, before the index is rebuilt). Between
+    index rebuilds the store holds the results of the runs since the last one too."""
     store = context.validation_results_store
     by_suite: dict[str, list[ValidationResultIdentifier]] = {}
     for key in store.list_keys():
@@ -285,8 +312,43 @@ def _prune_validations(context: FileDataContext, keep: int) -> None:
     for suite_keys in by_suite.values():
         suite_keys.sort(key=lambda k: k.run_id.run_time, reverse=True)
         for key in suite_keys[keep:]:
+            page = _site_path(context, key)
             # GE's Store.remove_key has no annotations (a library typing gap)
             store.remove_key(key)  # type: ignore[no-untyped-call]
+            if page:
+                Path(page).unlink(missing_ok=True)
+
+
+def index_due(index: str | None, *, failed: bool, refresh_seconds: int,
+              now: float) -> bool:
+    """Whether this gate rebuilds the Data Docs site index: always when it failed (the
+    on-call engineer opens the index from the message) or when there is no index yet,
+    else when the index is at least ``refresh_seconds`` old. The index re-reads every
+    stored result (about a second for 250 of them), which a backfill's gates would
+    otherwise pay one after the other under the exclusive lock; each run's own pages are
+    always written, and their paths are in the result."""
+    if failed or index is None:
+        return True
+    try:
+        age = now - Path(index).stat().st_mtime
+    except OSError:
+        return True
+    return age >= refresh_seconds
+
+
+def _prepared(gx_dir: Path, runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
+              ) -> tuple[FileDataContext, list[gx.Checkpoint]]:
+    """The project and a checkpoint per suite: looked up under the shared lock, and only
+    written (a new project, changed rules) under the exclusive one."""
+    if _project_exists(gx_dir):
+        with _project_lock(gx_dir, exclusive=False):
+            context = gx.get_context(mode="file", project_root_dir=gx_dir)
+            stored = [_stored_checkpoint(context, suite) for suite, _, _ in runs]
+            if _bars_off(context) and all(c is not None for c in stored):
+                return context, cast(list[gx.Checkpoint], stored)
+    with _project_lock(gx_dir, exclusive=True):
+        context = _open_context(gx_dir)
+        return context, [_checkpoint(context, suite, asset) for suite, asset, _ in runs]
 
 
 def run_suites(
@@ -297,42 +359,53 @@ def run_suites(
     run_name: str,
 ) -> GateResult:
     """Validate each (suite, asset name, dataframe) in the GX project at ``gx_dir``, with
-    Data Docs, under the project lock; return what failed (raise nothing)."""
+    Data Docs; return what failed (raise nothing).
+
+    Concurrent gates (a backfill runs several at once, of both reports) validate side by
+    side under the shared project lock, each adding its own results and pages; the
+    exclusive lock is taken only to write shared files: a new project or changed rules
+    (:func:`_prepared`), and the site index with the pruning of old results, rebuilt
+    when :func:`index_due`."""
+    from dp_ops.settings import load_execution_settings
+
+    refresh = load_execution_settings().docs_index_seconds
     gx_dir = Path(gx_dir)
     run_id = RunIdentifier(run_name=run_name, run_time=datetime.now(UTC))
-    with _project_lock(gx_dir):
-        context = _open_context(gx_dir)
-        # Make room for this run's result of each suite before the docs index is rebuilt.
-        _prune_validations(context, KEEP_VALIDATIONS - 1)
-        results: list[tuple[Any, ExpectationSuiteValidationResult]] = []
-        for suite, asset_name, frame in runs:
-            checkpoint = _checkpoint(context, suite, asset_name)
+    context, checkpoints = _prepared(gx_dir, runs)
+    results: list[tuple[Any, ExpectationSuiteValidationResult]] = []
+    with _project_lock(gx_dir, exclusive=False):
+        for checkpoint, (_, _, frame) in zip(checkpoints, runs, strict=True):
             outcome = checkpoint.run(
                 batch_parameters={"dataframe": frame},
                 expectation_parameters=parameters,
                 run_id=run_id,
             )
             results += list(outcome.run_results.items())
-        context.build_data_docs(site_names=[SITE_NAME],
-                                resource_identifiers=[identifier for identifier, _ in results])
         failed: list[str] = []
         evaluated = 0
-        pages: list[str] = []
-        for identifier, suite_result in results:
+        for _, suite_result in results:
             evaluated += int(suite_result.statistics.get("evaluated_expectations") or 0)
             failed += [
                 f"{suite_result.suite_name}: {_describe(r)}"
                 for r in suite_result.results
                 if not r.success
             ]
-            page = _site_path(context, identifier)
-            if page:
-                pages.append(page)
-        index = _site_path(context)
+        success = not failed and all(r.success for _, r in results)
+        identifiers = [identifier for identifier, _ in results]
+        rebuild_index = index_due(_site_path(context), failed=not success,
+                                  refresh_seconds=refresh, now=time.time())
+        if not rebuild_index:
+            context.build_data_docs(site_names=[SITE_NAME], resource_identifiers=identifiers,
+                                    build_index=False)
+    if rebuild_index:
+        with _project_lock(gx_dir, exclusive=True):
+            _prune_validations(context, KEEP_VALIDATIONS)
+            context.build_data_docs(site_names=[SITE_NAME], resource_identifiers=identifiers)
+    pages = [page for page in (_site_path(context, i) for i in identifiers) if page]
     return GateResult(
-        success=not failed and all(r.success for _, r in results),
+        success=success,
         failed=tuple(failed),
-        data_docs_index=index,
+        data_docs_index=_site_path(context),
         evaluated=evaluated,
         validation_pages=tuple(pages),
     )

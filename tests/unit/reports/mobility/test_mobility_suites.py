@@ -142,6 +142,7 @@ def test_repeated_calls_reuse_the_project_and_bound_stored_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(gate, "KEEP_VALIDATIONS", 1)
+    monkeypatch.setenv("DP_DOCS_INDEX_SECONDS", "0")  # prune at every gate
     gx_dir = tmp_path / "gx"
     release = make_release()
     first = run_gate(release, gx_dir)
@@ -295,3 +296,84 @@ def test_concurrent_processes_share_one_new_project(tmp_path: Path) -> None:
     stored = list((project / "validations").rglob("*.json"))
     pages = list((project / "data_docs" / "local_site" / "validations").rglob("*.html"))
     assert len(stored) == len(pages) == 4  # 2 runs x 2 suites, none lost to a racing write
+
+
+def test_validations_run_under_a_shared_lock(tmp_path: Path) -> None:
+    # Another run validating (the shared lock held by a second open file) does not stop
+    # this one: gates of concurrent runs validate side by side.
+    gx_dir = tmp_path / "gx"
+    assert run_gate(make_release(), gx_dir).success  # the project exists
+    import fcntl
+
+    with open(gx_dir / ".gate.lock", "a+") as other:
+        fcntl.flock(other, fcntl.LOCK_SH)
+        child = multiprocessing.get_context("fork").Process(
+            target=_validate_in_child, args=(str(gx_dir), "beside"))
+        child.start()
+        child.join(timeout=120)
+        fcntl.flock(other, fcntl.LOCK_UN)
+    # a child blocked on the lock would still be alive; it must have finished
+    assert child.exitcode == 0
+
+
+def test_an_exclusive_holder_blocks_a_validation(tmp_path: Path) -> None:
+    # ... but a change of the project (exclusive lock) does.
+    gx_dir = tmp_path / "gx"
+    assert run_gate(make_release(), gx_dir).success
+    import fcntl
+
+    with open(gx_dir / ".gate.lock", "a+") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        child = multiprocessing.get_context("fork").Process(
+            target=_validate_in_child, args=(str(gx_dir), "blocked"))
+        child.start()
+        child.join(timeout=3)
+        assert child.is_alive()
+        fcntl.flock(other, fcntl.LOCK_UN)
+        child.join(timeout=120)
+    assert child.exitcode == 0
+
+
+def test_the_site_index_is_rebuilt_on_failure_or_when_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gx_dir = tmp_path / "gx"
+    first = run_gate(make_release(), gx_dir)
+    index = Path(str(first.data_docs_index))
+    stamp = index.stat().st_mtime_ns
+    # a pass within the interval: its pages are written, the index left as it was
+    second = run_gate(make_release(), gx_dir)
+    assert second.success and all(Path(p).is_file() for p in second.validation_pages)
+    assert index.stat().st_mtime_ns == stamp
+    # a failure always rebuilds it, and so does a pass once the index is due
+    bad = make_release()
+    bad.internal.loc[0, "residential_hours"] = 25.0
+    assert not run_gate(bad, gx_dir).success
+    assert index.stat().st_mtime_ns != stamp
+    stamp = index.stat().st_mtime_ns
+    monkeypatch.setenv("DP_DOCS_INDEX_SECONDS", "0")
+    assert run_gate(make_release(), gx_dir).success
+    assert index.stat().st_mtime_ns != stamp
+
+
+@pytest.mark.parametrize(("age", "failed", "due"), [
+    (5.0, False, False), (5.0, True, True), (120.0, False, True), (None, False, True)])
+def test_index_due(tmp_path: Path, age: float | None, failed: bool, due: bool) -> None:
+    index = tmp_path / "index.html"
+    if age is not None:
+        index.write_text("x")
+        os.utime(index, (1000.0, 1000.0))
+    path = str(index) if age is not None else None
+    assert gate.index_due(path, failed=failed, refresh_seconds=120,
+                          now=1000.0 + (age or 0.0)) is due
+
+
+def test_docs_index_seconds_setting() -> None:
+    from dp_ops.errors import ConfigError
+    from dp_ops.settings import load_execution_settings
+
+    assert load_execution_settings({}).docs_index_seconds == 120
+    assert load_execution_settings({"DP_DOCS_INDEX_SECONDS": "0"}).docs_index_seconds == 0
+    for bad in ("-1", "soon"):
+        with pytest.raises(ConfigError, match="docs_index_seconds|DOCS_INDEX_SECONDS"):
+            load_execution_settings({"DP_DOCS_INDEX_SECONDS": bad})
