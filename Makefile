@@ -37,8 +37,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproj
 generate: venv
 	$(PY) -m dp_ops generate --start $(DEMO_START) --end $(DEMO_END) --users $(DEMO_USERS)
 
-demo: generate
-	$(PY) scripts/airflow_demo.py --fresh --start $(DEMO_START) --end $(DEMO_END)
+# the input is generated beside Airflow's start-up (--generate-users), not before it
+demo: venv
+	$(PY) scripts/airflow_demo.py --fresh --start $(DEMO_START) --end $(DEMO_END) \
+		--generate-users $(DEMO_USERS)
 	$(PY) -m dp_ops evaluate mobility
 	$(PY) -m dp_ops evaluate symptoms
 

@@ -22,7 +22,9 @@ What it does, in order:
 5. stops the background processes (also on Ctrl-C or failure), prints where the releases
    are (``$DP_DATA_ROOT/published/<report>/latest/``) and how long it took.
 
-It expects the synthetic input to exist already (``python -m dp_ops generate``).
+It expects the synthetic input to exist already (``python -m dp_ops generate``), or
+generates it with ``--generate-users N`` (what ``make demo`` does) while step 1 to 4b run,
+waiting for it before the scheduler starts.
 ``--keep-running`` leaves Airflow up afterwards so the UI can be browsed.
 
 Run state is read straight from the SQLite metadata DB (read-only), because each
@@ -46,6 +48,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -111,6 +114,11 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         # every 30 s (the dag-processor took 4% of a backfill's CPU re-parsing them)
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        # Each task's supervisor heartbeats once at start and then every 5 s (the default);
+        # the demo's tasks take 0.5-10 s, so at 30 s most send only the first one: about
+        # 1,300 fewer Execution API calls over the demo's 1,183 task instances. A task is
+        # declared lost after task_instance_heartbeat_timeout (300 s), far above 30 s.
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "30",
         "GX_ANALYTICS_ENABLED": "false",
         "DP_DATA_ROOT": str(data_root),
         "PYTHONUNBUFFERED": "1",
@@ -441,7 +449,7 @@ def prepare_backfill(services: Services, meta: Metadata, args: argparse.Namespac
 
 
 def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, home: Path,
-                  t0: float) -> None:
+                  t0: float, input_ready: Callable[[], None] = lambda: None) -> None:
     """Backfill every DAG of ``args.dag_ids`` over the date range and follow them to the
     end: all at once (``--together``, the default: while the runs of one DAG wait for the
     scheduler between tasks, the other's tasks use the CPU), or one DAG after the other."""
@@ -451,6 +459,7 @@ def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, 
         t_group = time.monotonic()
         for dag_args in group:
             prepare_backfill(services, meta, dag_args)
+        input_ready()  # the scheduler runs tasks: their input must be there
         # Started only now: `backfill create` racing the scheduler's writes on SQLite
         # failed with "database is locked" and once crashed the scheduler (StaleDataError).
         services.start("scheduler", "scheduler")
@@ -472,6 +481,40 @@ def check_input(data_root: Path, start: date, end: date) -> None:
             "no synthetic input for the demo range: missing " + ", ".join(map(str, missing))
             + f"\ngenerate it first, e.g. DP_DATA_ROOT={data_root} python -m dp_ops generate "
             f"--start {start} --end {end}")
+
+
+class Generator:
+    """``python -m dp_ops generate`` for the demo range, run beside Airflow's start-up
+    (``--generate-users``): generating takes ~40 s of one core, and migrating the
+    metadata DB, starting the api-server and dag-processor and creating the backfills
+    another ~30 s, mostly of the other core. The scheduler starts once it is done."""
+
+    def __init__(self, args: argparse.Namespace, data_root: Path) -> None:
+        self.args, self.data_root = args, data_root
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        a = self.args
+        cmd = [sys.executable, "-m", "dp_ops", "generate", "--start", str(a.start),
+               "--end", str(a.end), "--users", str(a.generate_users)]
+        log(f"generating the input beside Airflow's start-up: {shlex.join(cmd)}")
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "DP_DATA_ROOT": str(self.data_root)})
+
+    def wait(self) -> None:
+        if self.proc is None:
+            return
+        t = time.monotonic()
+        rc = self.proc.wait()
+        self.proc = None
+        if rc != 0:
+            raise DemoError(f"generating the input failed (exit {rc}; its output is above)")
+        log(f"input generated (waited {time.monotonic() - t:.0f} s for it)")
+        check_input(self.data_root, self.args.start, self.args.end)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -502,6 +545,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "forked task processes start warm (default on)")
     p.add_argument("--keep-running", action="store_true",
                    help="leave Airflow running afterwards (UI at the printed URL)")
+    p.add_argument("--generate-users", type=int, default=None, metavar="N",
+                   help="first generate synthetic input of N users for the range (python -m "
+                        "dp_ops generate), beside Airflow's start-up (`make demo`)")
     p.add_argument("--skip-input-check", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.dag_ids = args.dag_ids or list(DEFAULT_DAG_IDS)
@@ -510,6 +556,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--end {args.end} is before --start {args.start}")
     if args.max_active_runs < 1:
         p.error("--max-active-runs must be >= 1")
+    if args.generate_users is not None and args.generate_users < 1:
+        p.error("--generate-users must be >= 1")
     return args
 
 
@@ -522,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         log("`airflow` is not on PATH: activate the venv (e.g. PATH=.venv/bin:$PATH)")
         return 2
     try:
-        if not args.skip_input_check:
+        if not args.skip_input_check and args.generate_users is None:
             check_input(data_root, args.start, args.end)
     except DemoError as exc:
         log(str(exc))
@@ -552,7 +600,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, on_sigterm)
     ok = False
+    generator = Generator(args, data_root)
     try:
+        if args.generate_users is not None:
+            generator.start()
         log("airflow db migrate ...")
         airflow_cli(env, log_dir, "db-migrate", "db", "migrate")
         services.start("api-server", "api-server")
@@ -560,13 +611,14 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_api(services, api_port, timeout=180)
         log(f"api-server up: UI at http://localhost:{api_port} (user admin, password in "
             f"{home / 'simple_auth_manager_passwords.json.generated'})")
-        backfill_dags(services, meta, args, home, t0)
+        backfill_dags(services, meta, args, home, t0, input_ready=generator.wait)
         ok = True
     except DemoError as exc:
         log(f"FAILED: {exc}")
     except KeyboardInterrupt:
         log("interrupted")
     finally:
+        generator.stop()
         if args.keep_running and ok:
             groups = " ".join(f"-{p.pid}" for p in services.procs.values())
             log(f"Airflow keeps running: UI http://localhost:{api_port}; for the airflow "

@@ -1,10 +1,13 @@
 """``scripts/airflow_demo.py``'s settings (issue 16): both DAGs backfilled at once by
-default, with enough executor slots for both, and the DAG files re-parsed every 5 min."""
+default, with enough executor slots for both, the DAG files re-parsed every 5 min, the
+supervisors' heartbeats every 30 s, and the input generated beside Airflow's start-up."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+import pytest
 from pipeline_helpers import load_airflow_demo
 
 
@@ -27,3 +30,26 @@ def test_both_dags_at_once_by_default(tmp_path: Path) -> None:
 def test_the_dag_files_are_not_reparsed_every_30_s(tmp_path: Path) -> None:
     env = _env([], tmp_path)
     assert env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] == "300"
+
+
+def test_supervisors_heartbeat_every_30_s(tmp_path: Path) -> None:
+    assert _env([], tmp_path)["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"] == "30"
+
+
+def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
+    demo = load_airflow_demo()
+    assert demo.parse_args([]).generate_users is None
+    args = demo.parse_args(["--start", "2020-01-01", "--end", "2020-01-02",
+                            "--generate-users", "50"])
+    generator = demo.Generator(args, tmp_path / "data")
+    generator.wait()  # nothing started: nothing to wait for
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--generate-users", "0"])
+    # a generator that fails stops the demo with its exit code, before the scheduler
+    generator.proc = subprocess.Popen(["false"])
+    with pytest.raises(demo.DemoError, match="generating the input failed"):
+        generator.wait()
+    # one that succeeds but leaves no input is caught by the input check
+    generator.proc = subprocess.Popen(["true"])
+    with pytest.raises(demo.DemoError, match="no synthetic input"):
+        generator.wait()

@@ -70,10 +70,11 @@ def load(report: str) -> AnyReport:
     """``report`` bound to its config, data root and ledger (imported here, at run time,
     so that parsing a DAG file imports none of the pipeline). The ledger URL comes from the
     Airflow Connection ``dp_ledger`` when it exists (:func:`ledger_url_from_connection`),
-    else from ``DP_LEDGER_URL`` or the default."""
+    else from ``DP_LEDGER_URL`` or the default, looked up when a step first needs the
+    ledger (one Execution API call; ingest, bounding and the gate never do)."""
     from dp_ops.reports.registry import load_report
 
-    return load_report(report, ledger_url=ledger_url_from_connection())
+    return load_report(report, ledger_url=ledger_url_from_connection)
 
 
 @contextmanager

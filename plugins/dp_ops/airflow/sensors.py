@@ -42,7 +42,7 @@ class BaselineReadySensor(BaseSensorOperator):
         from dp_ops.reports.protocol import ReportName
         from dp_ops.reports.registry import load_report
 
-        rt = load_report(ReportName.MOBILITY, ledger_url=ledger_url_from_connection())
+        rt = load_report(ReportName.MOBILITY, ledger_url=ledger_url_from_connection)
         day = parse_day(self.day)
         if day < rt.cfg.first_public_date:
             self.log.info("%s is before the first public date %s: no baseline needed",

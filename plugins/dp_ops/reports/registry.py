@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
+from functools import cached_property
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar, overload
 
 from dp_ops import settings
@@ -32,12 +33,20 @@ C = TypeVar("C", bound=ReportConfig)
 @dataclass(frozen=True)
 class BoundReport(Generic[C]):
     """A report's steps with the inputs every step takes: its config, the data root and
-    the ledger URL. What the Airflow operators and the CLI call."""
+    the ledger URL. What the Airflow operators and the CLI call.
+
+    ``ledger`` is the URL, or a function giving it, called at the first use of
+    :attr:`ledger_url`: in Airflow it looks up the ``dp_ledger`` connection (an
+    Execution API call), which ingest, bounding and the gate never need."""
 
     steps: ReportSteps[C]
     cfg: C
     root: DataRoot
-    ledger_url: str
+    ledger: str | Callable[[], str]
+
+    @cached_property
+    def ledger_url(self) -> str:
+        return self.ledger if isinstance(self.ledger, str) else self.ledger()
 
     @property
     def name(self) -> str:
@@ -110,28 +119,40 @@ def prepare_noise_samplers() -> int:
     return prepare_samplers((b.cell_epsilon, b.sensitivity) for b in budgets)
 
 
+# a ledger URL, a function returning one (or None for the default), or None
+LedgerSource = str | Callable[[], str | None] | None
+
+
 @overload
 def load_report(name: Literal[ReportName.MOBILITY], *,
-                ledger_url: str | None = None) -> BoundReport[MobilityConfig]: ...
+                ledger_url: LedgerSource = None) -> BoundReport[MobilityConfig]: ...
 @overload
 def load_report(name: Literal[ReportName.SYMPTOMS], *,
-                ledger_url: str | None = None) -> BoundReport[SymptomsConfig]: ...
+                ledger_url: LedgerSource = None) -> BoundReport[SymptomsConfig]: ...
 @overload
-def load_report(name: str, *, ledger_url: str | None = None) -> AnyReport: ...
+def load_report(name: str, *, ledger_url: LedgerSource = None) -> AnyReport: ...
 
 
-def load_report(name: str, *, ledger_url: str | None = None) -> AnyReport:
+def load_report(name: str, *, ledger_url: LedgerSource = None) -> AnyReport:
     """The report ``name`` bound to its config (from the environment), the data root and
-    the ledger URL (``ledger_url`` if given: the Airflow adapters pass the ``dp_ledger``
-    connection's; else ``DP_LEDGER_URL`` or the default). An unknown name is a
-    ``ValueError`` naming the known ones."""
+    the ledger URL (``ledger_url`` if given, or what it returns when it is a function,
+    called at the first use: the Airflow adapters pass the lookup of the ``dp_ledger``
+    connection; else, or when it returns None, ``DP_LEDGER_URL`` or the default). An
+    unknown name is a ``ValueError`` naming the known ones."""
     try:
         report = ReportName(name)
     except ValueError:
         raise ValueError(f"report={name!r}: unknown report, expected one of "
                          f"{sorted(r.value for r in ReportName)}") from None
     root = settings.data_root()
-    url = ledger_url or settings.ledger(root)
+    url: str | Callable[[], str]
+    if callable(ledger_url):
+        lookup = ledger_url
+
+        def url() -> str:
+            return lookup() or settings.ledger(root)
+    else:
+        url = ledger_url or settings.ledger(root)
     if report is ReportName.MOBILITY:
         return BoundReport(MOBILITY, MOBILITY.load_config(), root, url)
     return BoundReport(SYMPTOMS, SYMPTOMS.load_config(), root, url)

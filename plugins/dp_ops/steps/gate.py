@@ -25,6 +25,7 @@ costs no privacy budget. No Airflow imports; ``dp_ops.airflow.operators`` wraps 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -336,6 +337,15 @@ def index_due(index: str | None, *, failed: bool, refresh_seconds: int,
     return age >= refresh_seconds
 
 
+def _quiet_gx_info() -> None:
+    """GX logs ~35 INFO lines per gate about its own config handling ("_get_default_value
+    called with key ..."), which bury the gate's own lines in the task log: its loggers
+    start at WARNING unless a logging config set their level."""
+    gx_logger = logging.getLogger("great_expectations")
+    if gx_logger.level == logging.NOTSET:
+        gx_logger.setLevel(logging.WARNING)
+
+
 def _prepared(gx_dir: Path, runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
               ) -> tuple[FileDataContext, list[gx.Checkpoint]]:
     """The project and a checkpoint per suite: looked up under the shared lock, and only
@@ -368,6 +378,7 @@ def run_suites(
     when :func:`index_due`."""
     from dp_ops.settings import load_execution_settings
 
+    _quiet_gx_info()
     refresh = load_execution_settings().docs_index_seconds
     gx_dir = Path(gx_dir)
     run_id = RunIdentifier(run_name=run_name, run_time=datetime.now(UTC))

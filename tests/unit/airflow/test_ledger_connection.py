@@ -47,3 +47,24 @@ def test_another_connection_type_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv(ENV, "mysql://u:p@h/db")
     with pytest.raises(BadRequest, match="conn_type='mysql'"):
         ledger_url_from_connection()
+
+
+def test_the_connection_is_looked_up_only_when_a_step_needs_the_ledger(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ingest, bounding and the gate never open the ledger: their task instances make no
+    # Execution API call for the connection (issue 16: one call per task instance)
+    from dp_ops.airflow import runtime
+
+    calls: list[int] = []
+
+    def lookup() -> str:
+        calls.append(1)
+        return f"sqlite:///{tmp_path}/conn.sqlite"
+
+    monkeypatch.setattr(runtime, "ledger_url_from_connection", lookup)
+    monkeypatch.setenv("DP_DATA_ROOT", str(tmp_path))
+    report = runtime.load("mobility")
+    assert report.root.root == tmp_path and calls == []
+    assert report.ledger_url == f"sqlite:///{tmp_path}/conn.sqlite"
+    assert report.ledger_url == f"sqlite:///{tmp_path}/conn.sqlite"
+    assert calls == [1]  # once, then cached

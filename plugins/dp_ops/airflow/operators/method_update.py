@@ -88,7 +88,7 @@ class MethodUpdateOperator(BaseOperator):
             categories = parse_categories(self.categories)
             factor = parse_factor(self.factor)
             mobility = load_report(ReportName.MOBILITY,
-                                   ledger_url=ledger_url_from_connection())
+                                   ledger_url=ledger_url_from_connection)
             result = steps.method_update(
                 mobility.root, mobility.cfg, method_version=str(self.method_version).strip(),
                 effective_date=effective, categories=categories, factor=factor,
