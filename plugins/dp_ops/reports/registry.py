@@ -110,13 +110,18 @@ AnyReport = BoundReport[MobilityConfig] | BoundReport[SymptomsConfig]
 
 def prepare_noise_samplers() -> int:
     """Build the exact noise sampler of every metric group of both reports' configs (from
-    the environment, as the tasks load them), once, in this process: the Airflow processes
-    that fork task processes call it at start (``airflow_local_settings.py``), so a noise
-    task does not spend ~0.6 s building them. Returns how many were built."""
+    the environment, as the tasks load them), and the symptoms reliability tests, once,
+    in this process: the Airflow processes that fork task processes call it at start
+    (``airflow_local_settings.py``), so a noise task does not spend ~0.6 s building the
+    samplers, nor a symptoms report or gate task 0.3-1 s building the tests. Returns how
+    many were built."""
     from dp_ops.privacy.noise import prepare_samplers
+    from dp_ops.reports.symptoms.reliability import prepare_ratio_tests
 
-    budgets = (*MOBILITY.load_config().metric_budgets, *SYMPTOMS.load_config().metric_budgets)
-    return prepare_samplers((b.cell_epsilon, b.sensitivity) for b in budgets)
+    symptoms = SYMPTOMS.load_config()
+    budgets = (*MOBILITY.load_config().metric_budgets, *symptoms.metric_budgets)
+    return (prepare_samplers((b.cell_epsilon, b.sensitivity) for b in budgets)
+            + prepare_ratio_tests(symptoms))
 
 
 # a ledger URL, a function returning one (or None for the default), or None

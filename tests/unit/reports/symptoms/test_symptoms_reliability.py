@@ -229,3 +229,22 @@ def test_scalars_broadcast() -> None:
     v = apply_test(np.array([[10], [1000]]), np.array([3000, 30_000]), production_test(1),
                    TOLERANCE)
     assert v["reliable"].shape == (4,) and v["reliable"].tolist() == [False, False, True, True]
+
+
+def test_the_tests_of_a_configs_daily_run_can_be_built_ahead() -> None:
+    # what the Airflow processes that fork tasks build at start (prepare_noise_samplers):
+    # the parameters the noise step stores (each metric group's cell epsilon and
+    # sensitivity), daily and weekly, so a report or gate task finds them built
+    from dp_ops.reports.symptoms import reliability as rel
+    from dp_ops.reports.symptoms.config import SYMPTOM_METRIC, VOLUME_METRIC, SymptomsConfig
+
+    cfg = SymptomsConfig()
+    rel._ratio_test.cache_clear()
+    assert rel.prepare_ratio_tests(cfg) == 2
+    built = rel._ratio_test.cache_info()
+    a, b = cfg.budget(SYMPTOM_METRIC), cfg.budget(VOLUME_METRIC)
+    rel.reliability([50, 3], [400, 90], a_epsilon=a.cell_epsilon, a_sensitivity=a.sensitivity,
+                    b_epsilon=b.cell_epsilon, b_sensitivity=b.sensitivity,
+                    n_days=[1, 7], cfg=cfg)
+    after = rel._ratio_test.cache_info()
+    assert after.misses == built.misses == 2 and after.hits == built.hits + 2
