@@ -125,7 +125,8 @@ def _project_lock(gx_dir: Path, *, exclusive: bool = True) -> Iterator[None]:
 
     The file stores rewrite JSON/YAML files in place and the site index is rebuilt from
     the stores, so a change must not interleave with another run's reads or writes;
-    validations only read the shared files and add their own, so they run side by side
+    validations only read the shared files and add their own (and GX rewrites its static
+    Data Docs assets with the same bytes at each build), so they run side by side
     (four runs of each report at once in a backfill: one lock for everything made the
     gates of both DAGs a queue, most of the demo's wall time).
     """
