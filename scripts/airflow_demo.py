@@ -113,12 +113,11 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         # The DAG files do not change during a demo: re-parse them every 5 min instead of
         # every 30 s (the dag-processor took 4% of a backfill's CPU re-parsing them)
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
+        # [workers] min_heartbeat_interval stays at its default (5 s): it is also how long
+        # a task's supervisor may sit in select() after the task closed its sockets before
+        # it notices the exit and frees its executor slot. At 30 s (tried for fewer
+        # heartbeats) supervisors lingered up to 30 s and a backfill ran out of slots.
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        # Each task's supervisor heartbeats once at start and then every 5 s (the default);
-        # the demo's tasks take 0.5-10 s, so at 30 s most send only the first one: about
-        # 1,300 fewer Execution API calls over the demo's 1,183 task instances. A task is
-        # declared lost after task_instance_heartbeat_timeout (300 s), far above 30 s.
-        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "30",
         "GX_ANALYTICS_ENABLED": "false",
         "DP_DATA_ROOT": str(data_root),
         "PYTHONUNBUFFERED": "1",

@@ -1,6 +1,6 @@
 """``scripts/airflow_demo.py``'s settings (issue 16): both DAGs backfilled at once by
 default, with enough executor slots for both, the DAG files re-parsed every 5 min, the
-supervisors' heartbeats every 30 s, and the input generated beside Airflow's start-up."""
+supervisors' heartbeats at Airflow's default, and the input generated beside Airflow's start-up."""
 
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ def test_the_dag_files_are_not_reparsed_every_30_s(tmp_path: Path) -> None:
     assert env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] == "300"
 
 
-def test_supervisors_heartbeat_every_30_s(tmp_path: Path) -> None:
-    assert _env([], tmp_path)["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"] == "30"
+def test_supervisors_heartbeat_at_the_default_interval(tmp_path: Path) -> None:
+    # a longer interval keeps each finished task's supervisor (and executor slot) busy
+    # for up to that long (scripts/airflow_demo.py)
+    assert "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL" not in _env([], tmp_path)
 
 
 def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
