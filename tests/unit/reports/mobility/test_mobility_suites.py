@@ -7,11 +7,14 @@ where a test needs them.
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from datetime import date, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -298,39 +301,45 @@ def test_concurrent_processes_share_one_new_project(tmp_path: Path) -> None:
     assert len(stored) == len(pages) == 4  # 2 runs x 2 suites, none lost to a racing write
 
 
+@contextmanager
+def _lock_held(gx_dir: Path, mode: int) -> Iterator[None]:
+    """The project lock held by another open file (another run's gate)."""
+    with open(gx_dir / ".gate.lock", "a+") as other:
+        fcntl.flock(other, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(other, fcntl.LOCK_UN)
+
+
+def _gate_process(gx_dir: Path, run_name: str) -> multiprocessing.process.BaseProcess:
+    child = multiprocessing.get_context("fork").Process(
+        target=_validate_in_child, args=(str(gx_dir), run_name))
+    child.start()
+    return child
+
+
 def test_validations_run_under_a_shared_lock(tmp_path: Path) -> None:
-    # Another run validating (the shared lock held by a second open file) does not stop
-    # this one: gates of concurrent runs validate side by side.
+    # Another run validating (the shared lock held) does not stop this one: gates of
+    # concurrent runs validate side by side.
     gx_dir = tmp_path / "gx"
     assert run_gate(make_release(), gx_dir).success  # the project exists
-    import fcntl
-
-    with open(gx_dir / ".gate.lock", "a+") as other:
-        fcntl.flock(other, fcntl.LOCK_SH)
-        child = multiprocessing.get_context("fork").Process(
-            target=_validate_in_child, args=(str(gx_dir), "beside"))
-        child.start()
+    with _lock_held(gx_dir, fcntl.LOCK_SH):
+        child = _gate_process(gx_dir, "beside")
         child.join(timeout=120)
-        fcntl.flock(other, fcntl.LOCK_UN)
-    # a child blocked on the lock would still be alive; it must have finished
-    assert child.exitcode == 0
+        # a child blocked on the lock would still be alive; it must have finished
+        assert child.exitcode == 0
 
 
 def test_an_exclusive_holder_blocks_a_validation(tmp_path: Path) -> None:
     # ... but a change of the project (exclusive lock) does.
     gx_dir = tmp_path / "gx"
     assert run_gate(make_release(), gx_dir).success
-    import fcntl
-
-    with open(gx_dir / ".gate.lock", "a+") as other:
-        fcntl.flock(other, fcntl.LOCK_EX)
-        child = multiprocessing.get_context("fork").Process(
-            target=_validate_in_child, args=(str(gx_dir), "blocked"))
-        child.start()
+    with _lock_held(gx_dir, fcntl.LOCK_EX):
+        child = _gate_process(gx_dir, "blocked")
         child.join(timeout=3)
         assert child.is_alive()
-        fcntl.flock(other, fcntl.LOCK_UN)
-        child.join(timeout=120)
+    child.join(timeout=120)
     assert child.exitcode == 0
 
 
