@@ -158,6 +158,23 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     assert {s.reason for s in renoises} == {"raw data corrected"}
 
 
+def test_gate_records_the_day_files_it_validated(pipeline: dict[str, object]) -> None:
+    # what lets the next daily gate check only its new day with GX: each report day's
+    # file, by sha256, under the rules it passed
+    from dp_ops.reports.mobility.release import report_days
+    from dp_ops.reports.mobility.suites import row_rules
+    from dp_ops.steps.gate import validated_files
+    from dp_ops.steps.release import sha256_file
+
+    root, cfg = pipeline["root"], pipeline["cfg"]
+    assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    recorded = validated_files(root.gx_dir, "mobility", row_rules(cfg))
+    public = report_days(root, cfg)
+    assert public and set(recorded) == {d.isoformat() for d in public}
+    assert all(recorded[d.isoformat()] == sha256_file(root.report_file("mobility", d))
+               for d in public)
+
+
 def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
         pipeline: dict[str, object]) -> None:
     from dp_ops.engine.files import write_parquet_atomic

@@ -134,3 +134,30 @@ def store_first_wins(table: pa.Table, target: Path) -> bool:
             return False
     finally:
         os.unlink(tmp)
+
+
+def read_parquet_files(paths: list[Path]) -> pa.Table:
+    """The rows of ``paths`` (Parquet files of one schema, e.g. a release's per-day
+    files) in one Arrow table, file after file, in the schema of the last file.
+
+    One DuckDB scan of the list takes about a third of reading the files one by one with
+    pyarrow (321 small per-day files of the mobility release: 0.15 s against 0.5 s).
+    Files whose columns do not cast to the last file's types are read one by one and
+    unified by pyarrow's permissive promotion."""
+    if not paths:
+        raise ValueError("no Parquet files to read")
+    schema = pq.read_schema(paths[-1])
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute("SET preserve_insertion_order = true")  # file order, row order
+        # hive_partitioning off: a path's "date=..." must not become a column
+        table = con.sql("SELECT * FROM read_parquet($paths, hive_partitioning=false, "
+                        "union_by_name=true)",
+                        params={"paths": [str(p) for p in paths]}).to_arrow_table()
+        return table.select(schema.names).cast(schema)
+    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError):
+        return pa.concat_tables([pq.read_table(p) for p in paths],
+                                promote_options="permissive")
+    finally:
+        con.close()

@@ -25,6 +25,8 @@ costs no privacy budget. No Airflow imports; ``dp_ops.airflow.operators`` wraps 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -222,6 +224,59 @@ def _rules(suite: gx.ExpectationSuite) -> list[tuple[str, dict[str, Any]]]:
     # equality compares expectation ids, so a rebuilt suite never equals its stored self).
     skip = {"id", "rendered_content", "notes", "meta"}
     return [(e.expectation_type, e.dict(exclude=skip)) for e in suite.expectations]
+
+
+def rules_digest(suites: list[gx.ExpectationSuite]) -> str:
+    """sha256 of what ``suites`` check (names and rules, not ids): the key under which
+    :func:`record_validated` remembers what passed them."""
+    payload = [[s.name, _rules(s)] for s in suites]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()
+                          ).hexdigest()
+
+
+# -- what earlier gates validated -----------------------------------------------------------
+# Files whose rows passed a report's row-level suites, by a label (a day) and the file's
+# sha256, under ``<gx_dir>/validated/<report>.json``. A gate validates with GX only the
+# rows of files not in it, and rules that hold for a set of rows when they hold for each
+# row cannot fail on the union of sets that each passed. Deleting the record (or the GX
+# project) costs one full validation and nothing else; a record of other rules is ignored.
+VALIDATED_DIR = "validated"
+_VALIDATED_VERSION = 1
+
+
+def _validated_path(gx_dir: Path, report: str) -> Path:
+    return Path(gx_dir) / VALIDATED_DIR / f"{report}.json"
+
+
+def validated_files(gx_dir: Path, report: str, rules: str) -> dict[str, str]:
+    """label -> sha256 of the files that passed ``rules`` (empty when there is no record,
+    it cannot be read, or it is of other rules or another layout)."""
+    try:
+        record = json.loads(_validated_path(gx_dir, report).read_text())
+    except (OSError, ValueError):
+        return {}
+    if (not isinstance(record, dict) or record.get("version") != _VALIDATED_VERSION
+            or record.get("rules") != rules or not isinstance(record.get("files"), dict)):
+        return {}
+    return {str(k): str(v) for k, v in record["files"].items()}
+
+
+def record_validated(gx_dir: Path, report: str, rules: str, files: dict[str, str]) -> None:
+    """Add ``files`` (label -> sha256) to the record of what passed ``rules`` (call only
+    after they passed). Concurrent gates merge under a lock; a record of other rules is
+    replaced."""
+    from dp_ops.engine.files import write_json_atomic
+
+    path = _validated_path(gx_dir, report)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{report}.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            merged = {**validated_files(gx_dir, report, rules), **files}
+            write_json_atomic(path, {"version": _VALIDATED_VERSION, "rules": rules,
+                                     "files": dict(sorted(merged.items()))})
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _exception_message(info: dict[str, Any] | None) -> str | None:

@@ -116,19 +116,16 @@ INPUTS_KEY = "report_days_sha256"
 RACY_NS = 2_000_000_000
 
 
-def inputs_sha256(root: DataRoot, report: str, days: list[date],
-                  extra: tuple[Path, ...] = ()) -> str:
-    """sha256 over what a release of ``days`` is built from: each day's per-day report
-    file, then each of ``extra`` (e.g. the frozen baseline), each by its own sha256. The
-    per-day hashes are cached in ``work/period/<report>/report_sha256.json`` by the file's
-    size, mtime and inode, so a daily run hashes one new file. Raises OSError when a file
-    is missing."""
+def report_day_sha256(root: DataRoot, report: str, days: list[date]) -> dict[date, str]:
+    """The sha256 of each day's per-day report file. The hashes are cached in
+    ``work/period/<report>/report_sha256.json`` by the file's size, mtime and inode, so a
+    daily run hashes one new file. Raises OSError when a file is missing."""
     cache_path = root.root / "work" / "period" / report / "report_sha256.json"
     try:
         cache: dict[str, list[Any]] = json.loads(cache_path.read_text())
     except (OSError, ValueError):
         cache = {}
-    h = hashlib.sha256()
+    out: dict[date, str] = {}
     changed = False
     now = time.time_ns()
     for day in days:
@@ -144,12 +141,27 @@ def inputs_sha256(root: DataRoot, report: str, days: list[date],
             entry = [*stamp, digest] if now - stamp[1] >= RACY_NS else [*stamp, -1, digest]
             cache[label] = entry
             changed = True
-        h.update(f"{label} {entry[-1]}\n".encode())
-    for path in extra:
-        h.update(f"{path.name} {sha256_file(path)}\n".encode())
+        out[day] = str(entry[-1])
     if changed:
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(cache_path, cache)
+    return out
+
+
+def inputs_sha256(root: DataRoot, report: str, days: list[date],
+                  extra: tuple[Path, ...] = (),
+                  day_digests: dict[date, str] | None = None) -> str:
+    """sha256 over what a release of ``days`` is built from: each day's per-day report
+    file (:func:`report_day_sha256`, or ``day_digests`` when the caller has them), then
+    each of ``extra`` (e.g. the frozen baseline), each by its own sha256. Raises OSError
+    when a file is missing."""
+    digests = day_digests if day_digests is not None else report_day_sha256(root, report,
+                                                                             days)
+    h = hashlib.sha256()
+    for day in days:
+        h.update(f"{day.isoformat()} {digests[day]}\n".encode())
+    for path in extra:
+        h.update(f"{path.name} {sha256_file(path)}\n".encode())
     return h.hexdigest()
 
 

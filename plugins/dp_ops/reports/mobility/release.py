@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
-from dp_ops.engine.files import write_json_atomic
-from dp_ops.errors import BaselineMissing, PublishRefused
+from dp_ops.engine.files import read_parquet_files, write_json_atomic
+from dp_ops.errors import BaselineMissing, GateFailed, PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -51,6 +50,7 @@ from dp_ops.steps.release import (
     promote,
     publish_lock,
     release_event,
+    report_day_sha256,
     sha256_file,
     verify_checksums,
     write_csv,
@@ -88,10 +88,9 @@ def report_days(root: DataRoot, cfg: MobilityConfig) -> list[date]:
 
 def assemble(root: DataRoot, days: list[date]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(internal domain table, published table) for ``days``."""
-    # one Arrow concatenation and one conversion (a pandas concat of a year of small
-    # frames cost four times as much)
-    internal = pa.concat_tables([pq.read_table(root.report_file(REPORT, d)) for d in days],
-                                promote_options="permissive").to_pandas()
+    # one Arrow table and one conversion (a pandas concat of a year of small frames cost
+    # four times as much)
+    internal = read_parquet_files([root.report_file(REPORT, d) for d in days]).to_pandas()
     published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
     published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
     for col in CHANGE_COLUMNS:
@@ -126,14 +125,30 @@ def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
             "published_share_of_eligible_by_level": shares}
 
 
-def mobility_inputs_sha256(root: DataRoot, days: list[date]) -> str:
+def mobility_inputs_sha256(root: DataRoot, days: list[date],
+                           day_digests: dict[date, str] | None = None) -> str:
     """What a release of ``days`` is built from: the per-day files, the frozen baseline
     and the method-update factors (:func:`dp_ops.steps.release.inputs_sha256`)."""
     updates = root.method_updates_dir(REPORT)
     extra = tuple(p for p in (root.baseline_file(REPORT),
                               *(sorted(updates.glob("*.parquet")) if updates.is_dir() else []))
                   if p.is_file())
-    return inputs_sha256(root, REPORT, days, extra)
+    return inputs_sha256(root, REPORT, days, extra, day_digests)
+
+
+def _read_unchanged(root: DataRoot, days: list[date]
+                    ) -> tuple[dict[date, str], pd.DataFrame, pd.DataFrame]:
+    """(sha256 per day file, internal, published) read while no day file changed: the
+    digests are taken before and after reading (from the stat-keyed cache, so a rewritten
+    file is hashed again) and must agree, so that the rows validated are the rows the
+    digests name."""
+    for _ in range(3):
+        digests = report_day_sha256(root, REPORT, days)
+        internal, published = assemble(root, days)
+        if report_day_sha256(root, REPORT, days) == digests:
+            return digests, internal, published
+    raise GateFailed("the per-day report files kept changing while the gate read them (a "
+                     "report step running beside it?); retry the gate once it is done")
 
 
 def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
@@ -148,15 +163,20 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
                           f"{cfg.first_public_date}", (str(stage),))
     # imported only when there is something to validate: GX takes seconds to import
     from dp_ops.regions import read_regions
-    from dp_ops.reports.mobility.suites import validate_mobility_release
-    from dp_ops.steps.gate import require_pass
+    from dp_ops.reports.mobility.suites import row_rules, validate_mobility_release
+    from dp_ops.steps.gate import record_validated, require_pass, validated_files
 
-    # before reading them: a file rewritten meanwhile then fails the comparison (rebuild)
-    inputs = mobility_inputs_sha256(root, days)
-    internal, published = assemble(root, days)
+    digests, internal, published = _read_unchanged(root, days)
+    inputs = mobility_inputs_sha256(root, days, digests)
+    # the row-level rules are checked on the days whose files no gate validated before
+    rules = row_rules(cfg)
+    day_files = {d.isoformat(): digests[d] for d in days}
+    known = validated_files(root.gx_dir, REPORT, rules)
+    new_dates = {label for label, digest in day_files.items() if known.get(label) != digest}
     result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
-                                       run_name=f"mobility-{run_id}")
+                                       run_name=f"mobility-{run_id}", new_dates=new_dates)
     require_pass(result)  # raises GateFailed naming the failures and the Data Docs
+    record_validated(root.gx_dir, REPORT, rules, day_files)
     release_files = stage / "release"
     # charts first: they are part of the staged files and their checksums
     charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)

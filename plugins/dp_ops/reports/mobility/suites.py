@@ -1,7 +1,11 @@
 """The mobility report's expectation suites (the release gate, run by
 :func:`dp_ops.steps.gate.run_suites`).
 
-Nothing is published unless both tables of a candidate release pass:
+Nothing is published unless both tables of a candidate release pass, each checked by
+two suites: a row-level one (every rule that holds for a set of rows when it holds for
+each row) on the rows of the days not validated before, and a table-level one (row
+counts, unique keys, every date for every region) on the key columns of the whole
+release (:func:`validate_mobility_release`):
 
 - ``published``: exactly the rows and columns that go to ``Global_Mobility_Report.csv``
   (Google's 15-column header, string keys, nullable ``Int64`` percent changes);
@@ -22,7 +26,7 @@ from great_expectations.expectations.row_conditions import Column
 
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS, ROW_KEY
-from dp_ops.steps.gate import GateResult, day_start, run_suites, suite
+from dp_ops.steps.gate import GateResult, day_start, rules_digest, run_suites, suite
 
 INTERNAL_EXTRA_COLUMNS: tuple[str, ...] = (
     "region_id",
@@ -44,6 +48,11 @@ CHANGE_COLUMN_TYPES: tuple[str, ...] = ("Int64Dtype", "Int32Dtype", "int64", "in
 
 SUITE_PUBLISHED = "mobility_release_published"
 SUITE_INTERNAL = "mobility_release_internal"
+SUITE_PUBLISHED_KEYS = "mobility_release_published_keys"
+SUITE_INTERNAL_KEYS = "mobility_release_internal_keys"
+# What identifies a row of the published CSV (unique over the release).
+PUBLISHED_KEY_COLUMNS = ("iso_3166_2_code", "sub_region_1", "sub_region_2", "place_id", "date")
+INTERNAL_KEY_COLUMNS = ("region_id", "date", "date_value")
 
 # Rows that appear in the published CSV. ``Column(...) == True`` builds a GX condition
 # object, it is not a Python comparison.
@@ -51,15 +60,12 @@ _PUBLISHED_ROWS = Column("publish_row") == True  # noqa: E712
 
 
 def published_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
-    """Expectations on the table written to ``Global_Mobility_Report.csv``.
-
-    Run-time parameter ``published_rows``: the number of ``publish_row`` rows of the
-    internal table, so that the CSV holds as many region-days as the gate checked.
-    """
+    """Row-level expectations on the table written to ``Global_Mobility_Report.csv``
+    (each holds for a set of rows when it holds for each row: checked on the rows of the
+    days not validated before); the table-level ones are :func:`published_keys_suite`."""
     expectations: list[gxe.Expectation] = []
     add = expectations.append
     add(gxe.ExpectTableColumnsToMatchOrderedList(column_list=list(PUBLISHED_COLUMNS)))
-    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "published_rows"}))
     for column in ROW_KEY:
         # "Not applicable" is the empty string, never a null.
         add(gxe.ExpectColumnValuesToNotBeNull(column=column))
@@ -71,11 +77,6 @@ def published_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
     # Checked on the CSV itself too, not only through the internal publish_row flags:
     # no day before the public start (so none of the baseline window) is published.
     add(gxe.ExpectColumnValuesToNotBeInSet(column="date", value_set=_days_before_public(cfg)))
-    add(
-        gxe.ExpectCompoundColumnsToBeUnique(
-            column_list=["iso_3166_2_code", "sub_region_1", "sub_region_2", "place_id", "date"]
-        )
-    )
     for column in CHANGE_COLUMNS:
         add(
             gxe.ExpectColumnValuesToBeInTypeList(
@@ -91,13 +92,9 @@ def published_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
 
 
 def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
-    """Expectations on the whole release domain (published and unpublished region-days).
-
-    Run-time parameters: ``domain_rows`` = distinct regions x distinct dates of the
-    table (with compound uniqueness of (region_id, date) this makes every date present
-    for every region), and ``release_days`` = days from the first to the last date (an
-    unbroken daily series).
-    """
+    """Row-level expectations on the release domain (published and unpublished
+    region-days: the schema and the publication rules), checked on the rows of the days
+    not validated before; the table-level ones are :func:`internal_keys_suite`."""
     expectations: list[gxe.Expectation] = []
     add = expectations.append
     add(
@@ -107,15 +104,6 @@ def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
     )
     for column in ("region_id", "date", "date_value", "publish_row"):
         add(gxe.ExpectColumnValuesToNotBeNull(column=column))
-    add(gxe.ExpectCompoundColumnsToBeUnique(column_list=["region_id", "date"]))
-    add(gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "domain_rows"}))
-    add(
-        gxe.ExpectColumnUniqueValueCountToBeBetween(
-            column="date_value",
-            min_value={"$PARAMETER": "release_days"},
-            max_value={"$PARAMETER": "release_days"},
-        )
-    )
 
     # Publication rules, on the rows that reach the CSV. Range checks skip nulls, so a
     # missing area or contributor count is checked separately.
@@ -162,6 +150,33 @@ def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
     return suite(SUITE_INTERNAL, expectations)
 
 
+def published_keys_suite() -> gx.ExpectationSuite:
+    """Table-level expectations on the published table's key columns, over the whole
+    release. Run-time parameter ``published_rows``: the number of ``publish_row`` rows of
+    the internal table, so that the CSV holds as many region-days as the gate checked."""
+    return suite(SUITE_PUBLISHED_KEYS, [
+        gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "published_rows"}),
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=list(PUBLISHED_KEY_COLUMNS)),
+    ])
+
+
+def internal_keys_suite() -> gx.ExpectationSuite:
+    """Table-level expectations on the release domain's key columns, over the whole
+    release. Run-time parameters: ``domain_rows`` = distinct regions x distinct dates of
+    the table (with compound uniqueness of (region_id, date) this makes every date present
+    for every region), and ``release_days`` = days from the first to the last date (an
+    unbroken daily series)."""
+    return suite(SUITE_INTERNAL_KEYS, [
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=["region_id", "date"]),
+        gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "domain_rows"}),
+        gxe.ExpectColumnUniqueValueCountToBeBetween(
+            column="date_value",
+            min_value={"$PARAMETER": "release_days"},
+            max_value={"$PARAMETER": "release_days"},
+        ),
+    ])
+
+
 def _days_before_public(cfg: MobilityConfig) -> list[str]:
     """Every metric day before the public series starts, baseline window included."""
     n = (cfg.first_public_date - cfg.first_metric_date).days
@@ -186,6 +201,18 @@ def _internal_parameters(internal: pd.DataFrame) -> dict[str, int]:
     }
 
 
+def row_rules(cfg: MobilityConfig) -> str:
+    """The digest of the row-level rules: a day validated under other rules (another
+    config) is validated again."""
+    return rules_digest([internal_suite(cfg), published_suite(cfg)])
+
+
+def _key_frame(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The key columns the table-level suites read (those present: a missing one fails
+    the row-level suites' column checks by name, and the uniqueness check here)."""
+    return frame[[c for c in columns if c in frame.columns]]
+
+
 def validate_mobility_release(
     internal: pd.DataFrame,
     published: pd.DataFrame,
@@ -193,16 +220,28 @@ def validate_mobility_release(
     gx_dir: Path,
     cfg: MobilityConfig,
     run_name: str,
+    new_dates: set[str] | None = None,
 ) -> GateResult:
     """Validate a candidate mobility release with Great Expectations.
 
-    Builds (or reuses) a file Data Context at ``gx_dir``, runs the ``internal`` and
-    ``published`` suites through checkpoints, renders the
-    results into the local Data Docs site, and returns what failed. ``run_name`` labels
-    the run in Data Docs (e.g. the Airflow run id). Raises nothing on failed
-    expectations: call :func:`require_pass` to stop the release.
+    Builds (or reuses) a file Data Context at ``gx_dir``, runs four suites through
+    checkpoints, renders the results into the local Data Docs site, and returns what
+    failed. The row-level suites (:func:`internal_suite`, :func:`published_suite`) see
+    the rows dated in ``new_dates`` (every row when it is None): the days whose per-day
+    files no earlier gate validated under the same rules; the table-level suites
+    (:func:`internal_keys_suite`, :func:`published_keys_suite`) see the key columns of
+    the whole release. ``run_name`` labels the run in Data Docs (e.g. the Airflow run
+    id). Raises nothing on failed expectations: call :func:`require_pass` to stop the
+    release.
     """
+    internal_rows, published_rows = internal, published
+    if new_dates is not None:
+        internal_rows = internal[internal["date"].isin(new_dates)]
+        published_rows = published[published["date"].isin(new_dates)]
     return run_suites(
-        [(internal_suite(cfg), "internal", internal),
-         (published_suite(cfg), "published", published)],
+        [(internal_suite(cfg), "internal", internal_rows),
+         (published_suite(cfg), "published", published_rows),
+         (internal_keys_suite(), "internal_keys", _key_frame(internal, INTERNAL_KEY_COLUMNS)),
+         (published_keys_suite(), "published_keys",
+          _key_frame(published, PUBLISHED_KEY_COLUMNS))],
         gx_dir=gx_dir, parameters=_internal_parameters(internal), run_name=run_name)

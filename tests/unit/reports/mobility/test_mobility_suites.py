@@ -123,7 +123,7 @@ def test_valid_release_passes_and_builds_data_docs(tmp_path: Path) -> None:
     index = Path(str(result.data_docs_index))
     assert index.name == "index.html" and index.is_file()
     assert index.is_relative_to(tmp_path / "gx")
-    assert len(result.validation_pages) == 2
+    assert len(result.validation_pages) == 4  # row-level and table-level, of each table
     assert all(Path(p).is_file() for p in result.validation_pages)
     assert "mobility_release_published" in index.read_text(encoding="utf-8")
 
@@ -156,7 +156,8 @@ def test_repeated_calls_reuse_the_project_and_bound_stored_results(
     assert all(Path(p).is_file() for p in second.validation_pages)
     project = gx_dir / "gx"
     assert (project / "great_expectations.yml").is_file()
-    for suite in (suites.SUITE_INTERNAL, suites.SUITE_PUBLISHED):
+    for suite in (suites.SUITE_INTERNAL, suites.SUITE_PUBLISHED, suites.SUITE_INTERNAL_KEYS,
+                  suites.SUITE_PUBLISHED_KEYS):
         stored = list((project / "uncommitted" / "validations" / suite).rglob("*.json"))
         pages = list(
             (project / "uncommitted" / "data_docs" / "local_site" / "validations" / suite)
@@ -241,7 +242,7 @@ def test_published_rows_not_matching_publish_row_fails(shared_gx: Path) -> None:
     release = make_release()
     release.published = release.published.iloc[1:].reset_index(drop=True)
     message = gate_error(release, shared_gx)
-    assert "mobility_release_published: expect_table_row_count_to_equal" in message
+    assert "mobility_release_published_keys: expect_table_row_count_to_equal" in message
 
 
 # -- the release domain --------------------------------------------------------------------
@@ -259,7 +260,7 @@ def test_missing_date_for_one_region_fails(shared_gx: Path) -> None:
     release.internal = release.internal.drop(index=6).reset_index(drop=True)
     release.published = published_of(release.internal)
     message = gate_error(release, shared_gx)
-    assert "mobility_release_internal: expect_table_row_count_to_equal" in message
+    assert "mobility_release_internal_keys: expect_table_row_count_to_equal" in message
     assert "observed 11" in message
 
 
@@ -280,6 +281,50 @@ def test_missing_columns_fail_without_crashing(shared_gx: Path) -> None:
     assert f"missing columns ['{PARKS}']" in message
 
 
+# -- incremental validation -----------------------------------------------------------------
+def test_row_rules_see_only_the_new_days_and_table_rules_the_whole_release(
+        shared_gx: Path) -> None:
+    # new_dates: the days no earlier gate validated. A row rule broken on the new day is
+    # counted among that day's rows only; a duplicate key spanning an old day and the
+    # new one is caught by the table-level suite, which reads every day.
+    last = "2020-02-19"
+    release = make_release()
+    on_last = release.internal.index[release.internal["date"] == last]
+    release.internal.loc[on_last[0], "noisy_contributors"] = 50
+    result = validate_mobility_release(release.internal, release.published, gx_dir=shared_gx,
+                                       cfg=CFG, run_name="incremental", new_dates={last})
+    assert not result.success
+    assert any("noisy_contributors" in f and "1 of 3 rows" in f for f in result.failed)
+
+    release = make_release()
+    duplicate = release.internal[release.internal["date"] == "2020-02-16"].iloc[[0]]
+    release.internal = pd.concat([release.internal, duplicate.assign(
+        date=last, date_value=pd.Timestamp(last))], ignore_index=True)
+    message = str(validate_mobility_release(
+        release.internal, release.published, gx_dir=shared_gx, cfg=CFG,
+        run_name="incremental", new_dates={last}).failed)
+    assert "mobility_release_internal_keys: expect_compound_columns_to_be_unique" in message
+
+
+def test_validated_record_is_keyed_by_rules_and_merges(tmp_path: Path) -> None:
+    gx_dir = tmp_path / "gx"
+    rules = suites.row_rules(CFG)
+    assert gate.validated_files(gx_dir, "mobility", rules) == {}
+    gate.record_validated(gx_dir, "mobility", rules, {"2020-02-16": "a", "2020-02-17": "b"})
+    gate.record_validated(gx_dir, "mobility", rules, {"2020-02-17": "c", "2020-02-18": "d"})
+    assert gate.validated_files(gx_dir, "mobility", rules) == {
+        "2020-02-16": "a", "2020-02-17": "c", "2020-02-18": "d"}
+    # other rules (a changed config) see nothing validated: every day is checked again
+    stricter = suites.row_rules(MobilityConfig(min_contributors=CFG.min_contributors + 1))
+    assert stricter != rules
+    assert gate.validated_files(gx_dir, "mobility", stricter) == {}
+    gate.record_validated(gx_dir, "mobility", stricter, {"2020-02-16": "a"})
+    assert gate.validated_files(gx_dir, "mobility", rules) == {}
+    # an unreadable record is no record
+    (gx_dir / gate.VALIDATED_DIR / "mobility.json").write_text("{not json")
+    assert gate.validated_files(gx_dir, "mobility", stricter) == {}
+
+
 # -- concurrency ---------------------------------------------------------------------------
 def _validate_in_child(gx_dir: str, run_name: str) -> bool:
     release = make_release()
@@ -298,7 +343,7 @@ def test_concurrent_processes_share_one_new_project(tmp_path: Path) -> None:
     project = gx_dir / "gx" / "uncommitted"
     stored = list((project / "validations").rglob("*.json"))
     pages = list((project / "data_docs" / "local_site" / "validations").rglob("*.html"))
-    assert len(stored) == len(pages) == 4  # 2 runs x 2 suites, none lost to a racing write
+    assert len(stored) == len(pages) == 8  # 2 runs x 4 suites, none lost to a racing write
 
 
 @contextmanager
