@@ -431,3 +431,30 @@ def test_docs_index_seconds_setting() -> None:
     for bad in ("-1", "soon"):
         with pytest.raises(ConfigError, match="docs_index_seconds|DOCS_INDEX_SECONDS"):
             load_execution_settings({"DP_DOCS_INDEX_SECONDS": bad})
+
+
+def test_warm_up_validates_in_a_throwaway_project(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the processes that fork tasks run at start (airflow_local_settings): a passing
+    # validation of every kind of expectation the suites use, leaving nothing behind
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = gate.warm_up()
+    assert result.success, result.failed
+    assert result.evaluated == 13
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_template_config_variables_file_is_removed(tmp_path: Path) -> None:
+    # GX parses it at every access to a project setting; the project uses no variables
+    gx_dir = tmp_path / "gx"
+    assert run_gate(make_release(), gx_dir).success
+    variables = gx_dir / "gx" / "uncommitted" / "config_variables.yml"
+    assert not variables.exists()
+    variables.write_text("# comments\ninstance_id: 0b1e\n")  # an older project's template
+    assert run_gate(make_release(), gx_dir).success
+    assert not variables.exists()
+    variables.write_text("region_bucket: s3://somewhere\n")  # someone's own variables stay
+    assert run_gate(make_release(), gx_dir).success
+    assert variables.read_text() == "region_bucket: s3://somewhere\n"
