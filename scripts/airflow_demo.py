@@ -122,6 +122,11 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         "DP_DATA_ROOT": str(data_root),
         "PYTHONUNBUFFERED": "1",
     })
+    # The scheduler sleeps this long when a loop found nothing to do (Airflow's default
+    # 1 s), so every task of a backfill's chains waited up to that long to be scheduled
+    # after the one before it ended. 0.2 s: a 70-day mobility backfill 146 s instead of
+    # 177 s for 10% more CPU (docs/airflow.md); an exported value wins.
+    env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "0.2")
     return env
 
 

@@ -1,6 +1,7 @@
 """``scripts/airflow_demo.py``'s settings (issue 16): both DAGs backfilled at once by
 default, with enough executor slots for both, the DAG files re-parsed every 5 min, the
-supervisors' heartbeats at Airflow's default, and the input generated beside Airflow's start-up."""
+supervisors' heartbeats at Airflow's default, the scheduler's idle sleep at 0.2 s, and the
+input generated beside Airflow's start-up."""
 
 from __future__ import annotations
 
@@ -36,6 +37,15 @@ def test_supervisors_heartbeat_at_the_default_interval(tmp_path: Path) -> None:
     # a longer interval keeps each finished task's supervisor (and executor slot) busy
     # for up to that long (scripts/airflow_demo.py)
     assert "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL" not in _env([], tmp_path)
+
+
+def test_the_scheduler_loops_again_after_0_2_s_idle(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # each task of a run's chain waited up to Airflow's default 1 s to be scheduled
+    monkeypatch.delenv("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", raising=False)
+    assert _env([], tmp_path)["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] == "0.2"
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")
+    assert _env([], tmp_path)["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] == "1"
 
 
 def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
