@@ -140,3 +140,34 @@ def test_chart_levels_setting_leaves_levels_out_and_the_page_says_so(
     assert charts.LEVEL_LABELS[2] == "Sub-region 2"
     page = render_index(manifest({}), [], published=section)
     assert "No region is published" in page and "No Data Docs site was recorded" in page
+
+
+def test_region_texts_are_drawn_by_pillow_where_matplotlib_would_put_them() -> None:
+    import io
+
+    from PIL import Image
+
+    def render(title: str) -> tuple[Any, charts.RegionText | None]:
+        with charts.chart_style():
+            fig = charts.BlitFigure((300, 120))
+            text = fig.figure.text(0.05, 0.9, "", fontsize=10.5, fontweight="bold",
+                                   va="top", animated=True)
+            fig.background("only", lambda _key: None)
+            text.set_text(title)
+            fig.draw(text)
+            kept = fig._texts[0] if fig._texts else None
+            return np.asarray(Image.open(io.BytesIO(fig.png())).convert("L")), kept
+
+    blank, _ = render("")
+    titled, kept = render("Demoland")
+    assert kept is not None
+    # top-left anchored at (0.05, 0.9) of a 300 x 120 figure: 15 px in, 12 px down
+    assert kept.anchor == "la" and kept.xy == pytest.approx((15.0, 12.0))
+    assert kept.size == pytest.approx(10.5 * charts.DPI / 72)
+    assert kept.font.endswith("DejaVuSans-Bold.ttf")
+    assert (blank == 255).all()  # nothing else was drawn
+    ink = np.argwhere(titled < 128)
+    assert len(ink) > 50
+    top, left = ink.min(axis=0)
+    assert 10 <= top <= 16 and 14 <= left <= 18  # the text starts at its anchor
+    assert render("Demoland")[0].tobytes() == titled.tobytes()  # reproducible

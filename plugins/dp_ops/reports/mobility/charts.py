@@ -33,7 +33,6 @@ from dp_ops.steps.charts import (
     date_ticks,
     isolated,
     ordered_regions,
-    png_bytes,
 )
 
 MOBILITY_SIZE = (720, 420)  # pixels
@@ -170,7 +169,7 @@ class MobilityChart:
             self._fig.draw(headline)
         self.title.set_text(series.title)
         self._fig.draw(self.title)
-        return png_bytes(self._fig.canvas)
+        return self._fig.png()
 
 
 def _headline(days: Sequence[str], values: NDArray[np.float64]) -> str:

@@ -31,7 +31,6 @@ from dp_ops.steps.charts import (
     date_ticks,
     isolated,
     ordered_regions,
-    png_bytes,
 )
 
 SYMPTOMS_SIZE = (720, 320)  # pixels
@@ -200,7 +199,7 @@ class SymptomChart:
             self._fig.draw(self.empty)
         self.title.set_text(series.title)
         self._fig.draw(self.title)
-        return png_bytes(self._fig.canvas)
+        return self._fig.png()
 
 
 def symptoms_alt(days: Sequence[str], series: SymptomSeries) -> str:
