@@ -134,7 +134,14 @@ def _project_lock(gx_dir: Path, *, exclusive: bool = True) -> Iterator[None]:
     gates of both DAGs a queue, most of the demo's wall time).
     """
     gx_dir.mkdir(parents=True, exist_ok=True)
-    with _thread_lock, open(gx_dir / ".gate.lock", "a+") as handle:
+    with _thread_lock, _file_lock(gx_dir / ".gate.lock", exclusive=exclusive):
+        yield
+
+
+@contextmanager
+def _file_lock(path: Path, *, exclusive: bool = True) -> Iterator[None]:
+    """An flock on ``path`` (created if missing), across processes."""
+    with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -289,14 +296,10 @@ def record_validated(gx_dir: Path, report: str, rules: str, files: dict[str, str
 
     path = _validated_path(gx_dir, report)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{report}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            merged = {**validated_files(gx_dir, report, rules), **files}
-            write_json_atomic(path, {"version": _VALIDATED_VERSION, "rules": rules,
-                                     "files": dict(sorted(merged.items()))})
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _file_lock(path.parent / f".{report}.lock"):
+        merged = {**validated_files(gx_dir, report, rules), **files}
+        write_json_atomic(path, {"version": _VALIDATED_VERSION, "rules": rules,
+                                 "files": dict(sorted(merged.items()))})
 
 
 def _exception_message(info: dict[str, Any] | None) -> str | None:
