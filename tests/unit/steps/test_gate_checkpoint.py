@@ -1,0 +1,67 @@
+"""``dp_ops.steps.gate._run_checkpoint``: what ``Checkpoint.run`` does for the gate's
+checkpoints (no actions), minus its second freshness check. Run against GX itself: the same
+result keys, statistics and stored results as ``Checkpoint.run``."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import great_expectations as gx  # noqa: E402
+import great_expectations.expectations as gxe  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
+from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
+
+from dp_ops.steps import gate  # noqa: E402
+
+FRAME = pd.DataFrame({"key": ["AA", "BB", "cc"], "value": [1, 2, 30]})
+
+
+def _suite() -> gx.ExpectationSuite:
+    return gate.suite("checkpoint_test", [
+        gxe.ExpectColumnValuesToMatchRegex(column="key", regex=r"^[A-Z]{2}$"),
+        gxe.ExpectColumnValuesToBeBetween(column="value", max_value={"$PARAMETER": "top"}),
+        gxe.ExpectTableRowCountToEqual(value=3),
+    ])
+
+
+def _stored_checkpoint(tmp_path: Path) -> tuple[object, gx.Checkpoint]:
+    context, [checkpoint] = gate._prepared(tmp_path / "gx", [(_suite(), "asset", FRAME)])
+    return context, checkpoint
+
+
+def test_same_results_and_stored_results_as_checkpoint_run(tmp_path: Path) -> None:
+    context, checkpoint = _stored_checkpoint(tmp_path)
+    ours_id = RunIdentifier(run_name="ours", run_time=datetime(2020, 1, 1, tzinfo=UTC))
+    theirs_id = RunIdentifier(run_name="theirs", run_time=datetime(2020, 1, 2, tzinfo=UTC))
+    ours = gate._run_checkpoint(checkpoint, FRAME, {"top": 10}, ours_id)
+    theirs = list(checkpoint.run(batch_parameters={"dataframe": FRAME},
+                                 expectation_parameters={"top": 10},
+                                 run_id=theirs_id).run_results.items())
+    assert len(ours) == len(theirs) == 1
+    (our_key, our_result), (their_key, their_result) = ours[0], theirs[0]
+    assert our_key.expectation_suite_identifier == their_key.expectation_suite_identifier
+    assert our_key.batch_identifier == their_key.batch_identifier
+    assert our_key.run_id == ours_id
+    assert not our_result.success and not their_result.success  # "cc" and 30 fail
+    assert our_result.statistics == their_result.statistics
+    assert ([r.success for r in our_result.results]
+            == [r.success for r in their_result.results] == [False, False, True])
+    assert our_result.meta["checkpoint_id"] == their_result.meta["checkpoint_id"] \
+        == checkpoint.id
+    store = context.validation_results_store
+    stored = store.get(our_key)
+    assert stored.statistics == our_result.statistics  # stored as Checkpoint.run stores
+
+
+def test_a_checkpoint_with_actions_is_refused(tmp_path: Path) -> None:
+    _, checkpoint = _stored_checkpoint(tmp_path)
+    checkpoint.actions = [UpdateDataDocsAction(name="docs")]
+    with pytest.raises(ValueError, match="has actions"):
+        gate._run_checkpoint(checkpoint, FRAME, {"top": 10}, RunIdentifier(run_name="x"))
