@@ -117,12 +117,12 @@ class Spend:
 
     @classmethod
     def from_row(cls, row: Any) -> Spend:
-        slot = Slot(row.report, date.fromisoformat(row.day), row.level, row.metric,
-                    row.region_scope)
-        mapping = row._mapping
-        return cls(row.id, slot, row.generation, row.epsilon, row.kind, row.method_version,
-                   row.run_id, row.reason, row.created_at,
-                   mapping.get("stored_sha256"), mapping.get("stored_cells"))
+        m = row._mapping  # once: each attribute access on a Row builds it again
+        slot = Slot(m["report"], date.fromisoformat(m["day"]), m["level"], m["metric"],
+                    m["region_scope"])
+        return cls(m["id"], slot, m["generation"], m["epsilon"], m["kind"],
+                   m["method_version"], m["run_id"], m["reason"], m["created_at"],
+                   m.get("stored_sha256"), m.get("stored_cells"))
 
 
 @dataclass(frozen=True)
@@ -314,10 +314,19 @@ class Ledger:
         return math.fsum(s.epsilon for s in self.spends(report, day))
 
     def totals(self, report: str | None = None) -> dict[tuple[str, date], float]:
-        out: dict[tuple[str, date], list[float]] = {}
-        for s in self.spends(report):
-            out.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
-        return {k: math.fsum(v) for k, v in sorted(out.items())}
+        """Composed epsilon per user-day of each (report, day) with a spend: the exact
+        sum (``math.fsum``) of its spends, in (report, day) order. Reads only the three
+        columns it sums (a publish at year end read every spend as a ``Spend`` in 0.28 s)."""
+        q = (sa.select(budget_spend.c.report, budget_spend.c.day, budget_spend.c.epsilon)
+             .order_by(budget_spend.c.id))
+        if report is not None:
+            q = q.where(budget_spend.c.report == report)
+        out: dict[tuple[str, str], list[float]] = {}
+        with self.read_engine.connect() as conn:
+            for rep, day, epsilon in conn.execute(q).tuples():
+                out.setdefault((rep, day), []).append(epsilon)
+        return {(rep, date.fromisoformat(day)): math.fsum(v)
+                for (rep, day), v in sorted(out.items())}
 
     def policy(self, report: str) -> Policy | None:
         with self.read_engine.connect() as conn:

@@ -134,10 +134,14 @@ CHAINED: dict[str, tuple[sa.Table, str]] = {
 APPEND_ONLY = (*CHAINED, "ledger_chain")
 
 
+# json.dumps with these options builds an encoder at every call; one, built once
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                              allow_nan=False)
+
+
 def canonical(row: Mapping[str, Any]) -> str:
     """One text per row content: sorted keys, floats by repr (exact round trip)."""
-    return json.dumps({k: row[k] for k in sorted(row)}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return _CANONICAL.encode(dict(row))
 
 
 def row_sha256(tbl: str, row: Mapping[str, Any]) -> str:
@@ -149,7 +153,12 @@ def link_sha256(prev: str, seq: int, tbl: str, row_id: int, row_hash: str) -> st
 
 
 def _row_dict(row: Any) -> dict[str, Any]:
-    return {k: (float(v) if isinstance(v, float) else v) for k, v in row._mapping.items()}
+    return _as_dict(row._mapping.keys(), tuple(row))
+
+
+def _as_dict(keys: Iterable[str], values: Iterable[Any]) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, float) else v) for k, v in zip(keys, values,
+                                                                           strict=True)}
 
 
 def append(conn: Connection, tbl: str, values: Mapping[str, Any]) -> int:
@@ -192,31 +201,36 @@ def verify_chain(conn: Connection) -> ChainCheck:
     """Recompute the chain from the first entry; name the first entry or row that fails."""
     rows: dict[str, dict[int, dict[str, Any]]] = {}
     for tbl, (table, key) in CHAINED.items():
-        rows[tbl] = {int(r._mapping[key]): _row_dict(r) for r in conn.execute(sa.select(table))}
+        result = conn.execute(sa.select(table))
+        keys = list(result.keys())
+        at = keys.index(key)
+        rows[tbl] = {int(t[at]): _as_dict(keys, t) for t in result.tuples()}
     seen: set[tuple[str, int]] = set()
     prev = GENESIS
     expected_seq = 1
     count = 0
-    for entry in conn.execute(sa.select(ledger_chain).order_by(ledger_chain.c.seq)):
+    chain = sa.select(ledger_chain.c.seq, ledger_chain.c.tbl, ledger_chain.c.row_id,
+                      ledger_chain.c.row_sha256, ledger_chain.c.chain_sha256)
+    for seq, tbl, row_id, row_hash, chain_hash in conn.execute(
+            chain.order_by(ledger_chain.c.seq)).tuples():
         count += 1
-        where = f"chain entry {entry.seq} ({entry.tbl} {entry.row_id})"
-        if entry.seq != expected_seq:
+        if seq != expected_seq:
             return ChainCheck(count, prev, f"chain entry {expected_seq} is missing (the next "
-                              f"is {entry.seq}): an entry was deleted")
-        if entry.tbl not in CHAINED:
-            return ChainCheck(count, prev, f"{where}: names no ledger table")
-        if entry.chain_sha256 != link_sha256(prev, entry.seq, entry.tbl, entry.row_id,
-                                             entry.row_sha256):
-            return ChainCheck(count, prev, f"{where}: its link does not commit to the entry "
-                              "before it: the chain was edited")
-        row = rows[entry.tbl].get(entry.row_id)
-        if row is None:
-            return ChainCheck(count, prev, f"{where}: the row is missing: it was deleted")
-        if row_sha256(entry.tbl, row) != entry.row_sha256:
-            return ChainCheck(count, prev, f"{where}: the row differs from what was "
-                              "recorded when it was written: it was edited")
-        seen.add((entry.tbl, entry.row_id))
-        prev = entry.chain_sha256
+                              f"is {seq}): an entry was deleted")
+        problem = None
+        if tbl not in CHAINED:
+            problem = "names no ledger table"
+        elif chain_hash != link_sha256(prev, seq, tbl, row_id, row_hash):
+            problem = "its link does not commit to the entry before it: the chain was edited"
+        elif (row := rows[tbl].get(row_id)) is None:
+            problem = "the row is missing: it was deleted"
+        elif row_sha256(tbl, row) != row_hash:
+            problem = ("the row differs from what was recorded when it was written: it was "
+                       "edited")
+        if problem is not None:
+            return ChainCheck(count, prev, f"chain entry {seq} ({tbl} {row_id}): {problem}")
+        seen.add((tbl, row_id))
+        prev = chain_hash
         expected_seq += 1
     for tbl, by_id in rows.items():
         for row_id in sorted(by_id):

@@ -16,6 +16,7 @@ only serialises by luck is unlikely to pass them all.
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -245,6 +246,12 @@ def test_cap_is_inclusive_and_per_report_and_date(ledger: Ledger) -> None:
         (REPORT, DAY): 1.0, (REPORT, date(2020, 3, 2)): 0.9, ("symptoms", DAY): 0.9})
     assert ledger.totals(REPORT) == pytest.approx({
         (REPORT, DAY): 1.0, (REPORT, date(2020, 3, 2)): 0.9})
+    # exactly the fsum of the spends of each (report, day), in (report, day) order
+    by_day: dict[tuple[str, date], list[float]] = {}
+    for s in ledger.spends():
+        by_day.setdefault((s.slot.report, s.slot.day), []).append(s.epsilon)
+    exact = {k: math.fsum(v) for k, v in sorted(by_day.items())}
+    assert list(ledger.totals().items()) == list(exact.items())
 
 
 def test_multi_slot_reservation_is_all_or_nothing(ledger: Ledger, ledger_url: str) -> None:
