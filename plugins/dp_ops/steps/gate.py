@@ -177,16 +177,40 @@ def _unused_variables_file(gx_dir: Path) -> Path | None:
     return path if template else None
 
 
+def _site(context: FileDataContext) -> dict[str, Any]:
+    sites = context.variables.data_docs_sites or {}
+    return dict(sites.get(SITE_NAME) or {})
+
+
+def _profiling_off(context: FileDataContext) -> bool:
+    """Whether the Data Docs site has no profiling section. The gates never profile, yet
+    GX's default site lists every stored validation result again at each build to look
+    for profiling runs (~0.05 s a gate, and more for each site index)."""
+    sections = _site(context).get("site_section_builders") or {}
+    return sections.get("profiling") == "None"
+
+
 def _open_context(gx_dir: Path) -> FileDataContext:
     """The project at ``gx_dir``, created if missing (call under the exclusive lock)."""
     context = gx.get_context(mode="file", project_root_dir=gx_dir)
     unused = _unused_variables_file(gx_dir)
     if unused is not None:
         unused.unlink()
+    changed = False
     if not _bars_off(context):
         # Task logs are for humans; tqdm bars per metric batch only add noise there.
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        changed = True
+    if not _profiling_off(context):
+        site = _site(context)
+        site["site_section_builders"] = {**(site.get("site_section_builders") or {}),
+                                         "profiling": "None"}  # GX's word for "no section"
+        context.variables.data_docs_sites = {**(context.variables.data_docs_sites or {}),
+                                             SITE_NAME: site}
+        changed = True
+    if changed:
         context.variables.save()
+        context = gx.get_context(mode="file", project_root_dir=gx_dir)  # the sites anew
     return context
 
 
@@ -434,7 +458,8 @@ def _prepared(gx_dir: Path, runs: list[tuple[gx.ExpectationSuite, str, pd.DataFr
         with _project_lock(gx_dir, exclusive=False):
             context = gx.get_context(mode="file", project_root_dir=gx_dir)
             stored = [_stored_checkpoint(context, suite) for suite, _, _ in runs]
-            if (_bars_off(context) and all(c is not None for c in stored)
+            if (_bars_off(context) and _profiling_off(context)
+                    and all(c is not None for c in stored)
                     and _unused_variables_file(gx_dir) is None):
                 return context, cast(list[gx.Checkpoint], stored)
     with _project_lock(gx_dir, exclusive=True):

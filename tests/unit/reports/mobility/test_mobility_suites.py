@@ -458,3 +458,26 @@ def test_template_config_variables_file_is_removed(tmp_path: Path) -> None:
     variables.write_text("region_bucket: s3://somewhere\n")  # someone's own variables stay
     assert run_gate(make_release(), gx_dir).success
     assert variables.read_text() == "region_bucket: s3://somewhere\n"
+
+
+def test_the_site_has_no_profiling_section(tmp_path: Path) -> None:
+    # the gates never profile; GX's default site would list every stored result again
+    import great_expectations as gx
+
+    gx_dir = tmp_path / "gx"
+    result = run_gate(make_release(), gx_dir)
+    assert result.success
+    config = (gx_dir / "gx" / "great_expectations.yml").read_text(encoding="utf-8")
+    assert "profiling: None" in config
+    # a project made before: its site gets the setting at the next gate, and keeps working
+    context = gx.get_context(mode="file", project_root_dir=gx_dir)
+    sites = context.variables.data_docs_sites
+    del sites[gate.SITE_NAME]["site_section_builders"]
+    context.variables.data_docs_sites = sites
+    context.variables.save()
+    assert not gate._profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
+    again = run_gate(make_release(), gx_dir)
+    assert again.success and all(Path(p).is_file() for p in again.validation_pages)
+    assert gate._profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
+    assert "mobility_release_published" in Path(str(again.data_docs_index)).read_text(
+        encoding="utf-8")
