@@ -65,3 +65,12 @@ def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
     generator.proc = subprocess.Popen(["true"])
     with pytest.raises(demo.DemoError, match="no synthetic input"):
         generator.wait()
+
+
+def test_duckdb_runs_one_thread_per_task(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # several tasks per core at once: DuckDB's own threads only cost CPU there
+    monkeypatch.delenv("DP_DUCKDB_THREADS", raising=False)
+    assert _env([], tmp_path)["DP_DUCKDB_THREADS"] == "1"
+    monkeypatch.setenv("DP_DUCKDB_THREADS", "2")
+    assert _env([], tmp_path)["DP_DUCKDB_THREADS"] == "2"
