@@ -124,13 +124,14 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
     })
     # The scheduler sleeps this long when a loop found nothing to do (Airflow's default
     # 1 s), so every task of a backfill's chains waited up to that long to be scheduled
-    # after the one before it ended. 0.2 s: a 70-day mobility backfill 146 s instead of
-    # 177 s for 10% more CPU (docs/airflow.md); an exported value wins.
-    env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "0.2")
-    # A backfill runs several tasks per core at once, so DuckDB's own threads (one per
-    # core by default) only add their coordination: with one thread a day's ingest and
-    # bounding took 10-15% less CPU (docs/airflow.md). An exported value wins.
-    env.setdefault("DP_DUCKDB_THREADS", "1")
+    # after the one before it ended. One DAG at a time leaves the cores idle during those
+    # waits: 0.2 s, a 70-day mobility backfill 146 s instead of 177 s. Both DAGs at once
+    # keep the cores busy, and a shorter sleep only adds scheduler loops: `make demo` took
+    # 6 min 50 s at 0.2 s, 6 min 25 s at 0.5 s and at 1 s, with the least CPU at 1 s
+    # (docs/airflow.md). An exported value wins.
+    both_at_once = args.together and len(args.dag_ids) > 1
+    env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME",
+                   "1" if both_at_once else "0.2")
     return env
 
 

@@ -1,7 +1,7 @@
 """``scripts/airflow_demo.py``'s settings (issue 16): both DAGs backfilled at once by
 default, with enough executor slots for both, the DAG files re-parsed every 5 min, the
-supervisors' heartbeats at Airflow's default, the scheduler's idle sleep at 0.2 s, and the
-input generated beside Airflow's start-up."""
+supervisors' heartbeats at Airflow's default, the scheduler's idle sleep by how many DAGs
+run at once, and the input generated beside Airflow's start-up."""
 
 from __future__ import annotations
 
@@ -39,13 +39,18 @@ def test_supervisors_heartbeat_at_the_default_interval(tmp_path: Path) -> None:
     assert "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL" not in _env([], tmp_path)
 
 
-def test_the_scheduler_loops_again_after_0_2_s_idle(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # each task of a run's chain waited up to Airflow's default 1 s to be scheduled
+def test_the_scheduler_idle_sleep_follows_how_many_dags_run_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one DAG: each task of a run's chain waited up to Airflow's default 1 s to be
+    # scheduled while the cores idled; both at once: the cores are busy, Airflow's 1 s
     monkeypatch.delenv("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", raising=False)
-    assert _env([], tmp_path)["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] == "0.2"
-    monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "1")
-    assert _env([], tmp_path)["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] == "1"
+    sleep = "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"
+    assert _env([], tmp_path)[sleep] == "1"
+    assert _env(["--dag-id", "mobility_report"], tmp_path)[sleep] == "0.2"
+    assert _env(["--no-together"], tmp_path)[sleep] == "0.2"
+    monkeypatch.setenv(sleep, "0.5")
+    assert _env([], tmp_path)[sleep] == "0.5"
+    assert _env(["--dag-id", "mobility_report"], tmp_path)[sleep] == "0.5"
 
 
 def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
@@ -66,11 +71,3 @@ def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
     with pytest.raises(demo.DemoError, match="no synthetic input"):
         generator.wait()
 
-
-def test_duckdb_runs_one_thread_per_task(tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # several tasks per core at once: DuckDB's own threads only cost CPU there
-    monkeypatch.delenv("DP_DUCKDB_THREADS", raising=False)
-    assert _env([], tmp_path)["DP_DUCKDB_THREADS"] == "1"
-    monkeypatch.setenv("DP_DUCKDB_THREADS", "2")
-    assert _env([], tmp_path)["DP_DUCKDB_THREADS"] == "2"
