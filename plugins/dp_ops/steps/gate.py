@@ -185,7 +185,7 @@ def _site(context: FileDataContext) -> dict[str, Any]:
 def _profiling_off(context: FileDataContext) -> bool:
     """Whether the Data Docs site has no profiling section. The gates never profile, yet
     GX's default site lists every stored validation result again at each build to look
-    for profiling runs (~0.05 s a gate, and more for each site index)."""
+    for profiling runs (a few hundredths of a second a gate, more for a site index)."""
     sections = _site(context).get("site_section_builders") or {}
     return sections.get("profiling") == "None"
 
@@ -479,8 +479,8 @@ def _run_checkpoint(checkpoint: gx.Checkpoint, frame: pd.DataFrame,
     ``checkpoint.run`` first re-reads the checkpoint, its definitions and their suites
     from the project to check that they match the objects in hand; :func:`_prepared` has
     just read them from the project, under the lock that keeps them from changing, and
-    checked their rules, so that check read the same files again (~0.05 s a suite, a
-    tenth of the symptoms gate's GX time).
+    checked their rules, so that check read the same files again (a few hundredths of a
+    second a suite).
     """
     if checkpoint.actions:  # _stored_checkpoint returns none with actions; say so if not
         raise ValueError(f"checkpoint {checkpoint.name} has actions: run it with .run()")
