@@ -490,7 +490,6 @@ def _run_checkpoint(checkpoint: gx.Checkpoint, frame: pd.DataFrame,
                                 batch_parameters={"dataframe": frame},
                                 expectation_parameters=parameters,
                                 result_format=checkpoint.result_format, run_id=run_id)
-        result.meta["checkpoint_id"] = checkpoint.id
         key = ValidationResultIdentifier(
             expectation_suite_identifier=ExpectationSuiteIdentifier(
                 name=definition.suite.name),
