@@ -70,12 +70,31 @@ def _wide_csv_text(frame: pd.DataFrame) -> str | None:
     key_lines = keys.to_csv(index=False, header=False, na_rep="",
                             lineterminator="\n").split("\n")[:-1]
     values = frame.iloc[:, lead:].to_numpy(np.float64)
-    cells = np.full(values.shape, "", dtype=object)
-    present = ~np.isnan(values)
-    cells[present] = values[present].astype(str)
-    body = "".join(f"{k},{','.join(row)}\n"
-                   for k, row in zip(key_lines, cells.tolist(), strict=True))
-    return header + body
+    # sparse: each present value with the commas since the previous one in its row, so the
+    # work follows the values, not rows x columns (a year is ~2% full)
+    rows, cols = np.nonzero(~np.isnan(values))
+    commas = ["," * i for i in range(n_floats + 1)]
+    spans: dict[int, tuple[int, int, int]] = {}  # row: its pieces [a, b), its last column
+    pieces: list[str] = []
+    if len(rows):
+        texts = values[rows, cols].astype(str).tolist()
+        starts = np.r_[0, np.flatnonzero(np.diff(rows)) + 1]
+        ends = np.r_[starts[1:], len(rows)]
+        previous = np.r_[-1, cols[:-1]]
+        previous[starts] = -1  # a row's first value counts its commas from the keys
+        pieces = [commas[g] + t for g, t in zip((cols - previous).tolist(), texts, strict=True)]
+        spans = dict(zip(rows[starts].tolist(), zip(
+            starts.tolist(), ends.tolist(), cols[ends - 1].tolist(), strict=True), strict=True))
+    empty = commas[n_floats]
+    out = [header]
+    for i, k in enumerate(key_lines):
+        span = spans.get(i)
+        if span is None:
+            out.append(f"{k}{empty}\n")
+        else:
+            a, b, last = span
+            out.append(f"{k}{''.join(pieces[a:b])}{commas[n_floats - 1 - last]}\n")
+    return "".join(out)
 
 
 def sha256_file(path: Path) -> str:

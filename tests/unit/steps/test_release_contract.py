@@ -156,3 +156,57 @@ def test_the_gate_refuses_a_release_that_breaks_the_contract(
     monkeypatch.setattr(release_contract, "load_schema", lambda name: contract)
     with pytest.raises(release_contract.GateFailed, match="release contract mobility"):
         release_contract.require_contract("mobility", mobility_release)
+
+
+def _symptoms_wide(rows: int = 40, symptoms: int = 60) -> pd.DataFrame:
+    """A sparse wide symptoms table: the key columns, then ``symptom:S<i>`` floats."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    keys = pd.DataFrame({c: [f"{c[:3]}-{i % 5}" for i in range(rows)] for c in KEY_COLUMNS})
+    keys["date"] = [f"2020-03-{1 + i % 28:02d}" for i in range(rows)]
+    keys["sub_region_2"] = None  # a key column empty throughout (nullable)
+    values = np.where(rng.random((rows, symptoms)) < 0.03,
+                      np.round(rng.random((rows, symptoms)) * 150, 2), np.nan)
+    return pd.concat([keys, pd.DataFrame(values, columns=[f"symptom:S{i}"
+                                                         for i in range(symptoms)])], axis=1)
+
+
+@pytest.mark.parametrize("bad", ["12,5", "1e5x", "nan", "-"])  # "12,5": quoted, one field
+def test_a_bad_value_deep_in_a_wide_csv_is_named(tmp_path: Path, bad: str) -> None:
+    """The wide check runs one kind of column at a time; a break anywhere in it is still
+    reported column by column, with its name and line."""
+    spec = next(e for e in load_schema("symptoms.columns.json")["files"]
+                if e["pattern"] == "*_daily_symptoms_dataset.csv")
+    frame = _symptoms_wide().astype({f"symptom:S{i}": object for i in range(60)})
+    path = tmp_path / "2020_XX_daily_symptoms_dataset.csv"
+    frame.to_csv(path, index=False)
+    assert release_contract._check_csv(path, spec["columns"]) == []
+    frame.loc[29, "symptom:S37"] = bad
+    frame.to_csv(path, index=False)
+    problems = release_contract._check_csv(path, spec["columns"])
+    assert problems == ["'symptom:S37' is not a number on line 31"]
+    frame.loc[29, "symptom:S37"] = 1.5
+    frame.loc[3, "open_covid_region_code"] = ""
+    frame.to_csv(path, index=False)
+    assert release_contract._check_csv(path, spec["columns"]) == [
+        "'open_covid_region_code' is empty on line 5"]
+
+
+def test_a_wide_table_is_typed_as_from_pandas_types_it() -> None:
+    """The block conversion of a wide table's float columns gives the table, schema and
+    pandas metadata that ``Table.from_pandas`` gives, nulls where values are NaN."""
+    import pyarrow as pa
+
+    frame = _symptoms_wide()
+    pattern = "*_daily_symptoms_dataset.parquet"
+    fast = release_contract.arrow_table(frame, "symptoms", pattern)
+    entry = next(e for e in load_schema("symptoms.columns.json")["files"]
+                 if e["pattern"] == pattern)
+    specs = release_contract._expected(entry["columns"], list(frame.columns))
+    assert not isinstance(specs, str)
+    schema = pa.schema([pa.field(s["name"], release_contract._ARROW_TYPES[s["type"]])
+                        for s in specs])
+    slow = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+    assert fast.equals(slow, check_metadata=True)
+    assert fast.column("symptom:S0").null_count == int(frame["symptom:S0"].isna().sum())

@@ -40,6 +40,32 @@ def test_the_fast_path_writes_what_pandas_writes(tmp_path: Path, seed: int) -> N
     assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
 
 
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_the_fast_path_on_a_sparse_table_with_empty_rows(tmp_path: Path, seed: int) -> None:
+    """As sparse as a year of symptoms (a value in ~1% of cells): rows with no value, rows
+    whose only value is in the first or the last column."""
+    frame = _wide(400, 80, seed)
+    rng = np.random.default_rng(seed)
+    values = frame.iloc[:, 3:].to_numpy(copy=True)
+    values[rng.random(values.shape) < 0.95] = np.nan
+    values[::7] = np.nan  # empty rows
+    values[1::11, 1:] = np.nan  # only the first column (or nothing)
+    values[2::13, :-1] = np.nan  # only the last column (or nothing)
+    values[2::13, -1] = 42.5
+    frame.iloc[:, 3:] = values
+    assert release._wide_csv_text(frame) is not None
+    release.write_csv(frame, tmp_path / "fast.csv")
+    frame.to_csv(tmp_path / "pandas.csv", index=False, na_rep="", lineterminator="\n",
+                 encoding="utf-8")
+    assert (tmp_path / "fast.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+    all_empty = frame.copy()
+    all_empty.iloc[:, 3:] = np.nan
+    release.write_csv(all_empty, tmp_path / "empty.csv")
+    all_empty.to_csv(tmp_path / "pandas_empty.csv", index=False, na_rep="",
+                     lineterminator="\n", encoding="utf-8")
+    assert (tmp_path / "empty.csv").read_bytes() == (tmp_path / "pandas_empty.csv").read_bytes()
+
+
 def test_narrow_empty_or_multiline_tables_go_through_pandas(tmp_path: Path) -> None:
     narrow = _wide(10, 5, 1)
     assert release._wide_csv_text(narrow) is None
