@@ -65,3 +65,16 @@ def test_a_checkpoint_with_actions_is_refused(tmp_path: Path) -> None:
     checkpoint.actions = [UpdateDataDocsAction(name="docs")]
     with pytest.raises(ValueError, match="has actions"):
         gate._run_checkpoint(checkpoint, FRAME, {"top": 10}, RunIdentifier(run_name="x"))
+
+
+def test_frames_are_validated_without_a_data_fingerprint(tmp_path: Path) -> None:
+    """run_suites switches off GX's per-cell fingerprint of the frame (a batch marker no
+    one reads); the outcome is the same as with it."""
+    from great_expectations.execution_engine import pandas_execution_engine
+
+    result = gate.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "gx",
+                             parameters={"top": 10}, run_name="no-fingerprint")
+    assert pandas_execution_engine.HASH_THRESHOLD == 0
+    assert not result.success and len(result.failed) == 2  # "cc" and 30, as above
+    stored = list((tmp_path / "gx").rglob("validations/**/*.json"))
+    assert stored and all("pandas_data_fingerprint" not in p.read_text() for p in stored)
