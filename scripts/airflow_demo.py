@@ -23,8 +23,10 @@ What it does, in order:
    are (``$DP_DATA_ROOT/published/<report>/latest/``) and how long it took.
 
 It expects the synthetic input to exist already (``python -m dp_ops generate``), or
-generates it with ``--generate-users N`` (what ``make demo`` does) while step 1 to 4b run,
-waiting for it before the scheduler starts.
+generates it with ``--generate-users N`` (what ``make demo`` does) while step 1 to 4b run:
+the scheduler starts once the generator has written the input of the whole range, and
+the generator computes the truth for the evaluation (a third of its time) beside the
+backfill; the demo waits for it before it ends.
 ``--keep-running`` leaves Airflow up afterwards so the UI can be browsed.
 
 Run state is read straight from the SQLite metadata DB (read-only), because each
@@ -496,7 +498,12 @@ class Generator:
     """``python -m dp_ops generate`` for the demo range, run beside Airflow's start-up
     (``--generate-users``): generating takes ~40 s of one core, and migrating the
     metadata DB, starting the api-server and dag-processor and creating the backfills
-    another ~30 s, mostly of the other core. The scheduler starts once it is done."""
+    another ~30 s, mostly of the other core. The generator writes every input file first,
+    then the truth (for the evaluation only): the scheduler starts as soon as the input is
+    complete (:meth:`input_written`), and the demo waits for the truth at the end
+    (:meth:`wait`)."""
+
+    POLL_SECONDS = 0.2
 
     def __init__(self, args: argparse.Namespace, data_root: Path) -> None:
         self.args, self.data_root = args, data_root
@@ -509,6 +516,28 @@ class Generator:
         log(f"generating the input beside Airflow's start-up: {shlex.join(cmd)}")
         self.proc = subprocess.Popen(cmd, env={**os.environ, "DP_DATA_ROOT": str(self.data_root)})
 
+    def last_files(self) -> list[Path]:
+        """The files the generator writes last of the input (each by one rename): the last
+        day's partition of each source; the reference files come before any day."""
+        raw = self.data_root / "raw"
+        return [raw / source / f"date={self.args.end}" / "part-0.parquet"
+                for source in ("location_history", "search_activity")]
+
+    def input_written(self) -> None:
+        """Return once the input of the whole range is written (the generator may still be
+        computing the truth), or the generator has ended (then as :meth:`wait`)."""
+        if self.proc is None:
+            return
+        t = time.monotonic()
+        while self.proc.poll() is None:
+            if all(p.is_file() for p in self.last_files()):
+                check_input(self.data_root, self.args.start, self.args.end)
+                log(f"input written (waited {time.monotonic() - t:.0f} s for it); the "
+                    "truth for the evaluation is computed beside the backfill")
+                return
+            time.sleep(self.POLL_SECONDS)
+        self.wait()
+
     def wait(self) -> None:
         if self.proc is None:
             return
@@ -517,7 +546,7 @@ class Generator:
         self.proc = None
         if rc != 0:
             raise DemoError(f"generating the input failed (exit {rc}; its output is above)")
-        log(f"input generated (waited {time.monotonic() - t:.0f} s for it)")
+        log(f"generator done: input and truth (waited {time.monotonic() - t:.0f} s for it)")
         check_input(self.data_root, self.args.start, self.args.end)
 
     def stop(self) -> None:
@@ -620,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_api(services, api_port, timeout=180)
         log(f"api-server up: UI at http://localhost:{api_port} (user admin, password in "
             f"{home / 'simple_auth_manager_passwords.json.generated'})")
-        backfill_dags(services, meta, args, home, t0, input_ready=generator.wait)
+        backfill_dags(services, meta, args, home, t0, input_ready=generator.input_written)
+        generator.wait()  # the truth, for the evaluation
         ok = True
     except DemoError as exc:
         log(f"FAILED: {exc}")

@@ -919,7 +919,8 @@ def generate(
     progress: Callable[[str], None] | None = None,
 ) -> GenerateSummary:
     """Write the reference files, one location-history and one search-activity partition
-    per day in [start, end] and the truth for those days (see the module docstring).
+    per day in [start, end] and the truth for those days (see the module docstring), in
+    that order: the input is complete before the truth is computed.
 
     With the default 100,000 users (seed 2020) a day has ~40,000 users in the capital city,
     1,200-5,900 in each other municipality of the capital county, 180-1,000 in typical
@@ -945,6 +946,7 @@ def generate(
     symptoms_truth: list[pa.Table] = []
     batch: dict[date, Path] = {}
     search_batch: dict[date, Path] = {}
+    batches: list[tuple[dict[date, Path], dict[date, Path]]] = []
     with duckdb.connect() as con:
         con.execute("SET enable_progress_bar = false")  # stdout belongs to the caller
         con.register("ancestors", pa.Table.from_pandas(ancestors(table), preserve_index=False))
@@ -963,14 +965,18 @@ def generate(
             _write_atomically(searches, path)
             search_rows += searches.num_rows
             search_batch[day] = path
-            # Truth in batches of ~10 days: one query each keeps DuckDB's per-query cost
-            # low and the memory bounded.
             if len(batch) == _TRUTH_BATCH_DAYS or i == len(days) - 1:
-                truth.append(_true_metrics(con, batch))
-                symptoms_truth.append(_true_symptom_counts(con, search_batch))
+                batches.append((batch, search_batch))
                 batch, search_batch = {}, {}
                 report(f"location history and search activity: {i + 1}/{len(days)} days "
                        f"written (up to {day})")
+        # The truth last, once every input file is written: a pipeline may start on the
+        # input meanwhile (`make demo` does). In batches of ~10 days: one query each keeps
+        # DuckDB's per-query cost low and the memory bounded.
+        for k, (stays_batch, searches_batch) in enumerate(batches):
+            truth.append(_true_metrics(con, stays_batch))
+            symptoms_truth.append(_true_symptom_counts(con, searches_batch))
+            report(f"truth: {k + 1}/{len(batches)} batches of days computed")
     truth_path = _write_truth(root, pd.concat(truth, ignore_index=True))
     symptoms_truth_path = root.truth_dir / SYMPTOMS_TRUTH_FILE
     _write_atomically(pa.concat_tables(symptoms_truth), symptoms_truth_path)

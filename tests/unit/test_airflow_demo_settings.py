@@ -71,3 +71,43 @@ def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
     with pytest.raises(demo.DemoError, match="no synthetic input"):
         generator.wait()
 
+
+
+def test_the_scheduler_starts_once_the_input_is_written(tmp_path: Path) -> None:
+    """A generator still running (the truth) but with the last day's files written: the
+    wait for the input returns at once, the final wait waits for the process."""
+    import sys
+    import time
+
+    demo = load_airflow_demo()
+    args = demo.parse_args(["--start", "2020-01-01", "--end", "2020-01-02",
+                            "--generate-users", "50"])
+    root = tmp_path / "data"
+    for path in ("reference/regions.csv", "reference/symptoms.txt"):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("x")
+    generator = demo.Generator(args, root)
+    assert {p.parent.parent.name for p in generator.last_files()} == {
+        "location_history", "search_activity"}
+    for source in ("location_history", "search_activity"):
+        (root / "raw" / source / "date=2020-01-01").mkdir(parents=True)
+    # a stand-in generator: writes the last day's files after 1 s, then "computes" 2 s
+    script = ("import sys, time, pathlib; time.sleep(1)\n"
+              "for p in sys.argv[1:]:\n"
+              "    pathlib.Path(p).parent.mkdir(parents=True, exist_ok=True)\n"
+              "    pathlib.Path(p).write_text('x')\n"
+              "time.sleep(2)")
+    generator.proc = subprocess.Popen([sys.executable, "-c", script,
+                                       *map(str, generator.last_files())])
+    t = time.monotonic()
+    generator.input_written()
+    assert generator.proc.poll() is None  # still running: the scheduler need not wait
+    assert 0.9 < time.monotonic() - t < 2.5
+    generator.wait()
+    assert generator.proc is None and time.monotonic() - t >= 2.9
+    # a generator that fails before the input is complete fails the wait for the input
+    generator.proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    for p in generator.last_files():
+        p.unlink()
+    with pytest.raises(demo.DemoError, match="exit 3"):
+        generator.input_written()

@@ -150,7 +150,33 @@ def test_whole_run_is_byte_identical(tmp_path: Path) -> None:
 
 def test_progress_is_reported(run: tuple[DataRoot, GenerateSummary, list[str]]) -> None:
     messages = run[2]
-    assert 1 <= len(messages) <= 2 and "10/10" in messages[-1]
+    assert [m for m in messages if "days written" in m][-1].endswith("10/10 days written "
+                                                                      "(up to 2020-01-10)")
+    assert messages[-1] == "truth: 1/1 batches of days computed"
+
+
+def test_the_input_is_complete_before_the_truth(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make demo` starts the scheduler once the last day's input files exist, while the
+    generator computes the truth: every input file is written before any truth (here in
+    batches of 3 days, so that there are several)."""
+    from dp_demo import generator
+
+    monkeypatch.setattr(generator, "_TRUTH_BATCH_DAYS", 3)
+    root = DataRoot(tmp_path)
+    seen: list[tuple[str, bool, bool]] = []
+
+    def progress(message: str) -> None:
+        last = [root.raw_partition(source, DAYS[-1]) / "part-0.parquet"
+                for source in ("location_history", "search_activity")]
+        seen.append((message, all(p.is_file() for p in last),
+                     any(root.truth_dir.glob("*.parquet")) if root.truth_dir.exists()
+                     else False))
+
+    generate(root, START, END, users=USERS, seed=11, progress=progress)
+    truth = [(inputs, written) for m, inputs, written in seen if m.startswith("truth")]
+    assert len(truth) == 4 and all(inputs and not written for inputs, written in truth)
+    assert any(root.truth_dir.glob("*.parquet"))
 
 
 def test_rejects_bad_arguments(tmp_path: Path) -> None:
