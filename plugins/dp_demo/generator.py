@@ -386,15 +386,36 @@ def _separate_identical_stays(stays: _Stays) -> np.ndarray:
     with distinct durations, so the demo data does the latter.
     """
     minutes = np.rint(stays.hours * 60).astype(np.int64)
-    order = np.lexsort((minutes, stays.category, stays.place, stays.region, stays.user))
-    keys = np.stack([stays.user, stays.region, stays.place, stays.category, minutes])[:, order]
-    same = np.r_[False, (keys[:, 1:] == keys[:, :-1]).all(axis=0)]
+    columns = [stays.user, stays.region, stays.place, stays.category, minutes]
+    packed = _packed(columns)
+    if packed is not None:  # one stable sort of one key: the order lexsort gives
+        order = np.argsort(packed, kind="stable")
+        ordered = packed[order]
+        same = np.r_[False, ordered[1:] == ordered[:-1]]
+    else:
+        order = np.lexsort(columns[::-1])
+        keys = np.stack(columns)[:, order]
+        same = np.r_[False, (keys[:, 1:] == keys[:, :-1]).all(axis=0)]
     # copy index within each run of identical rows: 0 for the first, 1, 2, ... after
     run_start = np.maximum.accumulate(np.where(~same, np.arange(len(same)), 0))
     copy = np.arange(len(same)) - run_start
     adjusted = minutes.copy()
     adjusted[order] = np.maximum(minutes[order] - copy, 1) if len(order) else minutes
     return cast(np.ndarray, adjusted / 60.0)
+
+
+def _packed(columns: list[np.ndarray]) -> np.ndarray | None:
+    """The non-negative integer ``columns`` packed into one int64 per row, the first in the
+    highest bits (so it sorts as the tuples do), or None when they do not fit in 63 bits."""
+    if not len(columns[0]) or any(c.min() < 0 for c in columns):
+        return None
+    widths = [int(c.max()).bit_length() for c in columns]
+    if sum(widths) > 63:
+        return None
+    packed = np.zeros(len(columns[0]), dtype=np.int64)
+    for column, width in zip(columns, widths, strict=True):
+        packed = (packed << width) | column.astype(np.int64)
+    return packed
 
 
 def _minutes(hours: np.ndarray) -> np.ndarray:
