@@ -8,9 +8,10 @@
 -- against Spark.
 --
 -- Why a second formulation: the per-user query groups every stay by user several times
--- (per region, per level, per pair) and ranks; this one groups every stay by user once and
--- settles most users there, which is about 3x faster on a large day
--- (benchmarks/README.md). It relies on these facts, each kept exact:
+-- (per region, per level, per pair) and ranks; this one reads and groups every stay once
+-- (per user and finest region), settles most users in one grouping of those rows by user,
+-- and is about 3x faster on a large day (benchmarks/README.md). It relies on these facts,
+-- each kept exact:
 --   * A user whose stays all lie in one region at a level, with at most $max_pairs place
 --     categories, keeps every pair there and has that region for every metric at that
 --     level: such (user, level)s are summed per region without any per-user row
@@ -30,6 +31,9 @@
 --     (user, level) has more pairs than that) are subtracted.
 --   * Ties between regions are broken by the per-user query's md5 keys, on the tied
 --     (user, level)s only.
+--   * A region of the deepest level (the last of levels) has no sub-regions: it is a
+--     finest region, so a user's seconds there are one row of the per-(user, finest
+--     region) sums, with nothing to add up.
 -- Inputs: the stays relation (clean stays), ancestors(finest_region_id, level, region_id,
 -- region_idx) (dp_ops.engine.duckdb.register_ancestors: region_idx numbers the regions).
 -- Parameters: as mobility_bound_contributions.sql. Jinja: stays, levels (every level a
@@ -43,20 +47,35 @@ wide AS (
     WHERE array_contains($levels, level)
     GROUP BY finest_region_id
 ),
-stays_s AS NOT MATERIALIZED (
-    SELECT s.user_id, {% for l in levels %}w.r{{ l }}, {% endfor %}s.place_category,
-           CAST(round(s.dwell_hours * 3600) AS BIGINT) AS seconds,
-           CAST(1 AS INTEGER) << (list_position($place_categories, s.place_category) - 1) AS bit,
-           {% for l in levels %}(CAST(coalesce(w.r{{ l }}, 2097151) AS BIGINT) << {{ 21 * loop.index0 }}){{ " | " if not loop.last }}{% endfor %} AS packed
-    FROM {{ stays }} AS s
-    JOIN wide AS w ON w.region_id = s.region_id
+-- Every stay is read once and grouped once, by user and packed regions (the finest region,
+-- as far as the computed levels tell regions apart): the per-user grouping and the general
+-- users' per-region sums both read these rows (0.4 per stay on the benchmark days) instead
+-- of the stays, so the day's file is not scanned a second time. A user's seconds there fit
+-- a BIGINT (clean stays last at most 24 hours; a cast that overflowed would fail, not wrap).
+finest AS MATERIALIZED (
+    SELECT s.user_id, w.packed,
+           CAST(sum(s.seconds) FILTER (WHERE s.place_category = 'workplace') AS BIGINT)
+               AS work_seconds,
+           CAST(sum(s.seconds) FILTER (WHERE s.place_category = 'residential') AS BIGINT)
+               AS home_seconds,
+           CAST(sum(s.seconds) AS BIGINT) AS any_seconds,
+           coalesce(bit_or(CAST(1 AS INTEGER)
+                           << (list_position($place_categories, s.place_category) - 1)),
+                    0) AS mask
+    FROM (SELECT user_id, region_id, place_category,
+                 CAST(round(dwell_hours * 3600) AS BIGINT) AS seconds
+          FROM {{ stays }}) AS s
+    JOIN (SELECT region_id,
+                 {% for l in levels %}(CAST(coalesce(r{{ l }}, 2097151) AS BIGINT) << {{ 21 * loop.index0 }}){{ " | " if not loop.last }}{% endfor %} AS packed
+          FROM wide) AS w ON w.region_id = s.region_id
+    GROUP BY s.user_id, w.packed
 ),
 per_user_packed AS (
     SELECT user_id, bit_and(packed) AS all_and, bit_or(packed) AS all_or,
-           sum(seconds) FILTER (WHERE place_category = 'workplace')   AS work_seconds,
-           sum(seconds) FILTER (WHERE place_category = 'residential') AS home_seconds,
-           coalesce(bit_or(bit), 0) AS mask
-    FROM stays_s
+           sum(work_seconds) AS work_seconds,
+           sum(home_seconds) AS home_seconds,
+           bit_or(mask) AS mask
+    FROM finest
     GROUP BY user_id
 ),
 per_user AS MATERIALIZED (
@@ -103,24 +122,36 @@ general_users AS MATERIALIZED (
     FROM per_user
     WHERE {% for l in levels %}(in{{ l }} AND NOT simple{{ l }}){{ " OR " if not loop.last }}{% endfor %}
 ),
+-- per (general user, level, region): the deepest level's regions have no sub-regions, so
+-- each is one finest row of its user (no grouping); coarser levels add finest rows up
 by_region AS MATERIALIZED (
+    SELECT g.uid, {{ levels[-1] }} AS level,
+           CAST((s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 AS INTEGER) AS region_idx,
+           s.work_seconds, s.home_seconds, s.any_seconds, s.mask
+    FROM finest AS s
+    JOIN general_users AS g ON g.user_id = s.user_id
+    WHERE g.g{{ levels[-1] }} AND (s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 <> 2097151
+    {% if levels | length > 1 %}
+    UNION ALL
     SELECT uid, level, region_idx,
-           sum(seconds) FILTER (WHERE place_category = 'workplace')   AS work_seconds,
-           sum(seconds) FILTER (WHERE place_category = 'residential') AS home_seconds,
-           sum(seconds)                                               AS any_seconds,
-           coalesce(bit_or(bit), 0) AS mask
+           CAST(sum(work_seconds) AS BIGINT) AS work_seconds,
+           CAST(sum(home_seconds) AS BIGINT) AS home_seconds,
+           CAST(sum(any_seconds) AS BIGINT)  AS any_seconds,
+           bit_or(mask) AS mask
     FROM (
         SELECT g.uid, lv.level,
-               CASE lv.level {% for l in levels %}WHEN {{ l }} THEN s.r{{ l }} {% endfor %}END
+               CAST(nullif((s.packed >> (21 * lv.k)) & 2097151, 2097151) AS INTEGER)
                    AS region_idx,
-               s.place_category, s.seconds, s.bit
-        FROM stays_s AS s
+               s.work_seconds, s.home_seconds, s.any_seconds, s.mask
+        FROM finest AS s
         JOIN general_users AS g ON g.user_id = s.user_id
-        CROSS JOIN (SELECT unnest({{ levels | list }}) AS level) AS lv
-        WHERE CASE lv.level {% for l in levels %}WHEN {{ l }} THEN g.g{{ l }} {% endfor %}END
+        CROSS JOIN (SELECT unnest({{ levels[:-1] | list }}) AS level,
+                           generate_subscripts({{ levels[:-1] | list }}, 1) - 1 AS k) AS lv
+        WHERE CASE lv.level {% for l in levels[:-1] %}WHEN {{ l }} THEN g.g{{ l }} {% endfor %}END
     )
     WHERE region_idx IS NOT NULL
     GROUP BY uid, level, region_idx
+    {% endif %}
 ),
 keyed AS (
     SELECT uid, level, mask, work_seconds, home_seconds, any_seconds,
