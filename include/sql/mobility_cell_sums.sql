@@ -72,8 +72,8 @@ finest AS MATERIALIZED (
 ),
 per_user_packed AS (
     SELECT user_id, bit_and(packed) AS all_and, bit_or(packed) AS all_or,
-           sum(work_seconds) AS work_seconds,
-           sum(home_seconds) AS home_seconds,
+           CAST(sum(work_seconds) AS BIGINT) AS work_seconds,
+           CAST(sum(home_seconds) AS BIGINT) AS home_seconds,
            bit_or(mask) AS mask
     FROM finest
     GROUP BY user_id
@@ -108,11 +108,10 @@ categories AS (
     SELECT unnest($place_categories) AS category, generate_subscripts($place_categories, 1) AS k
 ),
 simple_cells AS (
-    SELECT m.level, f.region_id, m.metric, m.value
+    SELECT level, region_idx, metric, value
     FROM (UNPIVOT simple_regions ON contributors, workplaces, residential_users,
                                     residential_sum_units
-          INTO NAME metric VALUE value) AS m
-    JOIN names AS f ON f.region_idx = m.region_idx
+          INTO NAME metric VALUE value)
 ),
 -- (user, level) pairs in several regions, or with more place categories than max_pairs
 general_users AS MATERIALIZED (
@@ -191,7 +190,8 @@ special AS (
     WHERE n_pairs > $max_pairs OR work_tied OR home_tied OR any_tied
 ),
 special_regions AS MATERIALIZED (
-    SELECT g.user_id, b.uid, b.level, n.region_id, b.mask, s.n_pairs > $max_pairs AS heavy,
+    SELECT g.user_id, b.uid, b.level, b.region_idx, n.region_id, b.mask,
+           s.n_pairs > $max_pairs AS heavy,
            s.work_tied AND b.work_seconds = s.work_seconds AS work_top,
            s.home_tied AND b.home_seconds = s.home_seconds AS home_top,
            s.any_tied AND b.any_seconds = s.any_seconds AS any_top
@@ -202,23 +202,23 @@ special_regions AS MATERIALIZED (
 ),
 tie_breaks AS (
     SELECT uid, level,
-           min_by(region_id, md5(concat_ws('|', user_id, CAST(level AS STRING), 'work',
-                                           region_id, $day, $salt)))
+           min_by(region_idx, md5(concat_ws('|', user_id, CAST(level AS STRING), 'work',
+                                            region_id, $day, $salt)))
                FILTER (WHERE work_top) AS work_region,
-           min_by(region_id, md5(concat_ws('|', user_id, CAST(level AS STRING), 'home',
-                                           region_id, $day, $salt)))
+           min_by(region_idx, md5(concat_ws('|', user_id, CAST(level AS STRING), 'home',
+                                            region_id, $day, $salt)))
                FILTER (WHERE home_top) AS home_region,
-           min_by(region_id, md5(concat_ws('|', user_id, CAST(level AS STRING), 'any',
-                                           region_id, $day, $salt)))
+           min_by(region_idx, md5(concat_ws('|', user_id, CAST(level AS STRING), 'any',
+                                            region_id, $day, $salt)))
                FILTER (WHERE any_top)  AS any_region
     FROM special_regions
     WHERE work_top OR home_top OR any_top
     GROUP BY uid, level
 ),
 dropped AS (
-    SELECT level, region_id, 'places_' || category AS metric, -1 AS value
+    SELECT level, region_idx, 'places_' || category AS metric, -1 AS value
     FROM (
-        SELECT r.level, r.region_id, c.category,
+        SELECT r.level, r.region_idx, c.category,
                row_number() OVER (
                    PARTITION BY r.uid, r.level
                    ORDER BY md5(concat_ws('|', r.user_id, CAST(r.level AS STRING), c.category,
@@ -238,54 +238,56 @@ masks AS (
     GROUP BY level, region_idx, mask
 ),
 all_pairs AS (
-    SELECT m.level, n.region_id, 'places_' || c.category AS metric, sum(m.n) AS value
+    SELECT m.level, m.region_idx, 'places_' || c.category AS metric, sum(m.n) AS value
     FROM masks AS m
-    JOIN names AS n ON n.region_idx = m.region_idx
     CROSS JOIN categories AS c
     WHERE (m.mask >> (c.k - 1)) & 1 = 1
-    GROUP BY m.level, n.region_id, c.category
+    GROUP BY m.level, m.region_idx, c.category
 ),
 chosen AS MATERIALIZED (
     SELECT d.level, d.work_seconds, d.home_seconds,
-           CASE WHEN d.work_tied THEN t.work_region ELSE nw.region_id END AS work_region,
-           CASE WHEN d.home_tied THEN t.home_region ELSE nh.region_id END AS home_region,
-           CASE WHEN d.any_tied THEN t.any_region ELSE na.region_id END AS any_region
+           CASE WHEN d.work_tied THEN t.work_region ELSE d.work_hi END AS work_region,
+           CASE WHEN d.home_tied THEN t.home_region ELSE d.home_hi END AS home_region,
+           CASE WHEN d.any_tied THEN t.any_region ELSE d.any_hi END AS any_region
     FROM decided AS d
     LEFT JOIN tie_breaks AS t ON t.uid = d.uid AND t.level = d.level
-    LEFT JOIN names AS nw ON nw.region_idx = d.work_hi
-    LEFT JOIN names AS nh ON nh.region_idx = d.home_hi
-    LEFT JOIN names AS na ON na.region_idx = d.any_hi
 ),
 general_cells AS (
-    SELECT level, work_region AS region_id, 'workplaces' AS metric, count(*) AS value
+    SELECT level, work_region AS region_idx, 'workplaces' AS metric, count(*) AS value
     FROM chosen
     WHERE work_seconds > round($workplace_min_hours * 3600)
     GROUP BY level, work_region
     UNION ALL
-    SELECT level, home_region AS region_id, 'residential_sum_units' AS metric,
+    SELECT level, home_region AS region_idx, 'residential_sum_units' AS metric,
            sum(CAST(round((least(home_seconds, 86400) - 43200) * $grid_per_hour / 3600.0)
                     AS BIGINT)) AS value
     FROM chosen
     WHERE home_seconds IS NOT NULL
     GROUP BY level, home_region
     UNION ALL
-    SELECT level, home_region AS region_id, 'residential_users' AS metric, count(*) AS value
+    SELECT level, home_region AS region_idx, 'residential_users' AS metric, count(*) AS value
     FROM chosen
     WHERE home_seconds IS NOT NULL
     GROUP BY level, home_region
     UNION ALL
-    SELECT level, any_region AS region_id, 'contributors' AS metric, count(*) AS value
+    SELECT level, any_region AS region_idx, 'contributors' AS metric, count(*) AS value
     FROM chosen
     GROUP BY level, any_region
 )
 -- A cell is present exactly where the per-user query has a row for it: where its sum is not
 -- zero, and for residential_sum_units wherever a resident is counted (the sum may be 0).
-SELECT CAST(level AS TINYINT) AS level, region_id, metric, CAST(sum(value) AS BIGINT) AS value
+-- Regions are numbers up to here (integer keys: cheaper joins and groupings); their ids join
+-- in on the cells only.
+SELECT CAST(c.level AS TINYINT) AS level, n.region_id, c.metric, c.value
 FROM (
-    SELECT * FROM simple_cells
-    UNION ALL SELECT * FROM all_pairs
-    UNION ALL SELECT * FROM dropped
-    UNION ALL SELECT * FROM general_cells
-)
-GROUP BY level, region_id, metric
-HAVING sum(value) <> 0 OR metric = 'residential_sum_units'
+    SELECT level, region_idx, metric, CAST(sum(value) AS BIGINT) AS value
+    FROM (
+        SELECT * FROM simple_cells
+        UNION ALL SELECT * FROM all_pairs
+        UNION ALL SELECT * FROM dropped
+        UNION ALL SELECT * FROM general_cells
+    )
+    GROUP BY level, region_idx, metric
+    HAVING sum(value) <> 0 OR metric = 'residential_sum_units'
+) AS c
+JOIN names AS n ON n.region_idx = c.region_idx
