@@ -123,13 +123,20 @@ general_users AS MATERIALIZED (
 ),
 -- per (general user, level, region): the deepest level's regions have no sub-regions, so
 -- each is one finest row of its user (no grouping); coarser levels add finest rows up
-by_region AS MATERIALIZED (
-    SELECT g.uid, {{ levels[-1] }} AS level,
-           CAST((s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 AS INTEGER) AS region_idx,
-           s.work_seconds, s.home_seconds, s.any_seconds, s.mask
+-- the general users' finest rows, joined to them once (on the user id string) for both
+-- kinds of levels below
+general_finest AS MATERIALIZED (
+    SELECT g.uid, {% for l in levels %}g.g{{ l }}, {% endfor %}s.packed, s.work_seconds,
+           s.home_seconds, s.any_seconds, s.mask
     FROM finest AS s
     JOIN general_users AS g ON g.user_id = s.user_id
-    WHERE g.g{{ levels[-1] }} AND (s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 <> 2097151
+),
+by_region AS MATERIALIZED (
+    SELECT s.uid, {{ levels[-1] }} AS level,
+           CAST((s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 AS INTEGER) AS region_idx,
+           s.work_seconds, s.home_seconds, s.any_seconds, s.mask
+    FROM general_finest AS s
+    WHERE s.g{{ levels[-1] }} AND (s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 <> 2097151
     {% if levels | length > 1 %}
     UNION ALL
     SELECT uid, level, region_idx,
@@ -138,15 +145,14 @@ by_region AS MATERIALIZED (
            CAST(sum(any_seconds) AS BIGINT)  AS any_seconds,
            bit_or(mask) AS mask
     FROM (
-        SELECT g.uid, lv.level,
+        SELECT s.uid, lv.level,
                CAST(nullif((s.packed >> (21 * lv.k)) & 2097151, 2097151) AS INTEGER)
                    AS region_idx,
                s.work_seconds, s.home_seconds, s.any_seconds, s.mask
-        FROM finest AS s
-        JOIN general_users AS g ON g.user_id = s.user_id
+        FROM general_finest AS s
         CROSS JOIN (SELECT unnest({{ levels[:-1] | list }}) AS level,
                            generate_subscripts({{ levels[:-1] | list }}, 1) - 1 AS k) AS lv
-        WHERE CASE lv.level {% for l in levels[:-1] %}WHEN {{ l }} THEN g.g{{ l }} {% endfor %}END
+        WHERE CASE lv.level {% for l in levels[:-1] %}WHEN {{ l }} THEN s.g{{ l }} {% endfor %}END
     )
     WHERE region_idx IS NOT NULL
     GROUP BY uid, level, region_idx
