@@ -121,16 +121,16 @@ general_users AS MATERIALIZED (
     FROM per_user
     WHERE {% for l in levels %}(in{{ l }} AND NOT simple{{ l }}){{ " OR " if not loop.last }}{% endfor %}
 ),
--- per (general user, level, region): the deepest level's regions have no sub-regions, so
--- each is one finest row of its user (no grouping); coarser levels add finest rows up
--- the general users' finest rows, joined to them once (on the user id string) for both
--- kinds of levels below
+-- the general users' finest rows, joined to them once (on the user id string) and kept for
+-- both kinds of levels below
 general_finest AS MATERIALIZED (
     SELECT g.uid, {% for l in levels %}g.g{{ l }}, {% endfor %}s.packed, s.work_seconds,
            s.home_seconds, s.any_seconds, s.mask
     FROM finest AS s
     JOIN general_users AS g ON g.user_id = s.user_id
 ),
+-- per (general user, level, region): the deepest level's regions have no sub-regions, so
+-- each is one finest row of its user (no grouping); coarser levels add finest rows up
 by_region AS MATERIALIZED (
     SELECT s.uid, {{ levels[-1] }} AS level,
            CAST((s.packed >> {{ 21 * (levels | length - 1) }}) & 2097151 AS INTEGER) AS region_idx,

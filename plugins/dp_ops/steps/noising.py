@@ -144,15 +144,30 @@ def plan_requests(plan: NoisePlan, regions: pd.DataFrame, day: date,
             for level, scope in scopes for b in plan.budgets]
 
 
-def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pa.Table:
-    """Every (level, region_id, metric) cell the spend covers: the public domain, which
-    does not depend on the data."""
+# The day's true cell sums by (level, metric), then region id: the noise step looks its
+# domain's cells up here (a dict per metric is cheaper than a three-key merge per spend).
+TrueCells = dict[tuple[int, str], dict[str, int]]
+
+
+def domain_keys(plan: NoisePlan, regions: pd.DataFrame, spend: Spend
+                ) -> tuple[int, list[str], list[str]]:
+    """The spend's level, region ids and metrics: its domain is every (region, metric)
+    pair, region-major."""
     level = spend.slot.level
     if spend.slot.region_scope == ALL_REGIONS:
         ids = regions.loc[regions["level"] == level, "region_id"].astype(str).tolist()
     else:
         ids = [spend.slot.region_scope]
-    metrics = plan.group_cells[spend.slot.metric]
+    return level, ids, list(plan.group_cells[spend.slot.metric])
+
+
+def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pa.Table:
+    """Every (level, region_id, metric) cell the spend covers: the public domain, which
+    does not depend on the data."""
+    return domain_table(*domain_keys(plan, regions, spend))
+
+
+def domain_table(level: int, ids: list[str], metrics: list[str]) -> pa.Table:
     return pa.table({
         "level": pa.array(np.full(len(ids) * len(metrics), level, dtype=np.int8), pa.int8()),
         "region_id": pa.array(np.repeat(np.array(ids, dtype=object), len(metrics)), pa.string()),
@@ -160,16 +175,22 @@ def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pa.Tab
     })
 
 
+def domain_true_values(level: int, ids: list[str], metrics: list[str],
+                       true_cells: TrueCells) -> np.ndarray:
+    """The true value of each domain cell, in the domain's order (0 where absent)."""
+    by_metric = [true_cells.get((level, metric), {}) for metric in metrics]
+    return np.fromiter((cells.get(region_id, 0) for region_id in ids for cells in by_metric),
+                       dtype=np.int64, count=len(ids) * len(metrics))
+
+
 def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
-                   spend: Spend, true_cells: pd.DataFrame,
+                   spend: Spend, true_cells: TrueCells,
                    rng: np.random.Generator) -> bool:
     """Noise every cell of ``spend``'s domain and store the noisy values (first wins)."""
     budget = plan.budget(spend.slot.metric)
-    cells = domain_cells(plan, regions, spend)
-    # the true value of each domain cell, in the domain's order (0 where absent)
-    merged = cells.to_pandas().merge(true_cells, on=["level", "region_id", "metric"],
-                                     how="left", sort=False)
-    true_values = merged["value"].fillna(0).to_numpy(dtype=np.int64)
+    keys = domain_keys(plan, regions, spend)
+    cells = domain_table(*keys)
+    true_values = domain_true_values(*keys, true_cells)
     noisy = add_discrete_laplace(true_values, epsilon=budget.cell_epsilon,
                                  sensitivity=budget.sensitivity, rng=rng)
     table = pa.table({
@@ -187,13 +208,16 @@ def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
     return stored
 
 
-def _read_true_cells(root: DataRoot, report: str, day: date) -> pd.DataFrame:
+def _read_true_cells(root: DataRoot, report: str, day: date) -> TrueCells:
     path = root.bounded_file(report, day)
     if not path.is_file():
         raise FileNotFoundError(f"no bounded aggregates for {day} at {path}: run the "
                                 "bound_contributions step first")
-    cells = pq.read_table(path).to_pandas()
-    cells["level"] = cells["level"].astype(np.int8)
+    table = pq.read_table(path, columns=["level", "region_id", "metric", "value"])
+    cells: TrueCells = {}
+    columns = (table[c].to_pylist() for c in ("level", "region_id", "metric", "value"))
+    for level, region_id, metric, value in zip(*columns, strict=True):
+        cells.setdefault((int(level), metric), {})[region_id] = 0 if value is None else value
     return cells
 
 
