@@ -28,7 +28,7 @@ field names, lower case), the environment winning:
                             8,000,000: about 1.3 GB peak RSS with the 1 GB limit; each
                             part re-reads the day's file, so smaller parts cost time:
                             16M stays took 10.3 s in parts of 8M, 11.2 s of 4M, 14.8 s
-                            of 2M), which keeps memory flat
+                            of 2M with c945e41's query), which keeps memory flat
 ``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
 ``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
 ``DP_CHART_LEVELS``         region levels charted in each release, e.g. ``0,1`` (default:
