@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Where a symptoms gate's time goes early and late in the year, part by part.
+
+    python benchmarks/gate_parts.py --input DIR [--at 60,360] [--repeat 3]
+
+``DIR`` is a data root that ``python -m dp_ops generate`` filled for the year (only its
+``raw/`` and ``reference/`` are read). In a fresh data root the script runs the symptoms
+steps in-process day by day (as ``benchmarks/daily_cost.py`` does), gating and publishing
+the day before each timed day; on a timed day it times, ``--repeat`` times, each part of
+``dp_ops.reports.symptoms.release.stage_and_validate`` on its own: the period summary, the
+candidate, the published values, each Great Expectations suite, the charts, the release
+files and the contract check. Prints the last repetition's seconds per part (the first
+pays one-off set-up). Nothing private is printed: seconds and row counts only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+YEAR_START = date(2020, 1, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--input", type=Path, required=True)
+    p.add_argument("--at", default="60,360")
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args(argv)
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations  # noqa: F401  (warm, as the Airflow processes are)
+
+    import dp_ops.steps.gate as gate
+    from dp_ops.layout import DataRoot
+    from dp_ops.regions import read_regions
+    from dp_ops.reports.symptoms import release, steps
+    from dp_ops.reports.symptoms.assemble import build_candidate, complete_weeks
+    from dp_ops.reports.symptoms.charts import write_symptom_charts
+    from dp_ops.reports.symptoms.period import load_period
+    from dp_ops.reports.symptoms.suites import published_values, validate_symptoms_release
+    from dp_ops.steps.charts import charted_regions
+    from dp_ops.steps.ingest import read_symptoms
+    from dp_ops.steps.release_contract import require_contract
+
+    at = sorted({int(x) for x in args.at.split(",")})
+    base = Path(tempfile.mkdtemp(prefix="gate-parts-"))
+    root_dir = base / "data"
+    root_dir.mkdir()
+    (root_dir / "raw").symlink_to(args.input.resolve() / "raw")
+    shutil.copytree(args.input / "reference", root_dir / "reference")
+    root = DataRoot(root_dir)
+    url = f"sqlite:///{root_dir / 'ledger.sqlite'}"
+    cfg = steps.load_config()
+    seconds: dict[str, float] = {}
+    real_checkpoint = gate._run_checkpoint
+
+    def timed(name: str, fn: Any, *fargs: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn(*fargs, **kwargs)
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    def checkpoint(cp: Any, frame: Any, parameters: Any, run_id: Any) -> Any:
+        return timed(f"gx {cp.name}", real_checkpoint, cp, frame, parameters, run_id)
+
+    gate._run_checkpoint = checkpoint  # type: ignore[assignment]  (timing only)
+    try:
+        for n in range(1, at[-1] + 1):
+            day = YEAR_START + timedelta(days=n - 1)
+            steps.ingest(root, cfg, day)
+            steps.bound_contributions(root, cfg, day)
+            steps.noise(root, cfg, day, run_id=f"day-{day}", ledger_url=url)
+            steps.report(root, cfg, day, ledger_url=url)
+            if n + 1 in at:
+                steps.gate(root, cfg, run_id=f"day-{day}")
+                steps.publish(root, cfg, run_id=f"day-{day}", ledger_url=url)
+            if n not in at:
+                continue
+            days = release.report_days(root, cfg)
+            regions = read_regions(root.regions_csv)
+            symptoms = read_symptoms(root.symptoms_txt)
+            labels = [d.isoformat() for d in days]
+            mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
+            charted, _ = charted_regions(regions, cfg.levels)
+            for rep in range(args.repeat):
+                seconds.clear()
+                period = timed("period summary", load_period, root, cfg, days)
+                cand = timed("candidate", build_candidate, period, regions, symptoms, cfg,
+                             release.read_scaling(root), release._frozen_resolutions(root),
+                             None)
+                timed("published values", published_values, cand, regions)
+                timed("validation (all)", validate_symptoms_release, cand, regions, symptoms,
+                      days=labels, mondays=mondays, gx_dir=root.gx_dir, cfg=cfg,
+                      run_name=f"parts-{n}-{rep}")
+                out = base / f"out-{n}-{rep}"
+                timed("charts", write_symptom_charts, cand.daily, cand.weekly, charted, labels,
+                      out)
+                timed("files", release.write_release_files, cand, "XX", out)
+                timed("contract check", require_contract, "symptoms", out)
+                shutil.rmtree(out)
+            print(f"day {n}: {len(cand.daily)} daily rows, {len(cand.values)} values; "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in seconds.items()), flush=True)
+    finally:
+        gate._run_checkpoint = real_checkpoint  # type: ignore[assignment]
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
