@@ -200,7 +200,8 @@ def arrow_table(frame: Any, report: str, pattern: str) -> pa.Table:
     # a wide table (the symptoms files): its float columns converted from one 2-D block,
     # what from_pandas does column by column (NaN -> null), with from_pandas' metadata
     block = np.asfortranarray(frame.iloc[:, floats].to_numpy(np.float64))
-    others = [i for i in range(len(frame.columns)) if i not in set(floats)]
+    is_float = set(floats)
+    others = [i for i in range(len(frame.columns)) if i not in is_float]
     rest = pa.Table.from_pandas(frame.iloc[:, others],
                                 schema=pa.schema([schema.field(i) for i in others]),
                                 preserve_index=False)
@@ -210,7 +211,7 @@ def arrow_table(frame: Any, report: str, pattern: str) -> pa.Table:
     for j, i in enumerate(floats):
         arrays[i] = pa.array(block[:, j], type=pa.float64(), from_pandas=True)
     return pa.Table.from_arrays(arrays, schema=schema.with_metadata(
-        _pandas_metadata(rest.schema.metadata, frame, set(floats))))
+        _pandas_metadata(rest.schema.metadata, frame, is_float)))
 
 
 def _pandas_metadata(rest: dict[bytes, bytes] | None, frame: Any,
