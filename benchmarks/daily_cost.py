@@ -29,6 +29,7 @@ import tempfile
 import time
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 YEAR_START = date(2020, 1, 1)
@@ -36,6 +37,21 @@ YEAR_START = date(2020, 1, 1)
 
 def log(msg: str) -> None:
     print(f"[daily-cost {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fresh_root(input_dir: Path, prefix: str, workdir: Path | None = None
+               ) -> tuple[Path, Any, str]:
+    """A new data root under a temporary directory (returned, to delete afterwards) that
+    reads ``input_dir``'s ``raw/`` through a link and has its own copy of ``reference/``;
+    with the URL of its SQLite ledger."""
+    from dp_ops.layout import DataRoot
+
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
+    root_dir = base / "data"
+    root_dir.mkdir()
+    (root_dir / "raw").symlink_to(input_dir.resolve() / "raw")
+    shutil.copytree(input_dir / "reference", root_dir / "reference")
+    return base, DataRoot(root_dir), f"sqlite:///{root_dir / 'ledger.sqlite'}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,20 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
-    from dp_ops.layout import DataRoot
-
     if args.report == "symptoms":
         from dp_ops.reports.symptoms import steps
     else:
         from dp_ops.reports.mobility import steps  # type: ignore[no-redef]
 
-    base = Path(tempfile.mkdtemp(prefix="daily-cost-", dir=args.workdir))
-    root_dir = base / "data"
-    root_dir.mkdir()
-    (root_dir / "raw").symlink_to(args.input.resolve() / "raw")
-    shutil.copytree(args.input / "reference", root_dir / "reference")
-    root = DataRoot(root_dir)
-    url = f"sqlite:///{root_dir / 'ledger.sqlite'}"
+    base, root, url = fresh_root(args.input, "daily-cost-", args.workdir)
     cfg = steps.load_config()
     gate_days = {YEAR_START + timedelta(days=d - 1) for d in at}
     gate_days |= {d - timedelta(days=1) for d in gate_days}

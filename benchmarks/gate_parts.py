@@ -19,7 +19,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from datetime import date, timedelta
 from pathlib import Path
@@ -36,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations  # noqa: F401  (warm, as the Airflow processes are)
+    from daily_cost import fresh_root  # this script's neighbour in benchmarks/
 
     import dp_ops.steps.gate as gate
-    from dp_ops.layout import DataRoot
     from dp_ops.regions import read_regions
     from dp_ops.reports.symptoms import release, steps
     from dp_ops.reports.symptoms.assemble import build_candidate, complete_weeks
@@ -50,13 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from dp_ops.steps.release_contract import require_contract
 
     at = sorted({int(x) for x in args.at.split(",")})
-    base = Path(tempfile.mkdtemp(prefix="gate-parts-"))
-    root_dir = base / "data"
-    root_dir.mkdir()
-    (root_dir / "raw").symlink_to(args.input.resolve() / "raw")
-    shutil.copytree(args.input / "reference", root_dir / "reference")
-    root = DataRoot(root_dir)
-    url = f"sqlite:///{root_dir / 'ledger.sqlite'}"
+    base, root, url = fresh_root(args.input, "gate-parts-")
     cfg = steps.load_config()
     seconds: dict[str, float] = {}
     real_checkpoint = gate._run_checkpoint
