@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -434,29 +435,40 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
         time.sleep(3)
 
 
-def prepare_backfill(services: Services, meta: Metadata, args: argparse.Namespace) -> None:
-    """Unpause ``args.dag_id`` and create its backfill over the date range (unless one is
-    open or every day succeeded already), with the scheduler stopped."""
+def prepare_backfills(services: Services, meta: Metadata,
+                      group: list[argparse.Namespace]) -> None:
+    """Unpause each DAG of ``group`` and create its backfill over the date range (unless
+    one is open or every day succeeded already), with the scheduler stopped and the
+    dag-processor paused once for all of them."""
     env, log_dir = services.env, services.log_dir
-    wait_for_dag(services, meta, args.dag_id, timeout=300)
-    log(f"{args.dag_id} parsed; unpausing")
+    for args in group:
+        wait_for_dag(services, meta, args.dag_id, timeout=300)
     services.stop("scheduler")  # `backfill create` racing the scheduler locks SQLite
-    airflow_cli(env, log_dir, "unpause", "dags", "unpause", args.dag_id)
-    close_finished_backfill(services, meta, args.dag_id)
-    t_backfill = time.monotonic()
-    runs = meta.runs(args.dag_id, args.start, args.end)
-    if not meta.active_backfill(args.dag_id) and not all(
-            runs.get((args.start + timedelta(days=i)).isoformat(), ("", ""))[1] == "success"
-            for i in range((args.end - args.start).days + 1)):
-        # The dag-processor's writes are the other lock holder on SQLite: a long backfill
-        # (366 runs) failed six times with "database is locked" while it ran. The DAG is
-        # serialized already, so pause the dag-processor while the runs are created.
-        services.stop("dag-processor")
-        try:
+    names = [args.dag_id for args in group]
+    log(f"{', '.join(names)} parsed; unpausing")
+    airflow_cli(env, log_dir, "unpause", "dags", "unpause", "--treat-dag-id-as-regex",
+                "--yes", "^(" + "|".join(re.escape(n) for n in names) + ")$")
+    todo = []
+    for args in group:
+        close_finished_backfill(services, meta, args.dag_id)
+        runs = meta.runs(args.dag_id, args.start, args.end)
+        if not meta.active_backfill(args.dag_id) and not all(
+                runs.get((args.start + timedelta(days=i)).isoformat(), ("", ""))[1] == "success"
+                for i in range((args.end - args.start).days + 1)):
+            todo.append(args)
+    if not todo:
+        return
+    # The dag-processor's writes are the other lock holder on SQLite: a long backfill
+    # (366 runs) failed six times with "database is locked" while it ran. The DAGs are
+    # serialized already, so pause the dag-processor while the runs are created.
+    services.stop("dag-processor")
+    try:
+        for args in todo:
+            t_backfill = time.monotonic()
             create_backfill(env, log_dir, args, meta)
-        finally:
-            services.start("dag-processor", *services.commands["dag-processor"])
-        log(f"{args.dag_id}: backfill created ({time.monotonic() - t_backfill:.0f} s)")
+            log(f"{args.dag_id}: backfill created ({time.monotonic() - t_backfill:.0f} s)")
+    finally:
+        services.start("dag-processor", *services.commands["dag-processor"])
 
 
 def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, home: Path,
@@ -468,8 +480,7 @@ def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, 
     groups = [per_dag] if args.together else [[a] for a in per_dag]
     for group in groups:
         t_group = time.monotonic()
-        for dag_args in group:
-            prepare_backfill(services, meta, dag_args)
+        prepare_backfills(services, meta, group)
         input_ready()  # the scheduler runs tasks: their input must be there
         # Started only now: `backfill create` racing the scheduler's writes on SQLite
         # failed with "database is locked" and once crashed the scheduler (StaleDataError).

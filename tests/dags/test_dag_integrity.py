@@ -128,6 +128,27 @@ def test_every_publish_task_announces_releases_through_an_alias(dagbag: DagBag) 
     assert [a.name for a in consumer.timetable.asset_condition.objects] == ["mobility_release"]
 
 
+def test_only_publish_and_gate_tasks_have_task_links(dagbag: DagBag) -> None:
+    """Airflow writes an XCom per operator extra link after every task instance (one
+    Execution API call each): the release page link is on publish tasks only, the Data
+    Docs link on gate tasks only; serialized as such for the UI."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    linked = {}
+    for dag in dagbag.dags.values():
+        serialized = DagSerialization.to_dict(dag)["dag"]["tasks"]
+        for task in serialized:
+            data = task.get("__var", task)
+            names = sorted(data.get("_operator_extra_links", {}) or {})
+            if names:
+                linked[(dag.dag_id, data["task_id"])] = names
+    assert linked and all(task in ("publish", "gate") for _, task in linked), linked
+    assert {names for names in map(tuple, linked.values())} == {("Release page",),
+                                                                 ("Data Docs",)}
+    assert sorted(task for (dag, task) in linked if dag == "mobility_report") == [
+        "gate", "publish"]
+
+
 def test_symptoms_dataset_graph(dagbag: DagBag) -> None:
     dag = dagbag.dags["symptoms_dataset"]
     _assert_chain(dag, SYMPTOMS_CHAIN)

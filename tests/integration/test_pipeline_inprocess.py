@@ -175,6 +175,48 @@ def test_gate_records_the_day_files_it_validated(pipeline: dict[str, object]) ->
                for d in public)
 
 
+def test_a_gate_beside_a_twin_copies_its_staged_release(
+        pipeline: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 16: backfill gates started together see the same report days; the second
+    # copies the first's staged files and gate result instead of validating them again
+    import json
+    import shutil
+
+    from dp_ops.reports.mobility import release, suites
+
+    root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
+    assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    assert isinstance(url, str)
+    validations: list[str] = []
+    real = suites.validate_mobility_release
+
+    def counted(*args: object, **kwargs: object) -> object:
+        validations.append(str(kwargs["run_name"]))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(suites, "validate_mobility_release", counted)
+    try:
+        release.stage_and_validate(root, cfg, run_id="twin-a")
+        result = release.stage_and_validate(root, cfg, run_id="twin-b")
+        assert validations == ["mobility-twin-a"]
+        assert "is the one run twin-a staged from the same inputs" in result.summary
+        a_dir, b_dir = release.staging_dir(root, "twin-a"), release.staging_dir(root, "twin-b")
+        a, b = (json.loads((d / "staged.json").read_text()) for d in (a_dir, b_dir))
+        assert b["reused_from"] == "twin-a" and b["files"] == a["files"]
+        assert filecmp.cmpfiles(a_dir / "release", b_dir / "release", list(a["files"]),
+                                shallow=False)[0] == sorted(a["files"])
+        # the same files under the same accounting are one release: twin-b's publish
+        # leaves twin-a's in place
+        release.publish_staged(root, cfg, run_id="twin-a", ledger_url=url)
+        latest = (root.latest_release("mobility") / "manifest.json").read_text()
+        done = release.publish_staged(root, cfg, run_id="twin-b", ledger_url=url)
+        assert json.loads(latest)["release_id"] in done.summary and done.event is None
+        assert (root.latest_release("mobility") / "manifest.json").read_text() == latest
+    finally:
+        for run in ("twin-a", "twin-b"):
+            shutil.rmtree(release.staging_dir(root, run), ignore_errors=True)
+
+
 def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
         pipeline: dict[str, object]) -> None:
     from dp_ops.engine.files import write_parquet_atomic

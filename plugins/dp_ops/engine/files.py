@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -161,3 +164,29 @@ def read_parquet_files(paths: list[Path]) -> pa.Table:
                                 promote_options="permissive")
     finally:
         con.close()
+
+
+@contextmanager
+def pinned(path: Path) -> Iterator[Path]:
+    """A private hard link to ``path`` for the block: the file as it is now, even if
+    another run replaces ``path`` (by rename) meanwhile. A query that opens a file more
+    than once (DuckDB opens a Parquet file to bind the query and again to scan it) must
+    not see two versions: two runs of one day started together failed with DuckDB's
+    "don't know what type" when one's ingest renamed a new clean file over the one the
+    other's bounding was reading. On a file system without hard links, ``path`` itself."""
+    link = path.with_name(f".{path.name}.{uuid.uuid4().hex}.pinned")
+    try:
+        os.link(path, link)
+    except OSError:
+        if not path.is_file():
+            raise
+        linked = False  # no hard links here: read the path as it is
+    else:
+        linked = True
+    if not linked:
+        yield path
+        return
+    try:
+        yield link
+    finally:
+        link.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.duckdb import sum_partials
+from dp_ops.engine.files import pinned
 from dp_ops.engine.registry import engine_for
 from dp_ops.errors import BoundingError
 from dp_ops.layout import DataRoot
@@ -67,14 +68,16 @@ def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
     engine = engine_for(settings)
     if shards == 1:
         target: Path = root.bounded_file(report, day)
-        engine.bound_to_parquet(root, clean, target, anc, bounding, params, None)
+        with pinned(clean) as snapshot:  # one version of the file for the whole query
+            engine.bound_to_parquet(root, snapshot, target, anc, bounding, params, None)
         return StepResult(f"bounded contributions for {day} ({engine.name}); private cell sums "
                           f"in {target}", (str(target),))
     todo = range(shards) if shard is None else [shard]
     written = []
     for k in todo:
         part = shard_file(root, report, day, k, shards)
-        engine.bound_to_parquet(root, clean, part, anc, bounding, params, k)
+        with pinned(clean) as snapshot:
+            engine.bound_to_parquet(root, snapshot, part, anc, bounding, params, k)
         written.append(str(part))
     if shard is None:
         target = combine_shards(root, report, day, shards)

@@ -129,6 +129,82 @@ def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+# -- gates that would stage the same release ------------------------------------------------
+# A backfill runs several runs of a report at once, and each gate stages the release of
+# every day present: two gates started together often see the same days (a third of the
+# demo's non-empty gates did). The second one waits for the first and copies its staged
+# files instead of validating and drawing the same release again.
+
+# A staged release older than this is not reused (built again): a gate result stands for
+# the code that produced it, and code can change without a new version in a dev install.
+TWIN_MAX_AGE_S = 3600
+
+
+def build_key(report: str, **parts: Any) -> str:
+    """sha256 naming a staged release by everything it is built from: ``parts`` (days,
+    the sha256 of the inputs, the config, ...) and this software's version. Two gates with
+    the same key build the same files and the same gate result."""
+    import dp_ops
+
+    payload = {"report": report, "software_version": dp_ops.__version__, **parts}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()
+                          ).hexdigest()
+
+
+@contextmanager
+def one_build(root: DataRoot, report: str, key: str, run_id: str) -> Iterator[Path | None]:
+    """Serialise the gates of one build ``key``: yields the staging directory of a run
+    that staged that release already (passed its gate, at most ``TWIN_MAX_AGE_S`` old),
+    or None, in which case the caller builds it (and records ``key`` as ``build_key`` in
+    its ``staged.json``) before the block ends. The lock is one of 256 files by the key's
+    first two hex digits, so unrelated builds rarely wait on each other and the lock
+    files stay few."""
+    lock = root.root / "staging" / report / f".build-{key[:2]}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield _staged_twin(root, report, key, run_id)
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _staged_twin(root: DataRoot, report: str, key: str, run_id: str) -> Path | None:
+    oldest = time.time() - TWIN_MAX_AGE_S
+    for record_path in sorted((root.root / "staging" / report).glob("*/staged.json")):
+        try:
+            if record_path.stat().st_mtime < oldest:
+                continue
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            continue  # a staging area being removed by its publish
+        if (isinstance(record, dict) and record.get("build_key") == key
+                and record.get("run_id") != run_id and not record.get("empty")
+                and (record.get("gate") or {}).get("success") is True):
+            return record_path.parent
+    return None
+
+
+def copy_staged(twin: Path, stage: Path, run_id: str) -> dict[str, Any] | None:
+    """Copy the release staged in ``twin`` to ``stage`` as this run's (``staged.json``
+    with this ``run_id`` and ``reused_from`` the twin's); return the new record, or None
+    (``stage`` left absent) when the twin went away meanwhile (its publish moved it) or
+    the copy is not exactly the files its record lists with their checksums."""
+    import shutil
+
+    try:
+        record = dict(json.loads((twin / "staged.json").read_text()))
+        shutil.copytree(twin / "release", stage / "release")
+        if checksums(stage / "release") != record["files"]:
+            raise ValueError("the copied files are not the staged ones")
+    except (OSError, ValueError, KeyError, TypeError):
+        shutil.rmtree(stage, ignore_errors=True)
+        return None
+    record.update(run_id=run_id, reused_from=record["run_id"])
+    write_json_atomic(stage / "staged.json", record)
+    return record
+
+
 # The manifest's ``inputs`` key for :func:`inputs_sha256`.
 INPUTS_KEY = "report_days_sha256"
 # A file's (size, mtime, inode) is trusted only once it is this much older than the read.

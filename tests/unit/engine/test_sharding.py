@@ -157,3 +157,38 @@ def test_a_big_day_bounded_in_user_parts_equals_one_pass(root: DataRoot, report:
     leftovers = [p.name for p in root.bounded_file(report, DAY).parent.iterdir()
                  if p.name.startswith(".")]
     assert leftovers == []
+
+
+def test_bounding_reads_one_version_of_a_clean_file_replaced_meanwhile(
+        root: DataRoot, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two runs of one day started together: one's ingest renames a new clean file over
+    the one the other's bounding reads (DuckDB opens it to bind and again to scan; it
+    failed with "don't know what type"). The bounding step reads a hard link to the file
+    as it was when the step began, and leaves no link behind."""
+    import os
+    import shutil
+
+    from dp_ops.engine.duckdb import DuckDBEngine
+
+    _settings(monkeypatch, 1)
+    clean = root.clean_partition("location_history", DAY) / "part.parquet"
+    bound_mobility(root, MobilityConfig(), DAY)
+    before = _cells(root.bounded_file("mobility", DAY))
+    saved = tmp_path / "saved.parquet"
+    shutil.copyfile(clean, saved)
+    other = pq.read_table(clean).slice(0, 50)  # another run's (much smaller) clean file
+    real = DuckDBEngine.bound_to_parquet
+
+    def replaced_meanwhile(self: DuckDBEngine, r: DataRoot, path: Path, *args: object) -> None:
+        replacement = clean.with_name("replacement.parquet")
+        pq.write_table(other, replacement)
+        os.replace(replacement, clean)  # as ingest replaces it: one rename
+        real(self, r, path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DuckDBEngine, "bound_to_parquet", replaced_meanwhile)
+    try:
+        bound_mobility(root, MobilityConfig(), DAY)
+        pd.testing.assert_frame_equal(_cells(root.bounded_file("mobility", DAY)), before)
+        assert not list(clean.parent.glob("*.pinned"))
+    finally:
+        os.replace(saved, clean)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,10 @@ def _read_unchanged(root: DataRoot, days: list[date]
 
 
 def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
+    """Assemble, validate and stage the release of the report days present. A gate that
+    would build what another run staged already (same days, per-day files, baseline,
+    method updates, region table and config: :func:`mobility_build_key`) copies that
+    run's staged files and gate result instead (:func:`dp_ops.steps.release.one_build`)."""
     stage = staging_dir(root, run_id)
     if stage.exists():
         shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
@@ -161,6 +166,33 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
         write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
         return StepResult("nothing to release yet: no report days from "
                           f"{cfg.first_public_date}", (str(stage),))
+    key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(root, days))
+    with release.one_build(root, REPORT, key, run_id) as twin:
+        staged = release.copy_staged(twin, stage, run_id) if twin is not None else None
+        if staged is not None:
+            return StepResult(f"release candidate {days[0]}..{days[-1]} is the one run "
+                              f"{staged['reused_from']} staged from the same inputs: its "
+                              "files and gate result are reused (no second validation); "
+                              f"staged in {stage}; Data Docs: {staged['gate']['data_docs']}",
+                              (str(stage),))
+        return _build(root, cfg, stage, run_id=run_id, days=days)
+
+
+def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],
+                       inputs: str) -> str:
+    """What a staged mobility release is built from (:func:`release.build_key`): the days
+    and ``inputs`` (:func:`mobility_inputs_sha256`), the region table, the config and the
+    charted levels."""
+    from dp_ops.settings import load_execution_settings
+
+    return release.build_key(
+        REPORT, days=[days[0].isoformat(), days[-1].isoformat()], inputs=inputs,
+        regions=sha256_file(root.regions_csv), config=asdict(cfg),
+        chart_levels=load_execution_settings().chart_levels)
+
+
+def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, *, run_id: str,
+           days: list[date]) -> StepResult:
     # imported only when there is something to validate: GX takes seconds to import
     from dp_ops.regions import read_regions
     from dp_ops.reports.mobility.suites import row_rules, validate_mobility_release
@@ -193,6 +225,8 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
         "rows": {"published": len(published), "domain": len(internal)},
         "suppression": suppression_summary(internal),
         "inputs_sha256": inputs,
+        # the key of what was read (the files may have changed since the key of the lock)
+        "build_key": mobility_build_key(root, cfg, days, inputs),
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
         "charts": [c.as_dict() for c in charts],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,12 +58,15 @@ from dp_ops.steps.ledger_binding import (
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     INPUTS_KEY,
+    build_key,
     checksums,
     content_release_id,
+    copy_staged,
     current_release,
     epsilon_summary,
     holds_current_inputs,
     inputs_sha256,
+    one_build,
     promote,
     publish_lock,
     release_event,
@@ -171,9 +175,10 @@ def release_summary(candidate: Candidate) -> dict[str, Any]:
 def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
                        region: str | None = None) -> StepResult:
     """Build, validate and stage the candidate release. With ``region`` (an on-call
-    rerun), only that region and its ancestors are decided afresh."""
-    from dp_ops.regions import read_regions
-
+    rerun), only that region and its ancestors are decided afresh. A gate that would
+    build what another run staged already (same days, inputs, scaling factors, frozen
+    resolutions, reference files and config: :func:`build_key`) copies that run's staged
+    files and gate result instead (:func:`dp_ops.steps.release.one_build`)."""
     stage = staging_dir(root, REPORT, run_id)
     if stage.exists():
         shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
@@ -183,6 +188,44 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
         return StepResult(f"nothing to release yet: no symptoms days from "
                           f"{cfg.first_public_date}", (str(stage),))
+    used_scaling = scaling_sha256(root)
+    # before reading them: a file rewritten meanwhile then fails the comparison (rebuild)
+    inputs = inputs_sha256(root, REPORT, days)
+    key = symptoms_build_key(root, cfg, days, inputs=inputs, scaling=used_scaling,
+                             region=region)
+    with one_build(root, REPORT, key, run_id) as twin:
+        staged = copy_staged(twin, stage, run_id) if twin is not None else None
+        if staged is not None:
+            return StepResult(f"symptoms release candidate {days[0]}..{days[-1]} is the one "
+                              f"run {staged['reused_from']} staged from the same inputs: "
+                              "its files and gate result are reused (no second validation); "
+                              f"staged in {stage}; Data Docs: {staged['gate']['data_docs']}",
+                              (str(stage),))
+        return _build(root, cfg, stage, run_id=run_id, region=region, days=days,
+                      inputs=inputs, used_scaling=used_scaling, key=key)
+
+
+def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
+                       inputs: str, scaling: str | None, region: str | None) -> str:
+    """What a staged symptoms release is built from (:func:`build_key`): the days and
+    their per-day files, the stored scaling factors, the resolutions frozen by the latest
+    release, the region table, the symptom list, the config, the charted levels and the
+    on-call rerun's region."""
+    from dp_ops.settings import load_execution_settings
+
+    frozen = root.latest_release(REPORT) / RESOLUTIONS_FILE
+    return build_key(
+        REPORT, days=[days[0].isoformat(), days[-1].isoformat()], inputs=inputs,
+        scaling=scaling, frozen=sha256_file(frozen) if frozen.is_file() else None,
+        regions=sha256_file(root.regions_csv), symptoms=sha256_file(root.symptoms_txt),
+        config=asdict(cfg), chart_levels=load_execution_settings().chart_levels,
+        region=region)
+
+
+def _build(root: DataRoot, cfg: SymptomsConfig, stage: Path, *, run_id: str,
+           region: str | None, days: list[date], inputs: str, used_scaling: str | None,
+           key: str) -> StepResult:
+    from dp_ops.regions import read_regions
     from dp_ops.reports.symptoms.suites import validate_symptoms_release
 
     regions = read_regions(root.regions_csv)
@@ -192,9 +235,6 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         from dp_ops.steps.noising import region_chain
 
         recompute = {rid for _, rid in region_chain(regions, region)}
-    used_scaling = scaling_sha256(root)
-    # before reading them: a file rewritten meanwhile then fails the comparison (rebuild)
-    inputs = inputs_sha256(root, REPORT, days)
     candidate = build_candidate(load_period(root, cfg, days), regions, symptoms, cfg,
                                 read_scaling(root), _frozen_resolutions(root), recompute)
     day_labels = [d.isoformat() for d in days]
@@ -225,6 +265,7 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         "new_scaling": new[list(SCALING_COLUMNS)].to_dict(orient="records"),
         "scaling_sha256": used_scaling,
         "inputs_sha256": inputs,
+        "build_key": key,
         "gate": {"success": result.success, "evaluated": result.evaluated,
                  "data_docs": result.data_docs_index},
         "charts": [c.as_dict() for c in charts],
@@ -272,6 +313,21 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         require_verified_ledger(ledger)
         stored_scaling = read_scaling(root, ledger)  # verified against the ledger
         current = current_release(root, REPORT)
+        if current and staged.get("region") is None and (
+                current["first_date"], current["last_date"]) == (
+                staged["first_date"], staged["last_date"]):
+            first = date.fromisoformat(staged["first_date"])
+            last = date.fromisoformat(staged["last_date"])
+            if content_release_id(last, staged["files"], epsilon_accounting(
+                    ledger, cfg, first, last)) == current["release_id"]:
+                # another run (a gate beside this one built the same files) published
+                # exactly this release, with the scaling factors it stored: nothing to do
+                # (a rebuild for the changed factors would give these files again)
+                shutil.rmtree(stage, ignore_errors=True)
+                return StepResult(
+                    f"symptoms release {current['release_id']} ({first}..{last}) is out "
+                    f"already: run {current['run_id']} published these staged files with "
+                    "the same accounting; latest stays")
         overtaken = bool(current and current["last_date"] > staged["last_date"])
         if overtaken and staged.get("region") is None and holds_current_inputs(
                 current, lambda days: inputs_sha256(root, REPORT, days)):

@@ -424,3 +424,81 @@ def test_the_gate_and_publish_enforce_the_release_contract(
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert manifest["schema_version"] == release_contract.SCHEMA_VERSION
     assert release_contract.check_manifest(manifest) == []
+
+
+def _counting_validation(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each Great Expectations validation a gate runs (by run name)."""
+    from dp_ops.reports.symptoms import suites
+
+    calls: list[str] = []
+    real = suites.validate_symptoms_release
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["run_name"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suites, "validate_symptoms_release", counted)
+    return calls
+
+
+def test_a_gate_beside_a_twin_copies_its_staged_release(
+        regions: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: two gates of a backfill that see the same days build the same release;
+    the second copies the first's staged files and gate result instead of validating and
+    drawing them again, and its publish finds that release out already."""
+    root, url, rows = _publishable(regions, tmp_path)
+    validations = _counting_validation(monkeypatch)
+    _stage(root, rows, regions, "run-a")
+    result = release.stage_and_validate(root, CFG, run_id="run-b")
+    assert validations == ["symptoms-run-a"]  # run-b validated nothing itself
+    assert "is the one run run-a staged from the same inputs" in result.summary
+    a_dir = release.staging_dir(root, "symptoms", "run-a")
+    b_dir = release.staging_dir(root, "symptoms", "run-b")
+    a, b = (json.loads((d / "staged.json").read_text()) for d in (a_dir, b_dir))
+    assert b["reused_from"] == "run-a" and b["run_id"] == "run-b"
+    assert {k: v for k, v in b.items() if k not in ("run_id", "reused_from")} == {
+        k: v for k, v in a.items() if k != "run_id"}
+    for name in a["files"]:
+        assert (b_dir / "release" / name).read_bytes() == (a_dir / "release" / name).read_bytes()
+    # run-a publishes and stores its new scaling factors; run-b's release is the same one,
+    # so it is not rebuilt for the changed factors
+    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    latest = (root.latest_release("symptoms") / "manifest.json").read_text()
+    done = release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+    assert "is out already: run run-a published these staged files" in done.summary
+    assert done.event is None and validations == ["symptoms-run-a"]
+    assert (root.latest_release("symptoms") / "manifest.json").read_text() == latest
+    assert not b_dir.exists()
+
+
+@pytest.mark.parametrize("change", ["input", "tampered", "old"])
+def test_a_gate_builds_again_when_its_twin_does_not_hold(
+        regions: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        change: str) -> None:
+    """A staged release is reused only for the same inputs (a rewritten day file is
+    another build), only as the exact files its record lists, and only for an hour."""
+    import os
+
+    root, url, rows = _publishable(regions, tmp_path)
+    validations = _counting_validation(monkeypatch)
+    _stage(root, rows, regions, "run-a")
+    a_dir = release.staging_dir(root, "symptoms", "run-a")
+    if change == "input":
+        day = rows[rows["date"] == date(2020, 1, 8)].copy()
+        day["a_noisy"] = day["a_noisy"] * 3 // 2
+        day = with_reliability(day.drop(columns=["ratio", "lower", "upper", "reliable"]), CFG)
+        write_parquet_atomic(pa.Table.from_pandas(day.reset_index(drop=True),
+                                                  preserve_index=False),
+                             root.report_file("symptoms", date(2020, 1, 8)))
+    elif change == "tampered":
+        csv = a_dir / "release" / "2020_DM_daily_symptoms_dataset.csv"
+        csv.write_text(csv.read_text().replace(",", ";", 1))
+    else:
+        hours_ago = os.stat(a_dir / "staged.json").st_mtime - 2 * 3600
+        os.utime(a_dir / "staged.json", (hours_ago, hours_ago))
+    result = release.stage_and_validate(root, CFG, run_id="run-b")
+    assert validations == ["symptoms-run-a", "symptoms-run-b"]
+    assert result.summary.startswith("symptoms release candidate 2020-01-01..2020-01-14 passed")
+    b = json.loads((release.staging_dir(root, "symptoms", "run-b") / "staged.json").read_text())
+    assert "reused_from" not in b
+    release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
