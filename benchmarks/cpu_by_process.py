@@ -9,7 +9,10 @@ processes: ``airflow task supervisor: ...``, ``airflow task runner: ...``).
 Prints, per kind (the command line with ids, dates and numbers taken out), the number
 of processes and their CPU seconds (user + system), and how much of the command's own
 total (``getrusage`` of its children) the readings cover: a process that lives less
-than one interval, or its last interval, is missed. Linux only.
+than one interval, or its last interval, is missed. With ``--airflow-db`` (the SQLite
+metadata DB of the Airflow the command ran, e.g. ``airflow_home/airflow.db`` for ``make
+demo``), the task processes (``airflow worker -- <task instance id>``) are also summed
+per DAG and task. Linux only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import os
 import re
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--interval", type=float, default=0.05)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--airflow-db", type=Path, default=None)
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -111,7 +116,31 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'CPU-s':>8} {'share':>6} {'procs':>6}  kind")
     for name, values in sorted(by_kind.items(), key=lambda kv: -sum(kv[1]))[:args.top]:
         print(f"{sum(values):8.1f} {sum(values) / max(total, 1e-9):6.1%} {len(values):6d}  {name}")
+    if args.airflow_db is not None:
+        per_task(cpu, names, args.airflow_db, total)
     return proc.returncode
+
+
+def per_task(cpu: dict[tuple[int, int], float], names: dict[tuple[int, int], str],
+             db: Path, total: float) -> None:
+    """The task processes' CPU per DAG and task, their task instance ids looked up in
+    the Airflow metadata DB ``db``."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        tasks = {str(i).replace("-", ""): f"{d}.{t}" for i, d, t in con.execute(
+            "SELECT id, dag_id, task_id FROM task_instance")}
+    finally:
+        con.close()
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for key, seconds in cpu.items():
+        m = re.fullmatch(r"airflow worker -- ([0-9a-f-]{36})", names[key])
+        if m:
+            by_task[tasks.get(m[1].replace("-", ""), "?")].append(seconds)
+    print(f"\ntask processes by task (ids from {db}):")
+    print(f"{'CPU-s':>8} {'share':>6} {'procs':>6} {'mean':>6}  task")
+    for name, values in sorted(by_task.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{sum(values):8.1f} {sum(values) / max(total, 1e-9):6.1%} {len(values):6d} "
+              f"{sum(values) / len(values):6.2f}  {name}")
 
 
 if __name__ == "__main__":

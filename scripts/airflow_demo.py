@@ -472,7 +472,8 @@ def prepare_backfills(services: Services, meta: Metadata,
 
 
 def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, home: Path,
-                  t0: float, input_ready: Callable[[], None] = lambda: None) -> None:
+                  t0: float, input_ready: Callable[[], None] = lambda: None,
+                  done: Callable[[str], None] = lambda dag_id: None) -> None:
     """Backfill every DAG of ``args.dag_ids`` over the date range and follow them to the
     end: all at once (``--together``, the default: while the runs of one DAG wait for the
     scheduler between tasks, the other's tasks use the CPU), or one DAG after the other."""
@@ -488,6 +489,7 @@ def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, 
         for dag_args in group:
             follow_backfill(services, meta, dag_args, home, t0)
             log(f"{dag_args.dag_id}: backfill done in {time.monotonic() - t_group:.0f} s")
+            done(dag_args.dag_id)
 
 
 def check_input(data_root: Path, start: date, end: date) -> None:
@@ -566,6 +568,47 @@ class Generator:
             self.proc.wait()
 
 
+class Evaluations:
+    """``python -m dp_ops evaluate <report>`` of each report whose backfill is done
+    (``--evaluate``), started at once: the other DAG's last runs leave a core idle, and the
+    evaluations took ~10 s after the demo when run one after the other. Each writes to
+    ``$AIRFLOW_HOME/logs/demo/evaluate-<report>.log``, printed by :meth:`finish`."""
+
+    def __init__(self, data_root: Path, log_dir: Path, python: str | None = None) -> None:
+        self.data_root, self.log_dir = data_root, log_dir
+        self.python = python or sys.executable
+        self.procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+
+    def start(self, report: str) -> None:
+        out = self.log_dir / f"evaluate-{report}.log"
+        cmd = [self.python, "-m", "dp_ops", "evaluate", report]
+        log(f"evaluating the {report} release beside the rest: {shlex.join(cmd)}")
+        with open(out, "wb") as fh:
+            self.procs[report] = (subprocess.Popen(
+                cmd, stdout=fh, stderr=subprocess.STDOUT,
+                env={**os.environ, "DP_DATA_ROOT": str(self.data_root)}), out)
+
+    def finish(self) -> int:
+        """Wait for the evaluations, print their output in report order; 1 if one failed."""
+        status = 0
+        for report, (proc, out) in self.procs.items():
+            rc = proc.wait()
+            sys.stdout.write(out.read_text(errors="replace"))
+            sys.stdout.flush()
+            if rc != 0:
+                log(f"evaluating {report} failed (exit {rc}; its output is above)")
+                status = 1
+        self.procs.clear()
+        return status
+
+    def stop(self) -> None:
+        for proc, _ in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
+        self.procs.clear()
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -597,6 +640,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--generate-users", type=int, default=None, metavar="N",
                    help="first generate synthetic input of N users for the range (python -m "
                         "dp_ops generate), beside Airflow's start-up (`make demo`)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="compare each report's release with the synthetic truth (python -m "
+                        "dp_ops evaluate <report>) as soon as its backfill is done, beside the "
+                        "other's last runs; the output is printed at the end (`make demo`)")
     p.add_argument("--skip-input-check", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.dag_ids = args.dag_ids or list(DEFAULT_DAG_IDS)
@@ -650,6 +697,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_sigterm)
     ok = False
     generator = Generator(args, data_root)
+    evaluations = Evaluations(data_root, log_dir)
+
+    def evaluate(dag_id: str) -> None:
+        if args.evaluate and dag_id in REPORT_OF:
+            generator.wait()  # the truth is written after the input
+            evaluations.start(REPORT_OF[dag_id])
+
     try:
         if args.generate_users is not None:
             generator.start()
@@ -660,7 +714,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_api(services, api_port, timeout=180)
         log(f"api-server up: UI at http://localhost:{api_port} (user admin, password in "
             f"{home / 'simple_auth_manager_passwords.json.generated'})")
-        backfill_dags(services, meta, args, home, t0, input_ready=generator.input_written)
+        backfill_dags(services, meta, args, home, t0, input_ready=generator.input_written,
+                      done=evaluate)
         generator.wait()  # the truth, for the evaluation
         ok = True
     except DemoError as exc:
@@ -669,6 +724,8 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted")
     finally:
         generator.stop()
+        if not ok:
+            evaluations.stop()
         if args.keep_running and ok:
             groups = " ".join(f"-{p.pid}" for p in services.procs.values())
             log(f"Airflow keeps running: UI http://localhost:{api_port}; for the airflow "
@@ -695,6 +752,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"{report} release missing: {release}/ does not exist")
         status = 1
+    if evaluations.procs:
+        status = max(status, evaluations.finish())
+        log(f"evaluated; elapsed {time.monotonic() - t0:.0f} s")
     return status
 
 

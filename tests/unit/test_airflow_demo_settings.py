@@ -111,3 +111,30 @@ def test_the_scheduler_starts_once_the_input_is_written(tmp_path: Path) -> None:
         p.unlink()
     with pytest.raises(demo.DemoError, match="exit 3"):
         generator.input_written()
+
+
+def test_evaluations_run_beside_and_print_at_the_end(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--evaluate``: each report's evaluation starts as its backfill is done and runs in
+    the background; its output is printed after the demo, in order, and a failed one
+    fails the demo."""
+    import sys
+
+    demo = load_airflow_demo()
+    assert demo.parse_args(["--evaluate"]).evaluate and not demo.parse_args([]).evaluate
+    # a stand-in for `python -m dp_ops evaluate <report>`: prints, fails for "symptoms"
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!{sys.executable}\nimport sys, time; time.sleep(0.5)\n"
+                        "print('evaluated', sys.argv[-1])\n"
+                        "raise SystemExit(4 if sys.argv[-1] == 'symptoms' else 0)\n")
+    stand_in.chmod(0o755)
+    evaluations = demo.Evaluations(tmp_path / "data", tmp_path, python=str(stand_in))
+    evaluations.start("mobility")
+    evaluations.start("symptoms")
+    assert all(p.poll() is None for p, _ in evaluations.procs.values())  # in the background
+    capsys.readouterr()
+    assert evaluations.finish() == 1
+    out = capsys.readouterr().out
+    assert out.index("evaluated mobility") < out.index("evaluated symptoms")
+    assert "evaluating symptoms failed (exit 4" in out
+    assert (tmp_path / "evaluate-mobility.log").read_text() == "evaluated mobility\n"
