@@ -125,6 +125,9 @@ def per_task(cpu: dict[tuple[int, int], float], names: dict[tuple[int, int], str
              db: Path, total: float) -> None:
     """The task processes' CPU per DAG and task, their task instance ids looked up in
     the Airflow metadata DB ``db``."""
+    if not db.is_file():
+        print(f"\n{db} does not exist: no task processes by task")
+        return
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         tasks = {str(i).replace("-", ""): f"{d}.{t}" for i, d, t in con.execute(
