@@ -24,6 +24,7 @@ from dp_ops.engine.files import write_json_atomic
 from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
+from dp_ops.steps.result import StepResult
 
 
 def staging_dir(root: DataRoot, report: str, run_id: str) -> Path:
@@ -183,6 +184,21 @@ def _staged_twin(root: DataRoot, report: str, key: str, run_id: str) -> Path | N
                 and (record.get("gate") or {}).get("success") is True):
             return record_path.parent
     return None
+
+
+def stage_once(root: DataRoot, report: str, key: str, *, run_id: str, stage: Path,
+               label: str, build: Callable[[], StepResult]) -> StepResult:
+    """Stage the release ``key`` in ``stage``: a copy of what another run staged for the
+    same key (:func:`one_build`, :func:`copy_staged`), else ``build()`` under the key's
+    lock. ``label`` names the release in the step's summary ("release candidate ...")."""
+    with one_build(root, report, key, run_id) as twin:
+        staged = copy_staged(twin, stage, run_id) if twin is not None else None
+        if staged is None:
+            return build()
+    return StepResult(f"{label} is the one run {staged['reused_from']} staged from the same "
+                      "inputs: its files and gate result are reused (no second validation); "
+                      f"staged in {stage}; Data Docs: {staged['gate']['data_docs']}",
+                      (str(stage),))
 
 
 def copy_staged(twin: Path, stage: Path, run_id: str) -> dict[str, Any] | None:

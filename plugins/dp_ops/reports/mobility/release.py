@@ -167,15 +167,9 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> S
         return StepResult("nothing to release yet: no report days from "
                           f"{cfg.first_public_date}", (str(stage),))
     key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(root, days))
-    with release.one_build(root, REPORT, key, run_id) as twin:
-        staged = release.copy_staged(twin, stage, run_id) if twin is not None else None
-        if staged is not None:
-            return StepResult(f"release candidate {days[0]}..{days[-1]} is the one run "
-                              f"{staged['reused_from']} staged from the same inputs: its "
-                              "files and gate result are reused (no second validation); "
-                              f"staged in {stage}; Data Docs: {staged['gate']['data_docs']}",
-                              (str(stage),))
-        return _build(root, cfg, stage, run_id=run_id, days=days)
+    return release.stage_once(root, REPORT, key, run_id=run_id, stage=stage,
+                              label=f"release candidate {days[0]}..{days[-1]}",
+                              build=lambda: _build(root, cfg, stage, run_id=run_id, days=days))
 
 
 def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],

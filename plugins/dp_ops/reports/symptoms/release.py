@@ -61,16 +61,15 @@ from dp_ops.steps.release import (
     build_key,
     checksums,
     content_release_id,
-    copy_staged,
     current_release,
     epsilon_summary,
     holds_current_inputs,
     inputs_sha256,
-    one_build,
     promote,
     publish_lock,
     release_event,
     sha256_file,
+    stage_once,
     staging_dir,
     verify_checksums,
     write_csv,
@@ -193,16 +192,11 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
     inputs = inputs_sha256(root, REPORT, days)
     key = symptoms_build_key(root, cfg, days, inputs=inputs, scaling=used_scaling,
                              region=region)
-    with one_build(root, REPORT, key, run_id) as twin:
-        staged = copy_staged(twin, stage, run_id) if twin is not None else None
-        if staged is not None:
-            return StepResult(f"symptoms release candidate {days[0]}..{days[-1]} is the one "
-                              f"run {staged['reused_from']} staged from the same inputs: "
-                              "its files and gate result are reused (no second validation); "
-                              f"staged in {stage}; Data Docs: {staged['gate']['data_docs']}",
-                              (str(stage),))
-        return _build(root, cfg, stage, run_id=run_id, region=region, days=days,
-                      inputs=inputs, used_scaling=used_scaling, key=key)
+    return stage_once(
+        root, REPORT, key, run_id=run_id, stage=stage,
+        label=f"symptoms release candidate {days[0]}..{days[-1]}",
+        build=lambda: _build(root, cfg, stage, run_id=run_id, region=region, days=days,
+                             inputs=inputs, used_scaling=used_scaling, key=key))
 
 
 def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
