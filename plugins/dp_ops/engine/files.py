@@ -173,8 +173,10 @@ def pinned(path: Path) -> Iterator[Path]:
     than once (DuckDB opens a Parquet file to bind the query and again to scan it) must
     not see two versions: two runs of one day started together failed with DuckDB's
     "don't know what type" when one's ingest renamed a new clean file over the one the
-    other's bounding was reading. On a file system without hard links, ``path`` itself."""
-    link = path.with_name(f".{path.name}.{uuid.uuid4().hex}.pinned")
+    other's bounding was reading. On a file system without hard links, ``path`` itself.
+    The link is ``<stem>.pinned-<hex><suffix>`` beside the file: not hidden (Spark skips
+    files whose name starts with "." or "_", even when named explicitly)."""
+    link = path.with_name(f"{path.stem}.pinned-{uuid.uuid4().hex}{path.suffix}")
     try:
         os.link(path, link)
     except OSError:

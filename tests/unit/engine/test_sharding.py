@@ -189,6 +189,6 @@ def test_bounding_reads_one_version_of_a_clean_file_replaced_meanwhile(
     try:
         bound_mobility(root, MobilityConfig(), DAY)
         pd.testing.assert_frame_equal(_cells(root.bounded_file("mobility", DAY)), before)
-        assert not list(clean.parent.glob("*.pinned"))
+        assert not list(clean.parent.glob("*.pinned-*"))
     finally:
         os.replace(saved, clean)
