@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -119,15 +120,21 @@ def verify_checksums(directory: Path, files: dict[str, dict[str, Any]]) -> None:
 
 
 @contextmanager
-def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
-    lock = root.root / "staging" / f".{report}.publish.lock"
+def _exclusive(lock: Path) -> Iterator[None]:
+    """An exclusive flock on ``lock`` (created, with its directory, if missing)."""
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
+    with open(lock, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
+def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
+    with _exclusive(root.root / "staging" / f".{report}.publish.lock"):
+        yield
 
 
 # -- gates that would stage the same release ------------------------------------------------
@@ -160,14 +167,8 @@ def one_build(root: DataRoot, report: str, key: str, run_id: str) -> Iterator[Pa
     its ``staged.json``) before the block ends. The lock is one of 256 files by the key's
     first two hex digits, so unrelated builds rarely wait on each other and the lock
     files stay few."""
-    lock = root.root / "staging" / report / f".build-{key[:2]}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield _staged_twin(root, report, key, run_id)
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _exclusive(root.root / "staging" / report / f".build-{key[:2]}.lock"):
+        yield _staged_twin(root, report, key, run_id)
 
 
 def _staged_twin(root: DataRoot, report: str, key: str, run_id: str) -> Path | None:
@@ -206,8 +207,6 @@ def copy_staged(twin: Path, stage: Path, run_id: str) -> dict[str, Any] | None:
     with this ``run_id`` and ``reused_from`` the twin's); return the new record, or None
     (``stage`` left absent) when the twin went away meanwhile (its publish moved it) or
     the copy is not exactly the files its record lists with their checksums."""
-    import shutil
-
     try:
         record = dict(json.loads((twin / "staged.json").read_text()))
         shutil.copytree(twin / "release", stage / "release")
