@@ -82,9 +82,14 @@ def metadata_figures(db: Path, dag_id: str) -> dict[str, object]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     runs = {r[0]: (_ts(r[1]), _ts(r[2])) for r in con.execute(
         "SELECT run_id, start_date, end_date FROM dag_run WHERE dag_id = ?", (dag_id,))}
+    # skipped task instances (mobility's report, gate and publish before the first public
+    # date) never ran: they are counted apart, not as tasks of no duration
     tis = con.execute(
         "SELECT run_id, task_id, start_date, end_date, try_number FROM task_instance "
-        "WHERE dag_id = ? ORDER BY run_id, start_date", (dag_id,)).fetchall()
+        "WHERE dag_id = ? AND state IS NOT 'skipped' ORDER BY run_id, start_date",
+        (dag_id,)).fetchall()
+    skipped = con.execute("SELECT count(*) FROM task_instance WHERE dag_id = ? AND "
+                          "state = 'skipped'", (dag_id,)).fetchone()[0]
     con.close()
     inside: dict[str, list[float]] = defaultdict(list)
     waits: dict[str, list[float]] = defaultdict(list)
@@ -112,6 +117,7 @@ def metadata_figures(db: Path, dag_id: str) -> dict[str, object]:
                       "mean_wait_before_s": statistics.fmean(waits[t]) if waits[t] else 0.0}
                   for t, v in inside.items()},
         "task_instances": sum(len(v) for v in inside.values()),
+        "skipped_task_instances": skipped,
         "sum_inside_s": sum(sum(v) for v in inside.values()),
     }
 
@@ -189,7 +195,8 @@ def print_table(r: dict[str, object]) -> None:
         print(f"  in-process, same days, no Airflow: {ip:.0f} s ({ip / runs:.2f} s per day)")
         print(f"  Airflow overhead per run: {(wall - ip) / runs:.2f} s "
               f"({(wall - ip) / wall:.0%} of the backfill's wall time)")
-    print(f"  task instances: {af['task_instances']}, time inside tasks "
+    print(f"  task instances: {af['task_instances']} run, "
+          f"{af.get('skipped_task_instances', 0)} skipped, time inside tasks "
           f"{af['sum_inside_s']:.0f} s in all")
     print(f"  {'task':<22}{'count':>6}{'mean inside s':>15}{'mean wait before s':>20}")
     for task, f in sorted(af["tasks"].items(), key=lambda kv: -kv[1]["mean_inside_s"]):

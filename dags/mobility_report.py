@@ -12,7 +12,8 @@ republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
 - `baseline`: days from the first public date (2020-02-15) need the frozen baseline: it
   is frozen here as soon as the window 2020-01-03..02-06 is fully noised (the run that
   freezes it emits the one `mobility_baseline` asset event), and until then the task
-  waits in reschedule mode. Earlier days pass at once.
+  waits in reschedule mode. Days before the first public date publish nothing: for them
+  the task succeeds at once and skips `report`, `gate` and `publish` (shown as skipped).
 - `report`: percent change against the baseline and reliability suppression (noisy values
   only).
 - `gate`: stage the release and validate it with Great Expectations.

@@ -98,6 +98,25 @@ def test_release_published(backfilled: Path) -> None:
     json.loads((latest / "manifest.json").read_text())
 
 
+def test_days_before_the_first_public_date_skip_report_gate_and_publish(
+        dags: dict, backfilled: Path) -> None:
+    """A day before the first public date (2020-02-15) publishes nothing: its run noises
+    the day (the baseline window needs it), then the baseline task skips report, gate
+    and publish instead of starting three processes that write and publish nothing of the
+    day. The release is untouched; the first public day runs every task."""
+    latest = backfilled / "published" / "mobility" / "latest"
+    before = latest.resolve()
+    _delete_runs("mobility_report")
+    run = _run_day(dags["mobility_report"], date(2020, 2, 14))
+    assert _task_states(run) == {
+        "ingest": ("success", 1), "bound_contributions": ("success", 1),
+        "noise": ("success", 1), "baseline": ("success", 1),
+        "report": ("skipped", 0), "gate": ("skipped", 0), "publish": ("skipped", 0)}
+    assert latest.resolve() == before
+    run = _run_day(dags["mobility_report"], date(2020, 2, 15))
+    assert {state for state, _try in _task_states(run).values()} == {"success"}
+
+
 def test_ledger_has_spends_for_every_day(backfilled: Path) -> None:
     from dp_ops.layout import DataRoot, ledger_url
     from dp_ops.privacy.ledger import Ledger

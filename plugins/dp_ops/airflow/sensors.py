@@ -6,17 +6,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, Context
+from airflow.sdk.bases.skipmixin import SkipMixin
 
 from dp_ops.airflow.operators.steps import emit_events
 from dp_ops.airflow.runtime import ledger_url_from_connection, parse_day
 
 
-class BaselineReadySensor(BaseSensorOperator):
+class BaselineReadySensor(BaseSensorOperator, SkipMixin):
     """Freeze the report's baseline as soon as it can be, and wait for it, for days that
     need it.
 
-    Days before ``cfg.first_public_date`` publish no change against the baseline, so the
-    sensor succeeds at once for them. Later days need ``DataRoot.baseline_file(report)``:
+    Days before ``cfg.first_public_date`` publish nothing: no change against the
+    baseline, no release row. For them the sensor succeeds at once and skips every task
+    downstream of it (``report``, ``gate``, ``publish``), as a short-circuit does: those
+    would start three processes to write no report rows, stage no release of their own and
+    publish nothing of the day (a third of a 2-core demo backfill's task instances).
+    Later days need ``DataRoot.baseline_file(report)``:
     each poke that does not find it runs the report's ``build_baseline`` step, which
     freezes the baseline once every day of the baseline window is noised (by any run;
     the first to freeze it wins, see ``store_first_wins``) and does nothing otherwise.
@@ -37,17 +42,26 @@ class BaselineReadySensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.day = day
 
+    def execute(self, context: Context) -> Any:
+        from dp_ops.reports.mobility import steps
+
+        cfg = steps.load_config()
+        day = parse_day(self.day)
+        if steps.needs_baseline(cfg, day):
+            return super().execute(context)
+        downstream = self.get_flat_relatives(upstream=False)
+        self.log.info("%s is before the first public date %s: nothing of it is published; "
+                      "skipping %s", day, cfg.first_public_date,
+                      ", ".join(sorted(t.task_id for t in downstream)))
+        self.skip(ti=context["ti"], tasks=downstream)  # raises: Airflow marks them skipped
+        return None
+
     def poke(self, context: Context) -> bool:
         from dp_ops.reports.mobility import steps
         from dp_ops.reports.protocol import ReportName
         from dp_ops.reports.registry import load_report
 
         rt = load_report(ReportName.MOBILITY, ledger_url=ledger_url_from_connection)
-        day = parse_day(self.day)
-        if day < rt.cfg.first_public_date:
-            self.log.info("%s is before the first public date %s: no baseline needed",
-                          day, rt.cfg.first_public_date)
-            return True
         path = rt.root.baseline_file(rt.name)
         if path.exists():
             self.log.info("baseline ready: %s", path)
