@@ -11,6 +11,7 @@ path itself (:func:`private_anchor`), so every writer gets it right without bein
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -48,6 +49,19 @@ def private_anchor(path: Path) -> int | None:
 
 def is_private(path: Path) -> bool:
     return private_anchor(Path(os.path.abspath(path))) is not None
+
+
+@contextmanager
+def exclusive_lock(lock: Path) -> Iterator[None]:
+    """An exclusive flock on ``lock`` (created, with its directory, if missing), held by
+    this process until the block ends (or the process dies: the kernel drops it)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def make_dirs(directory: Path) -> None:

@@ -4,7 +4,6 @@ repointed by one rename (readers see the old release or the new one, never a mix
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dp_ops.engine.files import write_json_atomic
+from dp_ops.engine.files import exclusive_lock, write_json_atomic
 from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
@@ -120,20 +119,8 @@ def verify_checksums(directory: Path, files: dict[str, dict[str, Any]]) -> None:
 
 
 @contextmanager
-def _exclusive(lock: Path) -> Iterator[None]:
-    """An exclusive flock on ``lock`` (created, with its directory, if missing)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@contextmanager
 def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
-    with _exclusive(root.root / "staging" / f".{report}.publish.lock"):
+    with exclusive_lock(root.root / "staging" / f".{report}.publish.lock"):
         yield
 
 
@@ -167,7 +154,7 @@ def one_build(root: DataRoot, report: str, key: str, run_id: str) -> Iterator[Pa
     its ``staged.json``) before the block ends. The lock is one of 256 files by the key's
     first two hex digits, so unrelated builds rarely wait on each other and the lock
     files stay few."""
-    with _exclusive(root.root / "staging" / report / f".build-{key[:2]}.lock"):
+    with exclusive_lock(root.root / "staging" / report / f".build-{key[:2]}.lock"):
         yield _staged_twin(root, report, key, run_id)
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.engine.files import exclusive_lock
 from dp_ops.errors import BaselineIncompatible, BaselineMissing
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger
@@ -145,18 +146,16 @@ def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str)
             return StepResult(
                 f"baseline not built yet: {len(missing)} of {len(cfg.baseline_dates)} window "
                 f"days are not noised (first: {missing[0]})")
-        alpha = strictly_below(cfg.max_error_probability)
-        frames = []
-        for day in cfg.baseline_dates:
-            cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
-            est = metric_estimates(cells, grid_per_hour=cfg.residential_grid_per_hour,
-                                   residential_alpha=residential_window_alpha(alpha))
-            frames.append(long_estimates(est, day))
-        baseline = compute_baseline(pd.concat(frames, ignore_index=True),
-                                    residential_miss_per_side=residential_miss(alpha))
-        won = store_recorded(ledger, REPORT, BASELINE_NAME,
-                             pa.Table.from_pandas(baseline, preserve_index=False), target,
-                             frozen=True)
+        # Runs of a backfill reach this together: one computes, the others wait and find
+        # its file (before the lock, each computed the same baseline only to lose the race).
+        with exclusive_lock(target.with_name(f".{target.name}.freeze.lock")):
+            if verify_recorded(ledger, REPORT, BASELINE_NAME, target):
+                won = False
+            else:
+                won = store_recorded(ledger, REPORT, BASELINE_NAME,
+                                     pa.Table.from_pandas(_window_baseline(root, cfg, ledger),
+                                                          preserve_index=False),
+                                     target, frozen=True)
     finally:
         ledger.dispose()
     state = "froze" if won else "found (another run froze it first)"
@@ -164,6 +163,19 @@ def build_baseline_once(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str)
     event = ({"sha256": sha256_file(target), "window_start": cfg.baseline_start.isoformat(),
               "window_end": cfg.baseline_end.isoformat()} if won else None)
     return StepResult(f"{state} the baseline at {target}", (str(target),), event=event)
+
+
+def _window_baseline(root: DataRoot, cfg: MobilityConfig, ledger: Ledger) -> pd.DataFrame:
+    """The baseline of the noised window days (every one of them is noised)."""
+    alpha = strictly_below(cfg.max_error_probability)
+    frames = []
+    for day in cfg.baseline_dates:
+        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        est = metric_estimates(cells, grid_per_hour=cfg.residential_grid_per_hour,
+                               residential_alpha=residential_window_alpha(alpha))
+        frames.append(long_estimates(est, day))
+    return compute_baseline(pd.concat(frames, ignore_index=True),
+                            residential_miss_per_side=residential_miss(alpha))
 
 
 def read_baseline(root: DataRoot, ledger: Ledger) -> pd.DataFrame:

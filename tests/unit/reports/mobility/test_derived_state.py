@@ -50,7 +50,8 @@ def _bounded(root: DataRoot, regions: pd.DataFrame, day: date) -> None:
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def window_noised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every window day and the public day noised; the baseline not frozen yet."""
     base = tmp_path_factory.mktemp("derived") / "data"
     root = DataRoot(base)
     regions = demo_regions()
@@ -59,8 +60,49 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for day in [*CFG.baseline_dates, PUBLIC_DAY]:
         _bounded(root, regions, day)
         noising.noise_day(root, CFG, day, run_id="daily", ledger_url=url)
-    build_baseline_once(root, CFG, ledger_url=url)
     return base
+
+
+@pytest.fixture(scope="module")
+def template(window_noised: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("frozen") / "data"
+    shutil.copytree(window_noised, base)
+    build_baseline_once(DataRoot(base), CFG, ledger_url=f"sqlite:///{base / 'ledger.sqlite'}")
+    return base
+
+
+def test_runs_freezing_together_compute_the_baseline_once(
+        window_noised: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline sensors of a backfill's runs reach the freeze together: one computes
+    it, the others wait for it and find its file (each used to compute it, then lose)."""
+    import threading
+    import time
+
+    from dp_ops.reports.mobility import baseline as module
+
+    base = tmp_path / "data"
+    shutil.copytree(window_noised, base)
+    root, url = DataRoot(base), f"sqlite:///{base / 'ledger.sqlite'}"
+    computed = []
+    real = module._window_baseline
+
+    def slow(*args: object) -> pd.DataFrame:
+        computed.append(1)
+        time.sleep(0.5)  # the others arrive meanwhile
+        return real(*args)
+
+    monkeypatch.setattr(module, "_window_baseline", slow)
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(
+        build_baseline_once(root, CFG, ledger_url=url).summary)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(computed) == 1
+    assert sorted(r.split(" ")[0] for r in results) in (
+        ["found", "found", "froze"], ["baseline", "found", "froze"],
+        ["baseline", "baseline", "froze"])
 
 
 @pytest.fixture
