@@ -138,3 +138,48 @@ def test_evaluations_run_beside_and_print_at_the_end(
     assert out.index("evaluated mobility") < out.index("evaluated symptoms")
     assert "evaluating symptoms failed (exit 4" in out
     assert (tmp_path / "evaluate-mobility.log").read_text() == "evaluated mobility\n"
+
+
+def _niceness(pid: int) -> list[int]:
+    """The niceness of every thread of ``pid`` (field 19 of /proc/<pid>/task/<tid>/stat)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        raw = (task / "stat").read_text()
+        out.append(int(raw[raw.rindex(")") + 2:].split()[16]))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc only")
+def test_the_truth_and_the_evaluations_run_in_the_background(tmp_path: Path) -> None:
+    """Once the input is written, the generator's every thread (DuckDB's among them) is
+    lowered to BACKGROUND_NICENESS, and so are the evaluations, so that the task
+    processes of the backfill keep their share of the cores."""
+    import os
+    import sys
+
+    demo = load_airflow_demo()
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import threading, time\n"
+                              "threading.Thread(target=time.sleep, args=(30,), daemon=True)"
+                              ".start()\ntime.sleep(30)\n"])
+    try:
+        import time
+        deadline = time.monotonic() + 10
+        while len(list(Path(f"/proc/{child.pid}/task").iterdir())) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        base = os.getpriority(os.PRIO_PROCESS, 0)  # the child's, inherited
+        expected = max(base, demo.BACKGROUND_NICENESS)
+        assert set(_niceness(child.pid)) == {base}
+        demo.lower_priority(child.pid)
+        assert set(_niceness(child.pid)) == {expected}
+    finally:
+        child.kill()
+        child.wait()
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!{sys.executable}\nimport os\nprint(os.nice(0))\n")
+    stand_in.chmod(0o755)
+    evaluations = demo.Evaluations(tmp_path / "data", tmp_path, python=str(stand_in))
+    evaluations.start("mobility")
+    evaluations.procs["mobility"][0].wait()
+    assert (tmp_path / "evaluate-mobility.log").read_text() == f"{expected}\n"
