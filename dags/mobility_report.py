@@ -8,12 +8,14 @@ republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
 - `ingest`: validate `raw/location_history/date=<day>`; bad rows go to quarantine.
 - `bound_contributions`: per-user contribution bounding, true partial aggregates (private).
 - `noise`: check and reserve privacy budget in the ledger, then draw discrete Laplace noise
-  once per cell; retries and reruns reuse the stored noise and spend nothing.
-- `baseline`: days from the first public date (2020-02-15) need the frozen baseline: it
-  is frozen here as soon as the window 2020-01-03..02-06 is fully noised (the run that
-  freezes it emits the one `mobility_baseline` asset event), and until then the task
-  waits in reschedule mode. Days before the first public date publish nothing: for them
-  the task succeeds at once and skips `report`, `gate` and `publish` (shown as skipped).
+  once per cell; retries and reruns reuse the stored noise and spend nothing. Then it skips
+  (shown as skipped, no process started) what has nothing to do for the day: before the
+  first public date (2020-02-15) nothing of the day is published, so `baseline`,
+  `report`, `gate` and `publish`; once the baseline is frozen, `baseline`.
+- `baseline`: days from the first public date need the frozen baseline: it is frozen here
+  as soon as the window 2020-01-03..02-06 is fully noised (the run that freezes it emits
+  the one `mobility_baseline` asset event), and until then the task waits in reschedule
+  mode. (Run for an earlier day, it succeeds at once and skips the rest.)
 - `report`: percent change against the baseline and reliability suppression (noisy values
   only).
 - `gate`: stage the release and validate it with Great Expectations.
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import CronDataIntervalTimetable, chain, dag
+from airflow.sdk import CronDataIntervalTimetable, TriggerRule, chain, dag
 
 from dp_ops.airflow.assets import MOBILITY_BASELINE_EVENTS
 from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, bounding_pool, run_deadline
@@ -89,7 +91,10 @@ def mobility_report() -> None:
         task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
         pool=bounding_pool(),
         ).expand(shard=ingest.output)
-    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
+    # skips what has nothing to do for the day: report, gate and publish before the first
+    # public date, and the baseline wait for those days and once the baseline is frozen
+    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT,
+                                       skip_unneeded=True)
     baseline = BaselineReadySensor(
         task_id="baseline",
         day=DAY,
@@ -99,7 +104,9 @@ def mobility_report() -> None:
         poke_interval=30,
         timeout=timedelta(hours=12),
     )
-    report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
+    # runs after a baseline wait that succeeded or was skipped (the baseline was frozen)
+    report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT,
+                                trigger_rule=TriggerRule.NONE_FAILED)
     # Each run stages and promotes the whole release; a publish overtaken by a release
     # ending on a later day rebuilds from the current state, so runs finishing out of
     # order can neither roll the release back nor skip their own values.

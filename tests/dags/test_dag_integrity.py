@@ -109,6 +109,12 @@ def test_mobility_report_graph(dagbag: DagBag) -> None:
     # an alias, not the asset: one event, from the poke that froze the baseline
     assert [(type(a).__name__, a.name) for a in sensor.outlets] == [
         ("AssetAlias", "mobility_baseline_events")]
+    # noise skips what has nothing to do for the day (the baseline wait once frozen), so
+    # report runs after a skipped baseline, but never after a failed one
+    assert dag.get_task("noise").skip_unneeded
+    assert dag.get_task("report").trigger_rule == "none_failed"
+    assert {dag.get_task(t).trigger_rule for t in MOBILITY_CHAIN if t != "report"} == {
+        "all_success"}
 
 
 def test_every_publish_task_announces_releases_through_an_alias(dagbag: DagBag) -> None:

@@ -98,23 +98,39 @@ def test_release_published(backfilled: Path) -> None:
     json.loads((latest / "manifest.json").read_text())
 
 
-def test_days_before_the_first_public_date_skip_report_gate_and_publish(
-        dags: dict, backfilled: Path) -> None:
+def test_tasks_with_nothing_to_do_are_skipped(dags: dict, backfilled: Path) -> None:
     """A day before the first public date (2020-02-15) publishes nothing: its run noises
-    the day (the baseline window needs it), then the baseline task skips report, gate
-    and publish instead of starting three processes that write and publish nothing of the
-    day. The release is untouched; the first public day runs every task."""
+    the day (the baseline window needs it), then the noise task skips baseline, report,
+    gate and publish instead of Airflow starting four processes that write and publish
+    nothing of the day; the release is untouched. Once the baseline is frozen, a public
+    day's run skips the wait for it and runs the rest."""
     latest = backfilled / "published" / "mobility" / "latest"
     before = latest.resolve()
     _delete_runs("mobility_report")
     run = _run_day(dags["mobility_report"], date(2020, 2, 14))
-    assert _task_states(run) == {
-        "ingest": ("success", 1), "bound_contributions": ("success", 1),
-        "noise": ("success", 1), "baseline": ("success", 1),
-        "report": ("skipped", 0), "gate": ("skipped", 0), "publish": ("skipped", 0)}
+    noised = {"ingest": ("success", 1), "bound_contributions": ("success", 1),
+              "noise": ("success", 1)}
+    assert _task_states(run) == {**noised, "baseline": ("skipped", 0),
+                                 "report": ("skipped", 0), "gate": ("skipped", 0),
+                                 "publish": ("skipped", 0)}
     assert latest.resolve() == before
     run = _run_day(dags["mobility_report"], date(2020, 2, 15))
-    assert {state for state, _try in _task_states(run).values()} == {"success"}
+    assert _task_states(run) == {**noised, "baseline": ("skipped", 0),
+                                 "report": ("success", 1), "gate": ("success", 1),
+                                 "publish": ("success", 1)}
+
+
+def test_the_baseline_task_skips_the_rest_for_a_day_before_the_first_public_date(
+        dags: dict, backfilled: Path) -> None:
+    """Run for an earlier day anyway (a noise task that did not skip it, e.g. cleared
+    alone in the UI), the baseline task succeeds at once and skips report, gate and
+    publish."""
+    dag = dags["mobility_report"].partial_subset(["baseline"], include_downstream=True,
+                                                 include_upstream=False)
+    _delete_runs("mobility_report")
+    run = _run_day(dag, date(2020, 2, 14))
+    assert _task_states(run) == {"baseline": ("success", 1), "report": ("skipped", 0),
+                                 "gate": ("skipped", 0), "publish": ("skipped", 0)}
 
 
 def test_ledger_has_spends_for_every_day(backfilled: Path) -> None:

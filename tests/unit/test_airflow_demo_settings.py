@@ -22,8 +22,17 @@ def test_both_dags_at_once_by_default(tmp_path: Path) -> None:
     demo = load_airflow_demo()
     args = demo.parse_args([])
     assert args.together and args.dag_ids == ["mobility_report", "symptoms_dataset"]
-    # twice --max-active-runs (4) executor slots per DAG backfilled at the same time
-    assert _env([], tmp_path)["AIRFLOW__CORE__PARALLELISM"] == "16"
+    # both at once: 4 mobility runs and 6 symptoms runs (symptoms runs cost more: with 4
+    # each, symptoms ended ~35 s after mobility); one DAG at a time: 4
+    runs = {d: demo.max_active_runs(args, d) for d in args.dag_ids}
+    assert runs == {"mobility_report": 4, "symptoms_dataset": 6}
+    alone = demo.parse_args(["--no-together"])
+    assert {demo.max_active_runs(alone, d) for d in alone.dag_ids} == {4}
+    given = demo.parse_args(["--max-active-runs", "3"])
+    assert {demo.max_active_runs(given, d) for d in given.dag_ids} == {3}
+    # twice the runs in executor slots, summed over the DAGs backfilled at the same time
+    assert _env([], tmp_path)["AIRFLOW__CORE__PARALLELISM"] == "20"
+    assert _env(["--max-active-runs", "3"], tmp_path)["AIRFLOW__CORE__PARALLELISM"] == "12"
     assert _env(["--no-together"], tmp_path)["AIRFLOW__CORE__PARALLELISM"] == "8"
     assert _env(["--dag-id", "symptoms_dataset"], tmp_path)["AIRFLOW__CORE__PARALLELISM"] == "8"
 

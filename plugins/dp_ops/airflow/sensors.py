@@ -17,10 +17,10 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
     need it.
 
     Days before ``cfg.first_public_date`` publish nothing: no change against the
-    baseline, no release row. For them the sensor succeeds at once and skips every task
-    downstream of it (``report``, ``gate``, ``publish``), as a short-circuit does: those
-    would start three processes to write no report rows, stage no release of their own and
-    publish nothing of the day (a third of a 2-core demo backfill's task instances).
+    baseline, no release row. The daily DAG's noise task skips this sensor and what
+    follows for them (``skip_unneeded``); run for such a day anyway (cleared alone in the
+    UI, say), the sensor succeeds at once and skips every task downstream of it
+    (``report``, ``gate``, ``publish``), as a short-circuit does.
     Later days need ``DataRoot.baseline_file(report)``:
     each poke that does not find it runs the report's ``build_baseline`` step, which
     freezes the baseline once every day of the baseline window is noised (by any run;

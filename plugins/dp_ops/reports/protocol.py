@@ -78,6 +78,11 @@ class ReportSteps(Protocol[C]):
         """Whether reporting ``day`` needs the frozen baseline."""
         ...
 
+    def skipped_after_noise(self, root: DataRoot, cfg: C, day: date) -> frozenset[str]:
+        """The ids of the daily DAG's tasks after ``noise`` that have nothing to do for
+        ``day``; its noise task skips them (they start no process)."""
+        ...
+
     def ingest(self, root: DataRoot, cfg: C, day: date) -> StepResult:
         """Validate the day's raw partition: clean rows to ``work/clean``, bad rows to
         ``quarantine`` with their reason."""

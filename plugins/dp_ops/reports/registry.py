@@ -96,6 +96,9 @@ class BoundReport(Generic[C]):
     def needs_baseline(self, day: date) -> bool:
         return self.steps.needs_baseline(self.cfg, day)
 
+    def skipped_after_noise(self, day: date) -> frozenset[str]:
+        return self.steps.skipped_after_noise(self.root, self.cfg, day)
+
     @property
     def daily_dag_id(self) -> str:
         return self.steps.DAILY_DAG_ID

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
 from dp_ops.airflow.runtime import (
@@ -18,7 +19,7 @@ from dp_ops.airflow.runtime import (
 from dp_ops.reports.protocol import ReportName
 
 
-class BudgetCheckedNoiseOperator(BaseOperator):
+class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
     """Noise one day of a report through the privacy-budget ledger.
 
     The step reserves budget in the ledger before drawing any noise and reuses stored noisy
@@ -36,6 +37,10 @@ class BudgetCheckedNoiseOperator(BaseOperator):
     :param reason: why a re-noise was asked for, recorded in the ledger (templated).
     :param repeat_renoise: allow a second re-noise of the same region and day (refused
         otherwise); recorded in the ledger's reason (templated).
+    :param skip_unneeded: once the day is noised, skip the tasks downstream that have
+        nothing to do for it (the report's ``skipped_after_noise``: for mobility, all of
+        them before the first public date and the baseline wait once it is frozen), so
+        Airflow starts no process for them. For the daily DAGs, whose task ids it names.
     """
 
     template_fields: Sequence[str] = ("day", "region", "renoise", "reason", "repeat_renoise")
@@ -43,9 +48,11 @@ class BudgetCheckedNoiseOperator(BaseOperator):
 
     def __init__(self, *, report: ReportName | str, day: str, region: str | None = None,
                  renoise: bool | str = False, reason: str = "",
-                 repeat_renoise: bool | str = False, **kwargs: Any) -> None:
+                 repeat_renoise: bool | str = False, skip_unneeded: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.day = day
+        self.skip_unneeded = skip_unneeded
         self.region = region
         self.renoise = renoise
         self.reason = reason
@@ -61,8 +68,16 @@ class BudgetCheckedNoiseOperator(BaseOperator):
                 raise AirflowFailException(
                     "renoise=True needs a reason (it is recorded in the ledger)")
             repeat = parse_bool(self.repeat_renoise, field="repeat_renoise")
-            result = load(self.report).noise(day, run_id=context["run_id"], region=region,
-                                             renoise=renoise, repeat_renoise=repeat,
-                                             reason=str(self.reason or ""))
+            rt = load(self.report)
+            result = rt.noise(day, run_id=context["run_id"], region=region, renoise=renoise,
+                              repeat_renoise=repeat, reason=str(self.reason or ""))
         self.log.info("noise: %s", result.summary)
+        if self.skip_unneeded:
+            names = rt.skipped_after_noise(day)
+            unneeded = [t for t in self.get_flat_relatives(upstream=False)
+                        if t.task_id in names]
+            if unneeded:
+                self.log.info("nothing to do for %s in %s: skipped", day,
+                              ", ".join(sorted(t.task_id for t in unneeded)))
+                self.skip(ti=context["ti"], tasks=unneeded)  # raises; Airflow skips them
         return result.summary

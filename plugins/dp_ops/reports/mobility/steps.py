@@ -29,7 +29,8 @@ DAILY_DAG_ID = "mobility_report"
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
            "first_noised_date", "gate", "ingest", "load_config", "method_update",
-           "needs_baseline", "noise", "noise_plan", "publish", "report", "run_days"]
+           "needs_baseline", "noise", "noise_plan", "publish", "report", "run_days",
+           "skipped_after_noise"]
 
 
 def load_config() -> MobilityConfig:
@@ -47,6 +48,17 @@ def needs_baseline(cfg: MobilityConfig, day: date) -> bool:
     """Whether reporting ``day`` needs the frozen baseline: the public series (from
     ``first_public_date``) is a change against it."""
     return day >= cfg.first_public_date
+
+
+def skipped_after_noise(root: DataRoot, cfg: MobilityConfig, day: date) -> frozenset[str]:
+    """The daily DAG's tasks after ``noise`` with nothing to do for ``day``: before the
+    first public date all of them (nothing of the day is published: a window day is
+    noised for the baseline only), and once the baseline is frozen the wait for it."""
+    if not needs_baseline(cfg, day):
+        return frozenset({"baseline", "report", "gate", "publish"})
+    if root.baseline_file(REPORT).exists():
+        return frozenset({"baseline"})
+    return frozenset()
 
 
 def ingest(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:

@@ -26,7 +26,7 @@ DAILY_DAG_ID = "symptoms_dataset"
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "first_noised_date", "gate",
            "ingest", "load_config", "needs_baseline", "noise", "noise_plan", "publish", "report",
-           "run_days"]
+           "run_days", "skipped_after_noise"]
 
 
 def load_config() -> SymptomsConfig:
@@ -42,6 +42,11 @@ def first_noised_date(cfg: SymptomsConfig) -> date:
 def needs_baseline(cfg: SymptomsConfig, day: date) -> bool:
     """Whether reporting ``day`` needs the frozen baseline: the symptoms dataset has no baseline."""
     return False
+
+
+def skipped_after_noise(root: DataRoot, cfg: SymptomsConfig, day: date) -> frozenset[str]:
+    """None: every day of the symptoms dataset is reported, gated and published."""
+    return frozenset()
 
 
 def ingest(root: DataRoot, cfg: SymptomsConfig, day: date) -> StepResult:
