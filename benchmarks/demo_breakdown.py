@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         span = f["first_start_to_last_end_s"]
         print(f"{dag_id}: {f['runs']} runs, first start -> last end "
-              f"{span:.0f} s, {f['task_instances']} task instances, "
+              f"{span:.0f} s, {f['task_instances']} task instances run "
+              f"({f['skipped_task_instances']} skipped), "
               f"{f['sum_inside_s']:.0f} s inside tasks in all")
         print(f"  {'task':<22}{'count':>6}{'mean inside s':>15}{'total inside s':>16}"
               f"{'mean wait before s':>20}")

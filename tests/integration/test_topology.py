@@ -140,12 +140,25 @@ def test_both_backfills_ran_every_day_on_the_celery_worker(deployed: Deployed) -
         assert {r["state"] for r in runs} == {"success"}
         counts[dag_id] = Counter()
         for run in runs:
+            day = date.fromisoformat(run["data_interval_start"][:10])
+            states = {}
             for ti in deployed.api.task_instances(dag_id, run["dag_run_id"]):
                 counts[dag_id][ti["state"]] += 1
-                assert ti["executor"] in (None, "CeleryExecutor") and ti["hostname"]
+                states[ti["task_id"]] = ti["state"]
+                if ti["state"] != "skipped":
+                    assert ti["executor"] in (None, "CeleryExecutor") and ti["hostname"]
+            # mobility's noise task skips what has nothing to do for the day: everything
+            # after it before the first public date, the baseline wait once it is frozen
+            if dag_id == "mobility_report" and day < date(2020, 2, 15):
+                skipped = {"baseline", "report", "gate", "publish"}
+            elif dag_id == "mobility_report":
+                skipped = {"baseline"} if states["baseline"] == "skipped" else set()
+            else:
+                skipped = set()
+            assert states == {t: "skipped" if t in skipped else "success" for t in states}, (
+                dag_id, day, states)
     print(f"\n[topology] task instances: {json.dumps({k: dict(v) for k, v in counts.items()})}"
           f"; seconds: {json.dumps({k: round(v) for k, v in deployed.outcome.seconds.items()})}")
-    assert set(counts["mobility_report"]) == {"success"}
     assert set(counts["symptoms_dataset"]) == {"success"}
 
 
