@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# issue 16: a full-2020 backfill through Airflow under 15 min (mobility), 30 min (symptoms)
+YEAR_TARGET_MIN = {"mobility_report": 15, "symptoms_dataset": 30}
+
+
 def print_table(r: dict[str, object]) -> None:
     af = r["airflow"]
     assert isinstance(af, dict)
@@ -189,7 +193,8 @@ def print_table(r: dict[str, object]) -> None:
     print(f"  Airflow, whole script (migrate, start services, backfill, stop): "
           f"{r['airflow_script_s']:.0f} s = {r['airflow_script_s'] / 60:.1f} min")  # type: ignore[operator]
     print(f"  Airflow, first run start -> last run end: {wall:.0f} s = {wall / 60:.1f} min "
-          f"({wall / runs:.2f} s per run; target < 30 min)")
+          f"({wall / runs:.2f} s per run; issue 16's target for a year: < "
+          f"{YEAR_TARGET_MIN.get(str(r['dag_id']), 30)} min)")
     if "inprocess_s" in r:
         ip = float(r["inprocess_s"])  # type: ignore[arg-type]
         print(f"  in-process, same days, no Airflow: {ip:.0f} s ({ip / runs:.2f} s per day)")
