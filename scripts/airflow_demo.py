@@ -101,9 +101,7 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         # SequentialExecutor any more). Its worker processes are forked up front, so
         # parallelism is kept to what the backfill can use.
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": str(max(2, *(
-            [2 * sum(max_active_runs(args, d) for d in args.dag_ids)] if args.together
-            else [2 * max_active_runs(args, d) for d in args.dag_ids]))),
+        "AIRFLOW__CORE__PARALLELISM": str(executor_slots(args)),
         # SQLite allows one writer; wait for the lock (default 5 s) instead of failing.
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
         "AIRFLOW__API__HOST": "127.0.0.1",
@@ -543,6 +541,13 @@ def max_active_runs(args: argparse.Namespace, dag_id: str) -> int:
     if args.together and len(args.dag_ids) > 1:
         return MAX_ACTIVE_RUNS_TOGETHER.get(dag_id, MAX_ACTIVE_RUNS)
     return MAX_ACTIVE_RUNS
+
+
+def executor_slots(args: argparse.Namespace) -> int:
+    """Twice the runs at a time of the DAGs backfilled together (a run's next task is
+    queued while the last one's process ends); at least 2."""
+    slots = [2 * max_active_runs(args, d) for d in args.dag_ids]
+    return max(2, sum(slots) if args.together else max(slots))
 
 
 class Generator:

@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.bases.skipmixin import SkipMixin
 
-from dp_ops.airflow.operators.steps import emit_events
+from dp_ops.airflow.operators.steps import emit_events, skip_downstream
 from dp_ops.airflow.runtime import ledger_url_from_connection, parse_day
 
 
@@ -49,11 +49,9 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
         day = parse_day(self.day)
         if steps.needs_baseline(cfg, day):
             return super().execute(context)
-        downstream = self.get_flat_relatives(upstream=False)
-        self.log.info("%s is before the first public date %s: nothing of it is published; "
-                      "skipping %s", day, cfg.first_public_date,
-                      ", ".join(sorted(t.task_id for t in downstream)))
-        self.skip(ti=context["ti"], tasks=downstream)  # raises: Airflow marks them skipped
+        skip_downstream(self, context, self.get_flat_relative_ids(upstream=False),
+                        f"{day} is before the first public date {cfg.first_public_date}: "
+                        "nothing of it is published")
         return None
 
     def poke(self, context: Context) -> bool:

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
+from dp_ops.airflow.operators.steps import skip_downstream
 from dp_ops.airflow.runtime import (
     load,
     parse_bool,
@@ -73,11 +74,6 @@ class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
                               repeat_renoise=repeat, reason=str(self.reason or ""))
         self.log.info("noise: %s", result.summary)
         if self.skip_unneeded:
-            names = rt.skipped_after_noise(day)
-            unneeded = [t for t in self.get_flat_relatives(upstream=False)
-                        if t.task_id in names]
-            if unneeded:
-                self.log.info("nothing to do for %s in %s: skipped", day,
-                              ", ".join(sorted(t.task_id for t in unneeded)))
-                self.skip(ti=context["ti"], tasks=unneeded)  # raises; Airflow skips them
+            skip_downstream(self, context, rt.skipped_after_noise(day),
+                            f"nothing to do for {day}")
         return result.summary

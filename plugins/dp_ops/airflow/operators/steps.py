@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.bases.skipmixin import SkipMixin
 
 from dp_ops.airflow.links import ReleasePageLink
 from dp_ops.airflow.runtime import load, parse_day, refusals_fail_without_retry
@@ -27,6 +28,19 @@ def emit_events(task: BaseOperator, context: Context,
             asset = ALIAS_TARGETS[outlet.name]
             context["outlet_events"][outlet].add(asset, extra=dict(event))
             task.log.info("asset event for %s: %s", asset.name, dict(event))
+
+
+def skip_downstream(task: BaseOperator, context: Context, task_ids: Collection[str],
+                    why: str) -> None:
+    """Skip the tasks downstream of ``task`` whose ids are in ``task_ids`` (Airflow marks
+    them skipped and starts no process for them) and log which and ``why``; nothing when
+    none is downstream. Raises Airflow's ``DownstreamTasksSkipped`` when it skips: the
+    task ends as a success."""
+    assert isinstance(task, SkipMixin), f"{type(task).__name__} cannot skip tasks"
+    tasks = [t for t in task.get_flat_relatives(upstream=False) if t.task_id in task_ids]
+    if tasks:
+        task.log.info("%s: skipping %s", why, ", ".join(sorted(t.task_id for t in tasks)))
+        task.skip(ti=context["ti"], tasks=tasks)
 
 
 class ReportStepOperator(BaseOperator):
