@@ -56,7 +56,7 @@ def _wide_csv_text(frame: pd.DataFrame) -> str | None:
     """The CSV text of ``frame`` when it is key columns followed by at least
     ``_WIDE_FLOAT_COLUMNS`` float columns (else None): the keys through pandas (its
     quoting), each float as numpy's shortest repr (what pandas writes), NaN as empty."""
-    kinds = [frame[c].dtype.kind for c in frame.columns]
+    kinds = [t.kind for t in frame.dtypes]
     lead = len(kinds)
     while lead > 0 and kinds[lead - 1] == "f":
         lead -= 1
@@ -78,7 +78,9 @@ def _wide_csv_text(frame: pd.DataFrame) -> str | None:
     spans: dict[int, tuple[int, int, int]] = {}  # row: its pieces [a, b), its last column
     pieces: list[str] = []
     if len(rows):
-        texts = values[rows, cols].astype(str).tolist()
+        # each distinct value formatted once (two-decimal values repeat a lot)
+        distinct, which = np.unique(values[rows, cols], return_inverse=True)
+        texts = np.asarray(distinct.astype(str).tolist(), dtype=object)[which].tolist()
         starts = np.r_[0, np.flatnonzero(np.diff(rows)) + 1]
         ends = np.r_[starts[1:], len(rows)]
         previous = np.r_[-1, cols[:-1]]

@@ -131,23 +131,42 @@ def scaling_factors(values: pd.DataFrame, stored: pd.DataFrame, cfg: SymptomsCon
 
 def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
           dates: list[str]) -> pd.DataFrame:
-    """One row per (region with a published value, date), one column per symptom."""
-    shown = values.loc[values["published"], "region_id"].unique()
-    part = values[values["region_id"].isin(shown)]
+    """One row per (region with a published value, date), one column per symptom,
+    sorted by region code then date. Values dated outside ``dates`` or of a symptom not
+    in ``symptoms`` are left out; two values for one cell raise ValueError.
+
+    Built by placing each value in one (rows x symptoms) float block (NaN elsewhere), so
+    the cost follows the values and the block's size, not a pandas pivot and reindex of
+    the whole year."""
     columns = symptom_columns(symptoms)
-    if len(shown) == 0:
+    shown = values.loc[values["published"], "region_id"].unique()
+    meta = regions.loc[regions["region_id"].isin(shown),
+                       ["region_id", *[c for c in KEY_COLUMNS if c != "date"]]]
+    if meta.empty:
         return pd.DataFrame({c: pd.Series(dtype="str") for c in KEY_COLUMNS}
                             | {c: pd.Series(dtype="float64") for c in columns})
-    grid = pd.MultiIndex.from_product([sorted(shown), dates], names=["region_id", "date"])
-    wide = (part.assign(column="symptom:" + part["symptom"])
-            .pivot(index=["region_id", "date"], columns="column", values="value")
-            .reindex(index=grid, columns=columns))
-    wide.columns.name = None
-    wide = wide.reset_index()
-    meta = regions[["region_id", *[c for c in KEY_COLUMNS if c != "date"]]]
-    wide = meta.merge(wide, on="region_id", how="inner", validate="one_to_many")
-    wide = wide.sort_values(["open_covid_region_code", "date"], kind="stable")
-    return wide[[*KEY_COLUMNS, *columns]].reset_index(drop=True)
+    if meta["region_id"].duplicated().any():
+        raise ValueError("the region table lists a region id twice")
+    meta = meta.sort_values("open_covid_region_code", kind="stable").reset_index(drop=True)
+    n_dates, n_symptoms = len(dates), len(symptoms)
+    region_at = pd.Index(meta["region_id"]).get_indexer(values["region_id"])
+    date_at = pd.Index(dates).get_indexer(values["date"])
+    symptom_at = pd.Index(symptoms).get_indexer(values["symptom"])
+    keep = (region_at >= 0) & (date_at >= 0) & (symptom_at >= 0)
+    n_rows = len(meta) * n_dates
+    # column-major, as a DataFrame stores its float block (else pandas copies it over)
+    flat = symptom_at[keep] * n_rows + region_at[keep] * n_dates + date_at[keep]
+    if len(np.unique(flat)) != len(flat):
+        raise ValueError("two published values for one (region, date, symptom)")
+    block = np.full((n_rows, n_symptoms), np.nan, order="F")
+    cells = block.ravel(order="K")  # a view of the column-major block
+    cells[flat] = values["value"].to_numpy(np.float64)[keep]
+    repeat = np.repeat(np.arange(len(meta)), n_dates)
+    keys = {c: meta[c].take(repeat).reset_index(drop=True) for c in KEY_COLUMNS if c != "date"}
+    keys["date"] = pd.Series(np.tile(np.array(dates, dtype=object), len(meta)), dtype="str")
+    wide = pd.concat([pd.DataFrame(keys)[list(KEY_COLUMNS)],
+                      pd.DataFrame(block, columns=columns, copy=False)], axis=1)
+    return wide
 
 
 def _values(m: PeriodSummary, passing: pd.DataFrame, resolution: str) -> pd.DataFrame:

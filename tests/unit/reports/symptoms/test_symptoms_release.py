@@ -145,6 +145,41 @@ def test_every_region_in_a_file_has_every_date(regions: pd.DataFrame,
     assert not candidate.daily.duplicated(["open_covid_region_code", "date"]).any()
 
 
+def _pivoted(values: pd.DataFrame, regions: pd.DataFrame, dates: list[str]) -> pd.DataFrame:
+    """The wide table by a plain pandas pivot (the reference for the block-built one)."""
+    shown = values.loc[values["published"], "region_id"].unique()
+    part = values[values["region_id"].isin(shown)]
+    columns = [f"symptom:{s}" for s in SYMPTOMS]
+    grid = pd.MultiIndex.from_product([sorted(shown), dates], names=["region_id", "date"])
+    wide = (part.assign(column="symptom:" + part["symptom"])
+            .pivot(index=["region_id", "date"], columns="column", values="value")
+            .reindex(index=grid, columns=columns))
+    wide.columns.name = None
+    meta = regions[["region_id", *[c for c in KEY_COLUMNS if c != "date"]]]
+    wide = meta.merge(wide.reset_index(), on="region_id", how="inner")
+    wide = wide.sort_values(["open_covid_region_code", "date"], kind="stable")
+    return wide[[*KEY_COLUMNS, *columns]].reset_index(drop=True)
+
+
+def test_the_wide_tables_are_the_pivot_of_the_published_values(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame) -> None:
+    """The files' tables are placed value by value into one float block: the same table,
+    cell for cell and type for type, as pandas' pivot; two values for one cell raise."""
+    from dp_ops.reports.symptoms.assemble import _wide, eligible_regions
+
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    eligible = eligible_regions(regions, CFG)
+    for resolution, table in (("daily", candidate.daily), ("weekly", candidate.weekly)):
+        values = candidate.values[candidate.values["resolution"] == resolution]
+        dates = sorted(table["date"].unique())
+        assert len(values) > 10
+        pd.testing.assert_frame_equal(table, _pivoted(values, eligible, dates))
+    values = candidate.values[candidate.values["resolution"] == "daily"]
+    with pytest.raises(ValueError, match="two published values"):
+        _wide(pd.concat([values, values.iloc[:1]]), eligible, SYMPTOMS,
+              sorted(candidate.daily["date"].unique()))
+
+
 def test_scaling_factor_is_reused_by_a_later_release(regions: pd.DataFrame) -> None:
     first_rows = constructed_rows(regions, _days(14))
     first = build_candidate(first_rows, regions, SYMPTOMS, CFG, _empty_scaling())
