@@ -174,11 +174,11 @@ def _check_parquet(path: Path, columns: list[dict[str, Any]]) -> list[str]:
         if not any(test(field.type) for test in _ARROW_KINDS[spec["type"]]):
             problems.append(f"{spec['name']!r} has type {field.type}, expected {spec['type']}")
             continue
-        nulls = 0
+        nulls: int | None = 0
         if not spec["nullable"]:
             nulls = counted.get(field.name)
             if nulls is None:  # no statistics to go by: count on the column itself
-                nulls = parquet.read(columns=[field.name]).column(0).null_count
+                nulls = int(parquet.read(columns=[field.name]).column(0).null_count)
         if nulls:
             problems.append(f"{spec['name']!r} has {nulls} null value(s)")
         if spec["type"] == "date":
