@@ -174,15 +174,19 @@ def _check_parquet(path: Path, columns: list[dict[str, Any]]) -> list[str]:
         if not any(test(field.type) for test in _ARROW_KINDS[spec["type"]]):
             problems.append(f"{spec['name']!r} has type {field.type}, expected {spec['type']}")
             continue
+        # a date column is read for its values anyway (its nulls counted on it); another
+        # column only when its nulls matter and no statistics count them
+        column = (parquet.read(columns=[field.name]).column(0)
+                  if spec["type"] == "date" else None)
         nulls: int | None = 0
         if not spec["nullable"]:
-            nulls = counted.get(field.name)
-            if nulls is None:  # no statistics to go by: count on the column itself
-                nulls = int(parquet.read(columns=[field.name]).column(0).null_count)
+            nulls = column.null_count if column is not None else counted.get(field.name)
+            if nulls is None:
+                nulls = parquet.read(columns=[field.name]).column(0).null_count
         if nulls:
             problems.append(f"{spec['name']!r} has {nulls} null value(s)")
-        if spec["type"] == "date":
-            values = parquet.read(columns=[field.name]).column(0).drop_null()
+        if column is not None:
+            values = column.drop_null()
             bad = len(values) - pc.sum(pc.match_substring_regex(
                 values, _DATE.pattern)).as_py() if len(values) else 0
             if bad:

@@ -108,13 +108,14 @@ def test_parquet_nulls_and_dates_are_found_with_or_without_statistics(
         mobility_release: Path, statistics: bool) -> None:
     """Null counts come from the row groups' statistics, or from the column itself when
     the file has none; a date column's values are read and matched."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = mobility_release / "Global_Mobility_Report.parquet"
     table = pq.read_table(path).to_pandas()
     table.loc[1, "country_region"] = None
     table.loc[2, "date"] = "03/03/2020"
-    pq.write_table(pq.read_table(path).from_pandas(table, schema=pq.read_schema(path)),
+    pq.write_table(pa.Table.from_pandas(table, schema=pq.read_schema(path)),
                    path, write_statistics=statistics, row_group_size=2)
     problems = check_release_files("mobility", mobility_release)
     assert "Global_Mobility_Report.parquet: 'country_region' has 1 null value(s)" in problems

@@ -162,11 +162,11 @@ def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
     cells = block.ravel(order="K")  # a view of the column-major block
     cells[flat] = values["value"].to_numpy(np.float64)[keep]
     repeat = np.repeat(np.arange(len(meta)), n_dates)
-    keys = {c: meta[c].take(repeat).reset_index(drop=True) for c in KEY_COLUMNS if c != "date"}
-    keys["date"] = pd.Series(np.tile(np.array(dates, dtype=object), len(meta)), dtype="str")
-    wide = pd.concat([pd.DataFrame(keys)[list(KEY_COLUMNS)],
-                      pd.DataFrame(block, columns=columns, copy=False)], axis=1)
-    return wide
+    date_column = pd.Series(np.tile(np.array(dates, dtype=object), len(meta)), dtype="str")
+    keys = pd.DataFrame({c: date_column if c == "date"
+                         else meta[c].take(repeat).reset_index(drop=True)
+                         for c in KEY_COLUMNS})
+    return pd.concat([keys, pd.DataFrame(block, columns=columns, copy=False)], axis=1)
 
 
 def _values(m: PeriodSummary, passing: pd.DataFrame, resolution: str) -> pd.DataFrame:

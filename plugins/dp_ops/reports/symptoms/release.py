@@ -130,10 +130,10 @@ def file_names(candidate: Candidate, code: str) -> dict[str, pd.DataFrame]:
     """``<year>_<CC>_daily_symptoms_dataset.csv`` and the weekly one, per year."""
     out: dict[str, pd.DataFrame] = {}
     for kind, wide in (("daily", candidate.daily), ("weekly", candidate.weekly)):
-        years = sorted({d[:4] for d in wide["date"].unique()}) or [
-            str(candidate.last_date.year)]
+        year_of = wide["date"].str[:4]
+        years = sorted(year_of.unique()) or [str(candidate.last_date.year)]
         for year in years:
-            in_year = (wide["date"].str[:4] == year).to_numpy(bool)
+            in_year = (year_of == year).to_numpy(bool)
             # one year (the usual case): the table itself, not a copy of it
             out[f"{year}_{code}_{kind}_symptoms_dataset"] = (
                 wide if in_year.all() else wide[in_year])
