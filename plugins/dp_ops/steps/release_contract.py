@@ -159,8 +159,7 @@ _ARROW_KINDS = {
 def _check_parquet(path: Path, columns: list[dict[str, Any]]) -> list[str]:
     """Types from the file's schema, null counts from its row groups' statistics (a
     column is read only when a row group has none), the date columns' values read: so
-    that a year of 430 columns is not read back whole to learn what its footer says (a
-    zero-row file has no row group: nothing to count)."""
+    that a year of 430 columns is not read back whole to learn what its footer says."""
     import pyarrow.compute as pc
 
     parquet = pq.ParquetFile(path)
@@ -176,17 +175,15 @@ def _check_parquet(path: Path, columns: list[dict[str, Any]]) -> list[str]:
             continue
         # a date column is read for its values anyway (its nulls counted on it); another
         # column only when its nulls matter and no statistics count them
-        column = (parquet.read(columns=[field.name]).column(0)
-                  if spec["type"] == "date" else None)
-        nulls: int | None = 0
+        dates = _read_column(parquet, field.name) if spec["type"] == "date" else None
+        nulls = 0
         if not spec["nullable"]:
-            nulls = column.null_count if column is not None else counted.get(field.name)
-            if nulls is None:
-                nulls = parquet.read(columns=[field.name]).column(0).null_count
+            known = counted.get(field.name) if dates is None else dates.null_count
+            nulls = known if known is not None else _read_column(parquet, field.name).null_count
         if nulls:
             problems.append(f"{spec['name']!r} has {nulls} null value(s)")
-        if column is not None:
-            values = column.drop_null()
+        if dates is not None:
+            values = dates.drop_null()
             bad = len(values) - pc.sum(pc.match_substring_regex(
                 values, _DATE.pattern)).as_py() if len(values) else 0
             if bad:
@@ -196,11 +193,15 @@ def _check_parquet(path: Path, columns: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+def _read_column(parquet: pq.ParquetFile, name: str) -> pa.ChunkedArray:
+    return parquet.read(columns=[name]).column(0)
+
+
 def _null_counts(parquet: pq.ParquetFile) -> dict[str, int | None]:
     """Per column, the nulls its row groups' statistics count (None when one of its row
-    groups has no such statistic)."""
+    groups has no such statistic; 0 in a file without row groups)."""
     meta = parquet.metadata
-    counts: dict[str, int | None] = {}
+    counts: dict[str, int | None] = dict.fromkeys(parquet.schema_arrow.names, 0)
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         for j in range(group.num_columns):
