@@ -323,7 +323,7 @@ class Ledger:
             q = q.where(budget_spend.c.report == report)
         out: dict[tuple[str, str], list[float]] = {}
         with self.read_engine.connect() as conn:
-            for rep, day, epsilon in conn.execute(q).tuples():
+            for rep, day, epsilon in conn.execute(q):
                 out.setdefault((rep, day), []).append(epsilon)
         return {(rep, date.fromisoformat(day)): math.fsum(v)
                 for (rep, day), v in sorted(out.items())}

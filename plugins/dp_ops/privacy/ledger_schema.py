@@ -204,7 +204,7 @@ def verify_chain(conn: Connection) -> ChainCheck:
         result = conn.execute(sa.select(table))
         keys = list(result.keys())
         at = keys.index(key)
-        rows[tbl] = {int(t[at]): _as_dict(keys, t) for t in result.tuples()}
+        rows[tbl] = {int(t[at]): _as_dict(keys, t) for t in result}
     seen: set[tuple[str, int]] = set()
     prev = GENESIS
     expected_seq = 1
@@ -212,7 +212,7 @@ def verify_chain(conn: Connection) -> ChainCheck:
     chain = sa.select(ledger_chain.c.seq, ledger_chain.c.tbl, ledger_chain.c.row_id,
                       ledger_chain.c.row_sha256, ledger_chain.c.chain_sha256)
     for seq, tbl, row_id, row_hash, chain_hash in conn.execute(
-            chain.order_by(ledger_chain.c.seq)).tuples():
+            chain.order_by(ledger_chain.c.seq)):
         count += 1
         if seq != expected_seq:
             return ChainCheck(count, prev, f"chain entry {expected_seq} is missing (the next "

@@ -336,17 +336,31 @@ def test_verify_reads_one_snapshot_while_others_write(ledger_url: str) -> None:
     """A publish verifies the ledger while other runs spend and store (seen in the demo
     before the fix: a row written between reading the tables and reading the chain looked
     deleted). A writer thread appends 150 spends and records; every verify meanwhile must
-    pass. Not statistical: a correct snapshot never fails; a torn read fails often."""
+    pass. Not statistical: a correct snapshot never fails; a torn read fails often.
+
+    The two threads are made to overlap: every 10 spends the writer waits until the reader
+    has started another verify, then writes on while that verify runs. Without the
+    handshake a busy machine can let the writer hold SQLite's lock for all 150 spends and
+    the reader verify only once, after them (seen in CI), which tests nothing."""
     import threading
 
     Ledger(ledger_url).dispose()  # create the schema first
     done = threading.Event()
+    started = threading.Condition()
+    verifies_started = 0
     errors: list[BaseException] = []
+
+    def wait_for_verify(n: int) -> None:
+        with started:
+            if not started.wait_for(lambda: verifies_started >= n, timeout=120):
+                raise TimeoutError(f"verify {n} did not start within 120 s")
 
     def write() -> None:
         led = Ledger(ledger_url)
         try:
             for i in range(150):
+                if i % 10 == 0:
+                    wait_for_verify(i // 10 + 1)
                 (s,) = led.reserve([SpendRequest(slot(f"m{i}"), 0.01)], run_id="w",
                                    kind="noise", cap=CAP, method_version="v1").spends
                 led.record_stored(s.id, f"{i:064x}", 1)
@@ -363,6 +377,9 @@ def test_verify_reads_one_snapshot_while_others_write(ledger_url: str) -> None:
     try:
         thread.start()
         while not done.is_set():
+            with started:
+                verifies_started += 1
+                started.notify_all()
             check = reader.verify()
             checks += 1
             if not check.ok:
@@ -371,4 +388,4 @@ def test_verify_reads_one_snapshot_while_others_write(ledger_url: str) -> None:
     finally:
         reader.dispose()
     assert not errors and not problems, (errors, problems[:3])
-    assert checks >= 2
+    assert checks >= 15  # one verify started in each of the 15 blocks of 10 spends
