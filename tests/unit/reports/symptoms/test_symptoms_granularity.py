@@ -4,7 +4,6 @@ weekly sums. All inputs are constructed, no randomness beyond fixed seeds."""
 
 from __future__ import annotations
 
-import time
 from datetime import date, timedelta
 
 import numpy as np
@@ -149,7 +148,7 @@ def test_each_level_votes_apart() -> None:
     assert pooled["C"] == "weekly" and pooled["S00"] == "weekly"
 
 
-def test_all_symptoms_times_regions_is_fast() -> None:
+def test_all_symptoms_times_regions_are_each_decided_once() -> None:
     rng = np.random.default_rng(7)
     regions = [f"R{i:03d}" for i in range(100)]
     symptoms = [f"S{i:03d}" for i in range(422)]
@@ -160,11 +159,11 @@ def test_all_symptoms_times_regions_is_fast() -> None:
         "daily_unreliable": rng.random(len(regions) * len(symptoms)) < 0.4,
     })
     volume = pd.Series(rng.random(len(regions)) * 1e5, index=regions)
-    start = time.perf_counter()
     decided = decide_resolution(series, volume, neighbours=20)
-    elapsed = time.perf_counter() - start
+    # every series decided once; its time is in the daily run's figures
+    # (benchmarks/daily_cost.py), not asserted on a shared runner's clock
     assert len(decided) == 42_200
-    assert elapsed < 1.0  # measured ~0.1 s; room for a loaded 2-core runner
+    assert not decided.duplicated(["region_id", "symptom"]).any()
 
 
 # -- the weekly-sums reference (tests/support/symptoms_reference.py) -------------------
