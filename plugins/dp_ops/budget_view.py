@@ -7,21 +7,38 @@ headroom, the dates above a normal run, every spend grouped by date, kind, run a
 and the release history with each release's maximum epsilon, suppression and gate
 outcome. Nothing here reads a private file: the ledger holds epsilons and ids, the
 manifests only public figures.
+
+Whoever can write the data root writes the manifests, so nothing read from one is trusted:
+every value is checked for the type the page needs (a release whose manifest is not a JSON
+object with them is shown as a malformed manifest) and escaped, no symlink under
+``releases/`` is followed, and :func:`release_file` serves only what a verified release
+publishes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
-from collections.abc import Iterable, Sequence
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import _EPS_TOLERANCE, Ledger, Spend
+from dp_ops.steps.release import current_release
+
+MANIFEST_FILE = "manifest.json"
+# A real manifest lists each file of its release (a few thousand at most): far below this.
+# Above it the manifest is not read (a planted huge file would stall the page).
+MAX_MANIFEST_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -55,14 +72,23 @@ class SpendGroup:
 
 @dataclass(frozen=True)
 class ReleaseRow:
+    """One release of the history, as its manifest states it. A value the manifest lacks,
+    or holds with another type than the page needs, is None (a share: its value None) and
+    ``problems`` says what is wrong; the page shows such a value as invalid."""
+
     release_id: str
-    first_date: str
-    last_date: str
+    first_date: str | None
+    last_date: str | None
     epsilon_max: float | None
-    published_share: dict[str, float]
+    published_share: dict[str, float | None]
     gate_success: bool | None
     gate_evaluated: int | None
     latest: bool
+    problems: tuple[str, ...] = ()
+
+    @property
+    def malformed(self) -> bool:
+        return bool(self.problems)
 
 
 @dataclass
@@ -92,41 +118,152 @@ def group_spends(spends: Iterable[Spend]) -> list[SpendGroup]:
             for (day, kind, run_id, reason, version), eps in sorted(groups.items())]
 
 
-def _shares(suppression: dict[str, Any]) -> dict[str, float]:
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def _iso_date(value: object) -> str | None:
+    """``value`` if it is a date as ``YYYY-MM-DD``, else None."""
+    if not isinstance(value, str) or not _ISO_DATE.fullmatch(value):
+        return None
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return None
+    return value
+
+
+def _number(value: object) -> float | None:
+    """``value`` if it is a finite number, else None (JSON ``true`` is a bool, not 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _share(value: object) -> float | None:
+    number = _number(value)
+    return number if number is not None and 0 <= number <= 1 else None
+
+
+def _shares(suppression: Mapping[str, Any]) -> dict[str, float | None]:
     """The published share of each kind of value a manifest reports (mobility: cells,
-    symptoms: daily and weekly values)."""
-    out: dict[str, float] = {}
+    symptoms: daily and weekly values); None for a share that is no number in [0, 1]."""
+    out: dict[str, float | None] = {}
     values = suppression.get("values")
     if isinstance(values, dict):
         for name, part in values.items():
             if isinstance(part, dict) and "published_share" in part:
-                out[name] = float(part["published_share"])
+                out[str(name)] = _share(part["published_share"])
     if "published_share" in suppression:
-        out["values"] = float(suppression["published_share"])
+        out["values"] = _share(suppression["published_share"])
     return out
 
 
+def _section(manifest: Mapping[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
+    """``manifest[key]``, a JSON object; ``{}`` (and a problem noted) when it is not."""
+    value = manifest.get(key)
+    if isinstance(value, dict):
+        return value
+    problems.append(f"{key}: {'missing' if value is None else 'not an object'}")
+    return {}
+
+
+def release_row(release_id: str, manifest: object, *, latest: bool) -> ReleaseRow:
+    """The history row of release ``release_id`` from its parsed ``manifest.json``
+    (anything JSON can hold): every field the page shows is checked for its type, and
+    each missing or mistyped one is named in ``problems``."""
+    if not isinstance(manifest, dict):
+        return malformed_row(release_id, f"{MANIFEST_FILE} holds a JSON "
+                             f"{type(manifest).__name__}, not an object", latest=latest)
+    problems: list[str] = []
+
+    def check(name: str, raw: object, value: object, expected: str) -> None:
+        if value is None:
+            problems.append(f"{name}: {'missing' if raw is None else 'not ' + expected}")
+
+    first, last = _iso_date(manifest.get("first_date")), _iso_date(manifest.get("last_date"))
+    check("first_date", manifest.get("first_date"), first, "a date")
+    check("last_date", manifest.get("last_date"), last, "a date")
+    epsilon = _section(manifest, "epsilon", problems)
+    epsilon_max = _number(epsilon.get("per_user_day_max"))
+    if epsilon_max is not None and epsilon_max < 0:
+        epsilon_max = None
+    if epsilon:
+        check("epsilon.per_user_day_max", epsilon.get("per_user_day_max"), epsilon_max,
+              "a number >= 0")
+    shares = _shares(_section(manifest, "suppression", problems))
+    problems += [f"suppression: the published share of {name} is not a number in [0, 1]"
+                 for name, share in shares.items() if share is None]
+    gate = _section(manifest, "gate", problems)
+    success = gate.get("success") if isinstance(gate.get("success"), bool) else None
+    raw_evaluated = gate.get("evaluated")
+    evaluated = (raw_evaluated if isinstance(raw_evaluated, int)
+                 and not isinstance(raw_evaluated, bool) and raw_evaluated >= 0 else None)
+    if gate:
+        check("gate.success", gate.get("success"), success, "true or false")
+        check("gate.evaluated", raw_evaluated, evaluated, "a count")
+    return ReleaseRow(release_id=release_id, first_date=first, last_date=last,
+                      epsilon_max=epsilon_max, published_share=shares, gate_success=success,
+                      gate_evaluated=evaluated, latest=latest, problems=tuple(problems))
+
+
+def malformed_row(release_id: str, problem: str, *, latest: bool) -> ReleaseRow:
+    return ReleaseRow(release_id=release_id, first_date=None, last_date=None,
+                      epsilon_max=None, published_share={}, gate_success=None,
+                      gate_evaluated=None, latest=latest, problems=(problem,))
+
+
+def _read_manifest(path: Path) -> object:
+    """The parsed ``manifest.json`` at ``path``; raises ValueError naming the problem.
+    Never follows a symlink (O_NOFOLLOW): a link to a private file must not be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"{MANIFEST_FILE} cannot be opened ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{MANIFEST_FILE} is not a regular file")
+        data = fh.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{MANIFEST_FILE} is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{MANIFEST_FILE} is not JSON ({str(exc)[:80]})") from exc
+
+
+def latest_release_id(root: DataRoot, report: str) -> str | None:
+    """The release ``published/<report>/latest`` points to, when it is a symlink to a
+    directory directly under ``releases/``; None otherwise (a ``latest`` pointing
+    elsewhere names no release, even one with a release's name)."""
+    latest = root.latest_release(report)
+    if not latest.is_symlink():
+        return None
+    target = latest.resolve()
+    releases = (root.published_dir(report) / "releases").resolve()
+    return target.name if target.parent == releases and target.is_dir() else None
+
+
 def release_history(root: DataRoot, report: str) -> list[ReleaseRow]:
-    """Every release of ``report`` under ``published/<report>/releases``, newest first."""
-    base = root.root / "published" / report
-    releases = base / "releases"
+    """Every release of ``report`` under ``published/<report>/releases``, newest first.
+    A symlinked entry there is listed as malformed, not followed."""
+    releases = root.published_dir(report) / "releases"
     if not releases.is_dir():
         return []
-    latest = (base / "latest").resolve().name if (base / "latest").exists() else None
+    latest = latest_release_id(root, report)
     rows = []
     for path in sorted(releases.iterdir(), reverse=True):
-        manifest_path = path / "manifest.json"
-        if not manifest_path.is_file():
+        is_latest = path.name == latest
+        if path.is_symlink():
+            rows.append(malformed_row(path.name, "a symlink, not followed", latest=False))
             continue
-        m = json.loads(manifest_path.read_text())
-        gate = m.get("gate") or {}
-        rows.append(ReleaseRow(
-            release_id=path.name, first_date=str(m.get("first_date", "")),
-            last_date=str(m.get("last_date", "")),
-            epsilon_max=(m.get("epsilon") or {}).get("per_user_day_max"),
-            published_share=_shares(m.get("suppression") or {}),
-            gate_success=gate.get("success"), gate_evaluated=gate.get("evaluated"),
-            latest=path.name == latest))
+        if not path.is_dir() or not os.path.lexists(path / MANIFEST_FILE):
+            continue  # not a release (yet): publish writes the manifest before the rename
+        try:
+            manifest = _read_manifest(path / MANIFEST_FILE)
+        except ValueError as exc:
+            rows.append(malformed_row(path.name, str(exc), latest=is_latest))
+            continue
+        rows.append(release_row(path.name, manifest, latest=is_latest))
     return rows
 
 
@@ -157,7 +294,8 @@ def to_json(budgets: Sequence[ReportBudget]) -> dict[str, Any]:
             "above_normal": [d.day.isoformat() for d in b.above_normal],
             "headroom_min": min((d.headroom for d in b.dates), default=b.cap),
             "spends": [asdict(s) for s in b.spends],
-            "releases": [asdict(r) for r in b.releases]}, default=default))
+            "releases": [{**asdict(r), "malformed": r.malformed} for r in b.releases]},
+            default=default))
     return out
 
 
@@ -208,6 +346,31 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], cls: str = 
     return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+INVALID = "<span class='bad'>invalid</span>"
+
+
+def _release_cells(r: ReleaseRow, release_link: str) -> tuple[str, ...]:
+    """The HTML cells of one release row. Every value came from a file anyone who can
+    write the data root can edit: text is escaped, and a value that is None (missing or
+    of the wrong type, see :func:`release_row`) is shown as invalid, never interpolated."""
+    name = (f"<a href='{_e(release_link)}'>{_e(r.release_id)}</a> (latest)"
+            if r.latest and release_link else _e(r.release_id))
+    if r.malformed:
+        name += (f"<br><span class='bad'>malformed manifest</span>: "
+                 f"{_e('; '.join(r.problems))}")
+    shares = ", ".join(f"{_e(k)} {INVALID if v is None else f'{v:.2%}'}"
+                       for k, v in sorted(r.published_share.items()))
+    gate = ({True: "passed", False: "FAILED"}[r.gate_success]
+            if r.gate_success is not None else INVALID)
+    if r.gate_evaluated is not None:
+        gate += f" ({r.gate_evaluated:d} expectations)"
+    return (name,
+            f"{_e(r.first_date) if r.first_date else INVALID}.."
+            f"{_e(r.last_date) if r.last_date else INVALID}",
+            INVALID if r.epsilon_max is None else f"{r.epsilon_max:.4f}",
+            shares or "-", gate)
+
+
 def _report_section(b: ReportBudget, links: dict[str, str]) -> str:
     tight = min(b.dates, key=lambda d: d.headroom, default=None)
     cards = [("dates with spends", str(len(b.dates))),
@@ -231,18 +394,10 @@ def _report_section(b: ReportBudget, links: dict[str, str]) -> str:
         (_e(s.day), _e(s.kind), s.slots, f"{s.epsilon:.4f}", f"<code>{_e(s.run_id)}</code>",
          _e(s.reason), _e(s.method_version)) for s in b.spends), "spends"))
     out.append("<h3>Releases</h3>")
-    release_link = links.get("release", "")
-    docs_link = links.get("data_docs", "")
     out.append(_table(
         ["release", "dates", "max epsilon per user-day", "published share", "gate"],
-        ((f"<a href='{_e(release_link)}'>{_e(r.release_id)}</a> (latest)"
-          if r.latest and release_link else _e(r.release_id),
-          f"{_e(r.first_date)}..{_e(r.last_date)}",
-          "-" if r.epsilon_max is None else f"{r.epsilon_max:.4f}",
-          ", ".join(f"{_e(k)} {v:.2%}" for k, v in sorted(r.published_share.items())),
-          ("passed" if r.gate_success else "FAILED" if r.gate_success is False else "-")
-          + (f" ({r.gate_evaluated} expectations)" if r.gate_evaluated else ""))
-         for r in b.releases)))
+        (_release_cells(r, links.get("release", "")) for r in b.releases)))
+    docs_link = links.get("data_docs", "")
     if docs_link:
         out.append(f"<p><a href='{_e(docs_link)}'>Great Expectations Data Docs</a></p>")
     out.append("</section>")
@@ -259,7 +414,7 @@ h1{font-size:1.4rem} h2{margin-top:2rem;border-bottom:1px solid #ddd}
 .lbl{font-size:11px;fill:#444}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
 td,th{border:1px solid #ddd;padding:.2rem .5rem;text-align:left}
-th{background:#f5f5f5}.muted{color:#666;font-size:.85rem}
+th{background:#f5f5f5}.muted{color:#666;font-size:.85rem}.bad{color:#c0392b}
 table.spends{max-height:30rem;display:block;overflow:auto}
 """
 
@@ -280,3 +435,98 @@ def data_docs_index(root: DataRoot) -> Path | None:
     """The Great Expectations Data Docs site of the data root, if it was built."""
     candidates = sorted(root.root.glob("gx/**/data_docs/local_site/index.html"))
     return candidates[0] if candidates else None
+
+
+def data_docs_file(root: DataRoot, relative: str) -> bytes | None:
+    """The content of the file ``relative`` of the Data Docs site
+    (:func:`data_docs_index`), read from the data root without following any symlink
+    (a link from ``gx/`` to the private areas must not serve them); None if absent."""
+    index = data_docs_index(root)
+    if index is None:
+        return None
+    site = index.parent.relative_to(root.root).as_posix()
+    try:
+        return _read_inside(root.root.resolve(), f"{site}/{relative}")
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------- the release's files --
+# verified_release's memory: (latest's link, its manifest's stat) -> the verified manifest
+_VERIFIED: dict[tuple[object, ...], dict[str, Any]] = {}
+
+
+def verified_release(root: DataRoot, report: str) -> dict[str, Any] | None:
+    """The manifest of the release ``latest`` points to, when it verifies
+    (:func:`current_release`: a link to a directory under ``releases/`` whose manifest
+    names it and whose files match their checksums); None before the first release or
+    when it does not verify.
+
+    A release page loads one chart per region, each a request: the full verification,
+    which hashes every file, is done once per state of ``latest`` and the manifest
+    (link text, manifest inode, size and mtime) and remembered; :func:`release_file`
+    still checks the sha256 of each file it serves."""
+    latest = root.latest_release(report)
+    try:
+        manifest_stat = os.stat(latest / MANIFEST_FILE)
+        key = (str(latest), os.readlink(latest), manifest_stat.st_dev, manifest_stat.st_ino,
+               manifest_stat.st_size, manifest_stat.st_mtime_ns)
+    except OSError:
+        key = None
+    if key is not None and key in _VERIFIED:
+        return _VERIFIED[key]
+    try:
+        manifest = current_release(root, report)
+    except PublishRefused:
+        return None
+    if key is not None and manifest is not None:
+        if len(_VERIFIED) >= 16:  # a few reports, each with its current release
+            _VERIFIED.clear()
+        _VERIFIED[key] = manifest
+    return manifest
+
+
+def release_file(root: DataRoot, report: str, manifest: Mapping[str, Any],
+                 relative: str) -> bytes | None:
+    """The content of the file ``relative`` of the verified release ``manifest`` (from
+    :func:`verified_release`) when the release publishes it, else None: a file the
+    manifest lists under ``files`` whose content still has its sha256, or the manifest
+    itself. Read inside the release directory without following any symlink (a listed
+    name that is, or passes through, a link out of it is not served; nor ``..``)."""
+    files = manifest.get("files")
+    release_id = manifest.get("release_id")
+    if not isinstance(files, dict) or not isinstance(release_id, str):
+        return None
+    meta = files.get(relative)
+    if relative != MANIFEST_FILE and not isinstance(meta, dict):
+        return None
+    release = (root.published_dir(report) / "releases" / release_id).resolve()
+    try:
+        data = _read_inside(release, relative)
+    except OSError:
+        return None
+    if meta is not None and hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        return None  # changed since the release was verified
+    return data
+
+
+def _read_inside(base: Path, relative: str) -> bytes:
+    """The bytes of the regular file ``base/relative``, opened one path component at a
+    time with O_NOFOLLOW (no symlink followed, even one swapped in after a check);
+    OSError when it is not there, not a regular file, or the path leaves ``base``."""
+    parts = relative.split("/")
+    if not relative or any(p in ("", ".", "..") for p in parts):
+        raise FileNotFoundError(relative)
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+            raise IsADirectoryError(relative)
+        return fh.read()

@@ -6,19 +6,24 @@ plugins folder. The api-server mounts the app at ``/dp-budget`` and the UI shows
 **Browse > Privacy budget**, which opens it.
 
 Airflow does not authenticate a plugin's FastAPI app: every route here depends on
-Airflow's own ``requires_access_dag("GET")``, so it takes the same credential as the REST
-API (the UI's ``_token`` cookie or an ``Authorization: Bearer`` token) and the same
-permission as reading a DAG; without one it answers 401, with an invalid one 403.
+Airflow's own ``requires_access_dag("GET", param_dag_id=...)``, so it takes the same
+credential as the REST API (the UI's ``_token`` cookie or an ``Authorization: Bearer``
+token) and the same permission as reading the report's daily DAG; without one it answers
+401, with an invalid one or without that permission 403. The DAG checked is fixed by the
+route (:func:`report_dags`): given none, ``requires_access_dag`` would take a ``dag_id``
+query parameter, and a viewer could name a DAG they may read.
 
 Routes:
 
-- ``/dp-budget/``: the page (:func:`dp_ops.budget_view.render_page`);
+- ``/dp-budget/``: the page (:func:`dp_ops.budget_view.render_page`); both reports' DAGs;
 - ``/dp-budget/api/budget``: the same figures as JSON (the totals are
-  :meth:`Ledger.totals`, what ``python -m dp_ops ledger`` prints);
-- ``/dp-budget/release/<report>/<file>``: the published release (``latest``), e.g. its
-  ``index.html`` page, which the ``publish`` task links to;
+  :meth:`Ledger.totals`, what ``python -m dp_ops ledger`` prints); both reports' DAGs;
+- ``/dp-budget/release/<report>/<file>``: a file of the published release (``latest``),
+  e.g. its ``index.html`` page, which the ``publish`` task links to; that report's DAG.
+  Only a release that verifies, and only the files its manifest lists (and the manifest):
+  anything else is 404 (:func:`dp_ops.budget_view.release_file`);
 - ``/dp-budget/data-docs/<file>``: the Great Expectations Data Docs, which the ``gate``
-  task links to.
+  task links to; both reports' DAGs.
 
 The ledger is ``DP_LEDGER_URL`` (or the data root's default), the data root
 ``DP_DATA_ROOT``, as for the command line.
@@ -26,7 +31,7 @@ The ledger is ``DP_LEDGER_URL`` (or the data root's default), the data root
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -35,21 +40,29 @@ from dp_ops.airflow.links import URL_PREFIX, DataDocsLink, ReleasePageLink
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from fastapi.responses import Response
+
+
+def report_dags() -> dict[str, str]:
+    """Report name -> the daily DAG whose read permission guards its figures and files."""
+    from dp_ops.reports.registry import MOBILITY, SYMPTOMS
+
+    return {steps.REPORT: steps.DAILY_DAG_ID for steps in (MOBILITY, SYMPTOMS)}
 
 
 REPORTS = ("mobility", "symptoms")
 
 
-def _safe_file(base: Path, relative: str) -> Path:
-    """``base / relative`` if it is a file inside ``base``; else 404 (no ``..``, no
-    symlink out of it)."""
-    from fastapi import HTTPException
+def _file_response(content: bytes | None, name: str) -> Response:
+    import mimetypes
 
-    base = base.resolve()
-    target = (base / relative).resolve()
-    if not target.is_relative_to(base) or not target.is_file():
+    from fastapi import HTTPException
+    from fastapi.responses import Response
+
+    if content is None:
         raise HTTPException(status_code=404, detail="not found")
-    return target
+    return Response(content, media_type=mimetypes.guess_type(name)[0]
+                    or "application/octet-stream")
 
 
 def _budgets() -> tuple[list[Any], str]:
@@ -77,13 +90,20 @@ def _budgets() -> tuple[list[Any], str]:
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI
-    from fastapi.responses import FileResponse, HTMLResponse
+    from fastapi.responses import HTMLResponse
 
     app = FastAPI(title="dp-ops privacy budget", docs_url=None, redoc_url=None,
                   openapi_url=None)
-    guard = [Depends(requires_access_dag(method="GET"))]
+    dags = report_dags()
 
-    @app.get("/", response_class=HTMLResponse, dependencies=guard)
+    def guard(*dag_ids: str) -> list[Any]:
+        # param_dag_id fixes the DAG checked: without it requires_access_dag reads a
+        # dag_id path or query parameter, which the caller chooses
+        return [Depends(requires_access_dag(method="GET", param_dag_id=d)) for d in dag_ids]
+
+    every_report = guard(*(dags[r] for r in REPORTS))
+
+    @app.get("/", response_class=HTMLResponse, dependencies=every_report)
     def page() -> HTMLResponse:
         from dp_ops.budget_view import render_page
 
@@ -93,37 +113,43 @@ def create_app() -> FastAPI:
                  for b in budgets}
         return HTMLResponse(render_page(budgets, links, state))
 
-    @app.get("/api/budget", dependencies=guard)
+    @app.get("/api/budget", dependencies=every_report)
     def budget_json() -> dict[str, Any]:
         from dp_ops.budget_view import to_json
 
         budgets, state = _budgets()
         return {"ledger": state, "reports": to_json(budgets)}
 
-    @app.get("/release/{report}/{path:path}", dependencies=guard)
-    def release_file(report: str, path: str) -> FileResponse:
-        from fastapi import HTTPException
+    for report in REPORTS:
+        # one route per report, so that its DAG is fixed by the path, not read from it
+        app.get(f"/release/{report}/{{path:path}}", dependencies=guard(dags[report]),
+                name=f"release_file_{report}")(_release_route(report))
 
+    @app.get("/data-docs/{path:path}", dependencies=every_report)
+    def data_docs(path: str) -> Response:
         from dp_ops import settings
+        from dp_ops.budget_view import data_docs_file
 
-        if report not in REPORTS:
-            raise HTTPException(status_code=404, detail="not found")
-        latest = settings.data_root().root / "published" / report / "latest"
-        return FileResponse(_safe_file(latest, path or "index.html"))
-
-    @app.get("/data-docs/{path:path}", dependencies=guard)
-    def data_docs(path: str) -> FileResponse:
-        from fastapi import HTTPException
-
-        from dp_ops import settings
-        from dp_ops.budget_view import data_docs_index
-
-        index = data_docs_index(settings.data_root())
-        if index is None:
-            raise HTTPException(status_code=404, detail="no Data Docs built yet")
-        return FileResponse(_safe_file(index.parent, path or "index.html"))
+        return _file_response(data_docs_file(settings.data_root(), path or "index.html"),
+                              path or "index.html")
 
     return app
+
+
+def _release_route(report: str) -> Callable[[str], Response]:
+    """The endpoint serving ``report``'s published release."""
+
+    def serve_release_file(path: str) -> Response:
+        from dp_ops import settings
+        from dp_ops.budget_view import release_file, verified_release
+
+        root = settings.data_root()
+        manifest = verified_release(root, report)
+        name = path or "index.html"
+        content = None if manifest is None else release_file(root, report, manifest, name)
+        return _file_response(content, name)
+
+    return serve_release_file
 
 
 _APP: list[FastAPI] = []
