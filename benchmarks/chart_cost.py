@@ -25,18 +25,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=6)
     args = p.parse_args(argv)
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    from dp_ops import settings
     from dp_ops.layout import DataRoot
     from dp_ops.regions import read_regions
     from dp_ops.reports.mobility import release, steps
     from dp_ops.reports.mobility.charts import write_mobility_charts
     from dp_ops.steps.charts import charted_regions
+    from dp_ops.steps.day_files import read_release_days
+    from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
 
     root = DataRoot(Path(os.environ.get("DP_DATA_ROOT", "data")))
     cfg = steps.load_config()
-    days = release.report_days(root, cfg)
+    with closing_ledger(open_ledger(root, settings.ledger(root))) as ledger:
+        days, _, tables = read_release_days(root, ledger, "mobility", cfg.first_public_date)
     if not days:
         raise SystemExit(f"no mobility report days under {root.root}: run the pipeline first")
-    _, published = release.assemble(root, days)
+    _, published = release.assemble(tables)
     charted, _ = charted_regions(read_regions(root.regions_csv), cfg.levels)
     labels = [d.isoformat() for d in days]
     times = []

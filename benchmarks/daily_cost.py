@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                     root, cfg, ledger_url=url)))
             chain.append(("report", lambda d=day: steps.report(root, cfg, d, ledger_url=url)))
             if day in gate_days:
-                chain += [("gate", lambda d=day: steps.gate(root, cfg, run_id=f"day-{d}")),
+                chain += [("gate", lambda d=day: steps.gate(root, cfg, run_id=f"day-{d}",
+                                                                    ledger_url=url)),
                           ("publish", lambda d=day: steps.publish(root, cfg, run_id=f"day-{d}",
                                                                   ledger_url=url))]
             times: dict[str, float] = {}

@@ -72,11 +72,16 @@ def main(argv: list[str] | None = None) -> int:
             steps.noise(root, cfg, day, run_id=f"day-{day}", ledger_url=url)
             steps.report(root, cfg, day, ledger_url=url)
             if n + 1 in at:
-                steps.gate(root, cfg, run_id=f"day-{day}")
+                steps.gate(root, cfg, run_id=f"day-{day}", ledger_url=url)
                 steps.publish(root, cfg, run_id=f"day-{day}", ledger_url=url)
             if n not in at:
                 continue
-            days = release.report_days(root, cfg)
+            from dp_ops.steps.day_files import release_days
+            from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
+
+            with closing_ledger(open_ledger(root, url)) as ledger:
+                days, digests = release_days(ledger, "symptoms", cfg.first_public_date)
+                scaling = release.read_scaling(root, ledger)[0]
             regions = read_regions(root.regions_csv)
             symptoms = read_symptoms(root.symptoms_txt)
             labels = [d.isoformat() for d in days]
@@ -84,10 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             charted, _ = charted_regions(regions, cfg.levels)
             for rep in range(args.repeat):
                 seconds.clear()
-                period = timed("period summary", load_period, root, cfg, days)
+                period = timed("period summary", load_period, root, cfg, days, digests)
                 cand = timed("candidate", build_candidate, period, regions, symptoms, cfg,
-                             release.read_scaling(root), release._frozen_resolutions(root),
-                             None)
+                             scaling, release._frozen_resolutions(root), None)
                 timed("published values", published_values, cand, regions)
                 timed("validation (all)", validate_symptoms_release, cand, regions, symptoms,
                       days=labels, mondays=mondays, gx_dir=root.gx_dir, cfg=cfg,

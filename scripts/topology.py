@@ -152,7 +152,10 @@ def env_values(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     values = read_env_file(ENV_EXAMPLE)
     for key, value in values.items():
         if value.startswith(PLACEHOLDER):
-            values[key] = fernet_key() if key == "AIRFLOW_FERNET_KEY" else secrets.token_hex(16)
+            values[key] = (fernet_key() if key == "AIRFLOW_FERNET_KEY"
+                           # the ledger key: 32 bytes as hex (dp_ops.privacy.ledger_key)
+                           else secrets.token_hex(32) if key == "DP_LEDGER_KEY"
+                           else secrets.token_hex(16))
     values.update(overrides or {})
     return values
 

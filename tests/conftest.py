@@ -40,7 +40,11 @@ os.environ.update({
     # it wherever this is unset: the scheduler tests (test_airflow_operations,
     # test_topology) start their Airflow without it.
     "DP_RUN_DEADLINE_HOURS": "0",
+    # The ledger key (dp_ops.privacy.ledger_key): one per test session, outside every data
+    # root, made by the first ledger created; subprocesses (Airflow, workers) inherit it.
+    "DP_LEDGER_KEY_FILE": str(_AIRFLOW_HOME / "ledger.key"),
 })
+os.environ.pop("DP_LEDGER_KEY", None)
 
 
 # The pytest process's SIGTERM handler when the session starts (normally the default).

@@ -103,6 +103,16 @@ class LedgerTampered(LedgerError):
     """``ledger --verify`` fails: a row was edited or deleted, or a guard is missing."""
 
 
+class LedgerKeyMissing(LedgerError):
+    """This process has no ledger key, or a malformed one: it can neither write a chain
+    link nor verify one."""
+
+
+class ApprovalMissing(LedgerError):
+    """A re-noise or method update has no recorded approval by someone other than its
+    requester: nothing is reserved or drawn."""
+
+
 class DerivedStateConflict(LedgerError):
     """A derived file's new version does not follow the version the ledger recorded."""
 

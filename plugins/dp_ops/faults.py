@@ -32,8 +32,9 @@ FAULT_ONCE_ENV = "DP_FAULT_ONCE"
 POINTS: dict[str, str] = {
     "noise.after_reserve": "ledger spend committed, no noise drawn yet",
     "noise.after_draw": "noise drawn in memory for a spend, not stored",
-    "noise.after_store": "a spend's noisy values stored (first-writer-wins link), the step "
-                         "not finished (later spends of the day may be unstored)",
+    "noise.after_store": "a spend's noisy values written to a pending file and recorded in "
+                         "the ledger, not yet moved into place (later spends of the day "
+                         "may be undrawn)",
     "release.mid_write": "the first file of a candidate release written in staging, the "
                          "rest not",
     "publish.before_rename": "manifest written into the staged release, not moved to "

@@ -161,15 +161,19 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
 def test_gate_records_the_day_files_it_validated(pipeline: dict[str, object]) -> None:
     # what lets the next daily gate check only its new day with GX: each report day's
     # file, by sha256, under the rules it passed
-    from dp_ops.reports.mobility.release import report_days
     from dp_ops.reports.mobility.suites import row_rules
+    from dp_ops.steps.day_files import release_days
     from dp_ops.steps.gate import validated_files
+    from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
     from dp_ops.steps.release import sha256_file
 
-    root, cfg = pipeline["root"], pipeline["cfg"]
+    root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
+    assert isinstance(url, str)
     recorded = validated_files(root.gx_dir, "mobility", row_rules(cfg))
-    public = report_days(root, cfg)
+    with closing_ledger(open_ledger(root, url)) as ledger:
+        public, digests = release_days(ledger, "mobility", cfg.first_public_date)
+    assert all(digests[d] == sha256_file(root.report_file("mobility", d)) for d in public)
     assert public and set(recorded) == {d.isoformat() for d in public}
     assert all(recorded[d.isoformat()] == sha256_file(root.report_file("mobility", d))
                for d in public)
@@ -196,12 +200,12 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
 
     monkeypatch.setattr(suites, "validate_mobility_release", counted)
     try:
-        release.stage_and_validate(root, cfg, run_id="twin-a")
-        result = release.stage_and_validate(root, cfg, run_id="twin-b")
+        release.stage_and_validate(root, cfg, run_id="twin-a", ledger_url=url)
+        result = release.stage_and_validate(root, cfg, run_id="twin-b", ledger_url=url)
         assert validations == ["mobility-twin-a"]
         assert "is the one run twin-a staged from the same inputs" in result.summary
         a_dir, b_dir = release.staging_dir(root, "twin-a"), release.staging_dir(root, "twin-b")
-        a, b = (json.loads((d / "staged.json").read_text()) for d in (a_dir, b_dir))
+        a, b = (release.read_staged(d) for d in (a_dir, b_dir))
         assert b["reused_from"] == "twin-a" and b["files"] == a["files"]
         assert filecmp.cmpfiles(a_dir / "release", b_dir / "release", list(a["files"]),
                                 shallow=False)[0] == sorted(a["files"])
@@ -219,8 +223,9 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
 
 def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
         pipeline: dict[str, object]) -> None:
-    from dp_ops.engine.files import write_parquet_atomic
     from dp_ops.errors import GateFailed
+    from dp_ops.steps.day_files import write_day_file
+    from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
 
     root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
@@ -237,10 +242,13 @@ def test_failed_gate_keeps_the_previous_release_and_leaves_data_docs(
     rows.loc[small, "parks_percent_change_from_baseline"] = 5
     import pyarrow as pa
 
-    write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), report_file)
+    # written as the (faulty) step writes: recorded in the ledger, so it is read
+    with closing_ledger(open_ledger(root, url)) as ledger:
+        write_day_file(root, ledger, "mobility", END,
+                       pa.Table.from_pandas(rows, preserve_index=False))
     try:
         with pytest.raises(GateFailed, match="area_km2") as failure:
-            steps.gate(root, cfg, run_id="faulty")
+            steps.gate(root, cfg, run_id="faulty", ledger_url=url)
         docs = str(failure.value).split("Data Docs: ")[1].split()[0]
         assert Path(docs).is_file()
         assert latest.resolve() == before

@@ -35,8 +35,9 @@ def days(start: date, end: date) -> list[date]:
 
 def child_env(root: Path) -> dict[str, str]:
     """The environment of a CLI child on ``root``: none of the caller's ``DP_*`` settings
-    (ledger, configs, faults) except the data root itself."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_")}
+    (ledger, configs, faults) except the data root itself and the session's ledger key."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("DP_") or k.startswith("DP_LEDGER_KEY")}
     env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false")
     return env
 

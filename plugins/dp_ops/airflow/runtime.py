@@ -31,6 +31,7 @@ class ErrorLog(Protocol):
 
 
 LEDGER_CONN_ID = "dp_ledger"
+LEDGER_KEY_CONN_ID = "dp_ledger_key"
 # Airflow connection types and the SQLAlchemy driver each maps to
 _LEDGER_DRIVERS = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
                    "sqlite": "sqlite"}
@@ -66,14 +67,38 @@ def ledger_url_from_connection() -> str | None:
     return rendered
 
 
+def ledger_key_from_connection() -> bytes | None:
+    """The ledger key from the Airflow Connection ``dp_ledger_key`` (its password: 64 hex
+    digits; served by the secrets backend, masked in every log), or None when there is no
+    such connection: then ``DP_LEDGER_KEY`` or the key file applies
+    (:mod:`dp_ops.privacy.ledger_key`)."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    from dp_ops.privacy.ledger_key import parse_key
+
+    try:
+        conn = Connection.get(LEDGER_KEY_CONN_ID)
+    except AirflowNotFoundException:
+        return None
+    if not conn.password:
+        raise BadRequest(f"connection {LEDGER_KEY_CONN_ID}: the key goes in its password "
+                         "field, which is empty")
+    mask_secret(conn.password)
+    return parse_key(conn.password, source=f"connection {LEDGER_KEY_CONN_ID}")
+
+
 def load(report: str) -> AnyReport:
     """``report`` bound to its config, data root and ledger (imported here, at run time,
     so that parsing a DAG file imports none of the pipeline). The ledger URL comes from the
     Airflow Connection ``dp_ledger`` when it exists (:func:`ledger_url_from_connection`),
     else from ``DP_LEDGER_URL`` or the default, looked up when a step first needs the
     ledger (one Execution API call; ingest, bounding and the gate never do)."""
+    from dp_ops.privacy import ledger_key
     from dp_ops.reports.registry import load_report
 
+    ledger_key.use_provider(ledger_key_from_connection)
     return load_report(report, ledger_url=ledger_url_from_connection)
 
 

@@ -118,6 +118,23 @@ def write_parquet_atomic(table: pa.Table, target: Path) -> None:
             os.unlink(tmp)
 
 
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    tmp = _tmp_beside(target, ".part")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, file_mode(target))
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def json_bytes(payload: object) -> bytes:
+    """What :func:`write_json_atomic` writes (indented, sorted keys, a final newline)."""
+    return (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode()
+
+
 def write_json_atomic(target: Path, payload: object) -> None:
     tmp = _tmp_beside(target, ".json")
     try:

@@ -52,10 +52,12 @@ from dp_ops.errors import (
     BadRequest,
     BudgetExceeded,
     DerivedStateConflict,
+    LedgerKeyMissing,
     LedgerSchemaError,
     NoiseRecordConflict,
     PolicyMismatch,
 )
+from dp_ops.privacy import ledger_key
 from dp_ops.privacy.ledger_schema import (
     GENESIS,
     SCHEMA_VERSION,
@@ -226,8 +228,11 @@ class Ledger:
     PostgreSQL). Opening it creates the schema and its append-only guards if they are
     missing (which needs the owner role on PostgreSQL: ``python -m dp_ops ledger init``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, key: bytes | None = None) -> None:
         self.url = url
+        # the ledger key (dp_ops.privacy.ledger_key), loaded when first needed: reading
+        # spends needs none, writing a link or verifying one does
+        self._key_bytes = key
         self.engine = _make_engine(url)
         self.read_engine = _make_read_engine(url)
         # called after every committed write (the data root's high-water mark of the chain;
@@ -286,10 +291,38 @@ class Ledger:
             if meta is not None:
                 return str(meta.ledger_id)
             ledger_id = str(uuid.uuid4())
+            if self._key_bytes is None:
+                # a new ledger: its key is made now if none exists anywhere yet
+                self._key_bytes = ledger_key.load_key(create=True)
             append(conn, "ledger_meta", {"ledger_id": ledger_id,
                                          "schema_version": SCHEMA_VERSION,
-                                         "created_at": _now()})
+                                         "created_at": _now()}, self._key_bytes)
             return ledger_id
+
+    def key(self) -> bytes:
+        """The ledger key, loaded on first use and checked against the ledger's first
+        link, so that a process holding another key is refused before it writes a link
+        nobody could verify (:class:`LedgerKeyMissing`)."""
+        if self._key_bytes is not None:
+            return self._key_bytes
+        key = ledger_key.load_key()
+        with self.read_engine.connect() as conn:
+            first = conn.execute(sa.select(ledger_chain).where(ledger_chain.c.seq == 1)).first()
+            meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
+        if first is not None and meta is not None:
+            from dp_ops.privacy.ledger_schema import link_sha256, row_dict, row_sha256
+
+            expected = link_sha256(key, GENESIS, 1, first.tbl, first.row_id,
+                                   row_sha256("ledger_meta", row_dict(meta)))
+            if expected != first.chain_sha256:
+                raise LedgerKeyMissing(
+                    f"ledger {self.ledger_id}: its first chain link does not verify under "
+                    f"this process's ledger key (id {ledger_key.key_id(key)}): the key is "
+                    "not the one the ledger was created with, the ledger was written before "
+                    "links were keyed, or its first entry was rewritten. Nothing was "
+                    "written (OPERATIONS.md, 'The ledger key')")
+        self._key_bytes = key
+        return key
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -349,6 +382,19 @@ class Ledger:
             return sorted(set(conn.execute(sa.select(derived_state.c.name).where(
                 derived_state.c.report == report)).scalars()))
 
+    def derived_current(self, report: str, prefix: str) -> dict[str, str]:
+        """The current sha256 of every derived file of ``report`` whose name starts with
+        ``prefix`` (one query: the release records behind a verify)."""
+        out: dict[str, str] = {}
+        with self.read_engine.connect() as conn:
+            for name, sha in conn.execute(
+                    sa.select(derived_state.c.name, derived_state.c.sha256).where(
+                        derived_state.c.report == report,
+                        derived_state.c.name.startswith(prefix, autoescape=True))
+                    .order_by(derived_state.c.id)):
+                out[str(name)] = str(sha)
+        return out
+
     def derived_versions(self, report: str, name: str) -> list[str]:
         """The sha256 of every recorded version of derived file ``name``, oldest first."""
         with self.read_engine.connect() as conn:
@@ -380,13 +426,14 @@ class Ledger:
         One snapshot for the chain and every table, or a write landing between two reads
         would look like a deleted row: on SQLite the write lock (BEGIN IMMEDIATE; a verify
         takes well under a second), on PostgreSQL a REPEATABLE READ transaction."""
+        key = self._key_bytes or ledger_key.load_key()
         if self.engine.dialect.name == "sqlite":
             with self.engine.begin() as conn:
-                return _verify(conn)
+                return _verify(conn, key)
         with self.read_engine.connect() as conn:
             snapshot = conn.execution_options(isolation_level="REPEATABLE READ")
             with snapshot.begin():
-                return _verify(snapshot)
+                return _verify(snapshot, key)
 
     # -- writing ------------------------------------------------------------------
     def record_stored(self, spend_id: int, sha256: str, cells: int) -> None:
@@ -399,7 +446,8 @@ class Ledger:
                 noise_store.c.spend_id == spend_id)).first()
             if found is None:
                 append(conn, "noise_store", {"spend_id": spend_id, "sha256": sha256,
-                                             "cells": int(cells), "created_at": _now()})
+                                             "cells": int(cells), "created_at": _now()},
+                       self.key())
         if found is None:
             self._written()
             return
@@ -426,7 +474,8 @@ class Ledger:
                     f"{report}/{name}: the ledger's current version is sha256 {have}, not "
                     f"{replaces}; a derived file is never replaced behind the ledger's back")
             append(conn, "derived_state", {"report": report, "name": name, "sha256": sha256,
-                                           "replaces": replaces or "", "created_at": _now()})
+                                           "replaces": replaces or "", "created_at": _now()},
+                   self.key())
         self._written()
 
     def set_policy(self, report: str, *, reason: str, run_id: str, cap: float | None = None,
@@ -516,6 +565,7 @@ class Ledger:
         if not (math.isfinite(cap) and cap > 0):
             raise ValueError(f"cap={cap!r}: must be a finite number > 0")
         now = _now()
+        key = self.key()
         with self.engine.begin() as conn:
             self._lock(conn)
             for report in sorted({r.slot.report for r in requests}):
@@ -555,7 +605,7 @@ class Ledger:
             self._check_cap(conn, to_insert, cap)
             new_ids: set[int] = set()
             for row in to_insert:
-                new_id = append(conn, "budget_spend", row)
+                new_id = append(conn, "budget_spend", row, key)
                 new_ids.add(new_id)
                 chosen.append(Spend(id=new_id, slot=Slot(
                     row["report"], date.fromisoformat(row["day"]), row["level"],
@@ -590,13 +640,12 @@ class Ledger:
                 "the policy, record it first with `python -m dp_ops ledger set-cap` or "
                 "`set-epsilon` (with a reason), then run with the matching configuration")
 
-    @staticmethod
-    def _insert_policy(conn: Connection, report: str, cap: float, terms: Mapping[str, float],
-                       run_id: str, reason: str) -> None:
+    def _insert_policy(self, conn: Connection, report: str, cap: float,
+                       terms: Mapping[str, float], run_id: str, reason: str) -> None:
         append(conn, "report_policy", {
             "report": report, "cap": float(cap),
             "terms": json.dumps(dict(sorted(terms.items())), separators=(",", ":")),
-            "run_id": run_id, "reason": reason, "created_at": _now()})
+            "run_id": run_id, "reason": reason, "created_at": _now()}, self.key())
 
     def _slot_spends(self, conn: Connection, slot: Slot) -> list[Spend]:
         q = (sa.select(budget_spend)
@@ -644,8 +693,8 @@ def cap_refusal(requests: Iterable[SpendRequest], spent: Callable[[str, date], f
     return None
 
 
-def _verify(conn: Connection) -> ChainCheck:
-    check = verify_chain(conn)
+def _verify(conn: Connection, key: bytes) -> ChainCheck:
+    check = verify_chain(conn, key)
     if check.ok:
         gone = missing_guards(conn)
         if gone:

@@ -10,6 +10,12 @@ a row inserted behind the ledger's back has no entry: :func:`verify_chain` names
 of these. Entries are appended under the ledger's write lock, in the transaction that
 inserts the row.
 
+Each link is an HMAC-SHA256 under the ledger key (:mod:`dp_ops.privacy.ledger_key`), not a
+plain sha256: someone who can write the database but lacks the key cannot recompute the
+links after an edit, so the chain catches every edit, not only those made by someone who
+did not bother to recompute it. A ledger whose first link is a plain sha256 was written
+before links were keyed; it is refused (it cannot be verified against anything secret).
+
 The database refuses changes as a first line: on SQLite, triggers abort every UPDATE and
 DELETE; on PostgreSQL, the pipeline's role is granted SELECT and INSERT only
 (:func:`grant_pipeline_role`) and a trigger refuses UPDATE, DELETE and TRUNCATE even to the
@@ -20,6 +26,7 @@ did afterwards.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -148,11 +155,20 @@ def row_sha256(tbl: str, row: Mapping[str, Any]) -> str:
     return hashlib.sha256(f"{tbl}\n{canonical(row)}".encode()).hexdigest()
 
 
-def link_sha256(prev: str, seq: int, tbl: str, row_id: int, row_hash: str) -> str:
+def link_sha256(key: bytes, prev: str, seq: int, tbl: str, row_id: int,
+                row_hash: str) -> str:
+    """Entry ``seq``'s link: HMAC-SHA256 under the ledger key of the previous link and the
+    entry (the column keeps its name, ``chain_sha256``)."""
+    return hmac.new(key, f"{prev}|{seq}|{tbl}|{row_id}|{row_hash}".encode(),
+                    hashlib.sha256).hexdigest()
+
+
+def _unkeyed_link(prev: str, seq: int, tbl: str, row_id: int, row_hash: str) -> str:
+    """How links were computed before they were keyed (only to name such a ledger)."""
     return hashlib.sha256(f"{prev}|{seq}|{tbl}|{row_id}|{row_hash}".encode()).hexdigest()
 
 
-def _row_dict(row: Any) -> dict[str, Any]:
+def row_dict(row: Any) -> dict[str, Any]:
     return _as_dict(row._mapping.keys(), tuple(row))
 
 
@@ -161,26 +177,26 @@ def _as_dict(keys: Iterable[str], values: Iterable[Any]) -> dict[str, Any]:
                                                                            strict=True)}
 
 
-def append(conn: Connection, tbl: str, values: Mapping[str, Any]) -> int:
-    """Insert a row into chained table ``tbl`` and its chain entry; return the row id.
-    Call inside a write transaction that holds the ledger's lock."""
-    table, key = CHAINED[tbl]
+def append(conn: Connection, tbl: str, values: Mapping[str, Any], key: bytes) -> int:
+    """Insert a row into chained table ``tbl`` and its chain entry (linked under ``key``);
+    return the row id. Call inside a write transaction that holds the ledger's lock."""
+    table, id_column = CHAINED[tbl]
     result = conn.execute(table.insert().values(**values))
-    if key in values:
-        row_id = int(values[key])
+    if id_column in values:
+        row_id = int(values[id_column])
     else:
         pk = result.inserted_primary_key
         assert pk is not None
         row_id = int(pk[0])
     # hash what the database holds, read back, not what we sent (types are normalised)
-    stored = conn.execute(sa.select(table).where(table.c[key] == row_id)).one()
+    stored = conn.execute(sa.select(table).where(table.c[id_column] == row_id)).one()
     last = conn.execute(sa.select(ledger_chain.c.seq, ledger_chain.c.chain_sha256)
                         .order_by(ledger_chain.c.seq.desc()).limit(1)).first()
     seq, prev = (1, GENESIS) if last is None else (int(last.seq) + 1, last.chain_sha256)
-    row_hash = row_sha256(tbl, _row_dict(stored))
+    row_hash = row_sha256(tbl, row_dict(stored))
     conn.execute(ledger_chain.insert().values(
         seq=seq, tbl=tbl, row_id=row_id, row_sha256=row_hash,
-        chain_sha256=link_sha256(prev, seq, tbl, row_id, row_hash)))
+        chain_sha256=link_sha256(key, prev, seq, tbl, row_id, row_hash)))
     return row_id
 
 
@@ -197,13 +213,14 @@ class ChainCheck:
         return self.problem is None
 
 
-def verify_chain(conn: Connection) -> ChainCheck:
-    """Recompute the chain from the first entry; name the first entry or row that fails."""
+def verify_chain(conn: Connection, key: bytes) -> ChainCheck:
+    """Recompute the chain under ``key`` from the first entry; name the first entry or row
+    that fails."""
     rows: dict[str, dict[int, dict[str, Any]]] = {}
-    for tbl, (table, key) in CHAINED.items():
+    for tbl, (table, id_column) in CHAINED.items():
         result = conn.execute(sa.select(table))
         keys = list(result.keys())
-        at = keys.index(key)
+        at = keys.index(id_column)
         rows[tbl] = {int(t[at]): _as_dict(keys, t) for t in result}
     seen: set[tuple[str, int]] = set()
     prev = GENESIS
@@ -220,8 +237,21 @@ def verify_chain(conn: Connection) -> ChainCheck:
         problem = None
         if tbl not in CHAINED:
             problem = "names no ledger table"
-        elif chain_hash != link_sha256(prev, seq, tbl, row_id, row_hash):
-            problem = "its link does not commit to the entry before it: the chain was edited"
+        elif not hmac.compare_digest(chain_hash, link_sha256(key, prev, seq, tbl, row_id,
+                                                             row_hash)):
+            if seq == 1 and chain_hash == _unkeyed_link(prev, seq, tbl, row_id, row_hash):
+                problem = ("its link is a plain sha256, not a MAC under a ledger key: the "
+                           "ledger was written before links were keyed and cannot be "
+                           "verified against anything secret. Keep it for the record and "
+                           "start a new ledger with a new data root")
+            elif seq == 1:
+                problem = ("its link does not verify under this process's ledger key: the "
+                           "key is not the one this ledger was created with (DP_LEDGER_KEY, "
+                           "DP_LEDGER_KEY_FILE or the dp_ledger_key connection), or the "
+                           "chain was rewritten")
+            else:
+                problem = ("its link does not commit to the entry before it under the "
+                           "ledger key: the chain was edited")
         elif (row := rows[tbl].get(row_id)) is None:
             problem = "the row is missing: it was deleted"
         elif row_sha256(tbl, row) != row_hash:
@@ -271,9 +301,81 @@ def _pg_triggers() -> Iterable[tuple[str, str]]:
                "FOR EACH STATEMENT EXECUTE FUNCTION dp_ledger_append_only()")
 
 
+# The migration-version table is written by Alembic when a ledger is created (one INSERT)
+# and upgraded (an UPDATE to a later revision, zero-padded so that text order is revision
+# order); anything else (a deleted row, a second row, a version set back) is refused.
+_VERSION_REFUSED = "the ledger migration version only moves forward: {op} refused"
+
+
+def _sqlite_version_triggers() -> Iterable[tuple[str, str]]:
+    t = VERSION_TABLE
+    for name, event, when, op in (
+            (f"{t}_no_delete", "DELETE", "", "DELETE"),
+            (f"{t}_forward_only", "UPDATE", "WHEN NEW.version_num <= OLD.version_num ",
+             "UPDATE to an earlier or the same revision"),
+            (f"{t}_one_row", "INSERT", f"WHEN (SELECT count(*) FROM {t}) > 0 ",
+             "INSERT of a second row")):
+        message = _VERSION_REFUSED.format(op=op)
+        yield name, (f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {event} ON {t} {when}BEGIN "
+                     f"SELECT RAISE(ABORT, '{message}'); END")
+
+
+PG_VERSION_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION dp_ledger_version_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  existing integer;
+BEGIN
+  IF TG_OP = 'UPDATE' AND NEW.version_num > OLD.version_num THEN
+    RETURN NEW;
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    EXECUTE format('SELECT count(*) FROM %%I.%%I', TG_TABLE_SCHEMA, TG_TABLE_NAME)
+      INTO existing;
+    IF existing = 0 THEN
+      RETURN NEW;
+    END IF;
+  END IF;
+  RAISE EXCEPTION '{_VERSION_REFUSED.format(op="%%")}', TG_OP;
+END $$
+"""
+
+
+def _pg_version_triggers() -> Iterable[tuple[str, str]]:
+    t = VERSION_TABLE
+    yield (f"{t}_guard", f"CREATE TRIGGER {t}_guard BEFORE INSERT OR UPDATE OR DELETE ON {t} "
+                         "FOR EACH ROW EXECUTE FUNCTION dp_ledger_version_guard()")
+    yield (f"{t}_no_truncate", f"CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t} "
+                               "FOR EACH STATEMENT EXECUTE FUNCTION dp_ledger_append_only()")
+
+
 def trigger_names(dialect: str) -> list[str]:
-    found = _sqlite_triggers() if dialect == "sqlite" else _pg_triggers()
+    """Every append-only guard of a ledger at the newest migration."""
+    if dialect == "sqlite":
+        found = [*_sqlite_triggers(), *_sqlite_version_triggers()]
+    else:
+        found = [*_pg_triggers(), *_pg_version_triggers()]
     return sorted(name for name, _ in found)
+
+
+def install_version_guards(conn: Connection) -> None:
+    """Guard the migration-version table (idempotent; migration 0002). Needs its owner."""
+    if conn.dialect.name == "sqlite":
+        for _, ddl in _sqlite_version_triggers():
+            conn.exec_driver_sql(ddl)
+    elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(PG_FUNCTION)
+        conn.exec_driver_sql(PG_VERSION_FUNCTION)
+        have = _pg_trigger_names(conn)
+        for name, ddl in _pg_version_triggers():
+            if name not in have:
+                conn.exec_driver_sql(ddl)
+
+
+def _pg_trigger_names(conn: Connection, *, enabled_only: bool = False) -> set[str]:
+    return set(conn.exec_driver_sql(
+        "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+        "WHERE c.relnamespace = current_schema()::regnamespace"
+        + (" AND t.tgenabled <> 'D'" if enabled_only else "")).scalars())
 
 
 def install_guards(conn: Connection) -> None:
@@ -284,9 +386,7 @@ def install_guards(conn: Connection) -> None:
             conn.exec_driver_sql(ddl)
     elif dialect == "postgresql":
         conn.exec_driver_sql(PG_FUNCTION)
-        have = set(conn.exec_driver_sql(
-            "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-            "WHERE c.relnamespace = current_schema()::regnamespace").scalars())
+        have = _pg_trigger_names(conn)
         for name, ddl in _pg_triggers():
             if name not in have:
                 conn.exec_driver_sql(ddl)
@@ -299,10 +399,7 @@ def missing_guards(conn: Connection) -> list[str]:
         have = set(conn.exec_driver_sql(
             "SELECT name FROM sqlite_master WHERE type = 'trigger'").scalars())
     elif dialect == "postgresql":
-        have = set(conn.exec_driver_sql(
-            "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-            "WHERE c.relnamespace = current_schema()::regnamespace "
-            "AND t.tgenabled <> 'D'").scalars())
+        have = _pg_trigger_names(conn, enabled_only=True)
     else:
         return []
     return [name for name in trigger_names(dialect) if name not in have]

@@ -109,7 +109,7 @@ class ReportSteps(Protocol[C]):
         """The day's published values and reliability decisions, from noisy values only."""
         ...
 
-    def gate(self, root: DataRoot, cfg: C, *, run_id: str,
+    def gate(self, root: DataRoot, cfg: C, *, run_id: str, ledger_url: str,
              region: str | None = None) -> StepResult:
         """Stage the candidate release and validate it with Great Expectations; raises
         :class:`dp_ops.errors.GateFailed` if it does not pass."""

@@ -79,7 +79,8 @@ class BoundReport(Generic[C]):
         return self.steps.noise_plan(self.root, self.cfg)
 
     def gate(self, *, run_id: str, region: str | None = None) -> StepResult:
-        return self.steps.gate(self.root, self.cfg, run_id=run_id, region=region)
+        return self.steps.gate(self.root, self.cfg, run_id=run_id, ledger_url=self.ledger_url,
+                               region=region)
 
     def run_days(self, days: list[date], *, run_id: str, region: str | None = None,
                  renoise: bool = False, repeat_renoise: bool = False, reason: str = "",

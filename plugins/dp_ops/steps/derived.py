@@ -15,6 +15,7 @@ every read verifies the file against the version recorded last:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -77,6 +78,21 @@ def verify_recorded(ledger: Ledger, report: str, name: str, target: Path, *,
         if writer:
             stale.unlink(missing_ok=True)
     return True
+
+
+def read_recorded(ledger: Ledger, report: str, name: str, target: Path) -> pa.Table | None:
+    """The version of ``target`` the ledger recorded last, parsed from the very bytes
+    checked against the record (no second open a swapped file could slip into); None if
+    none was ever recorded and there is no file. Raises like :func:`verify_recorded`."""
+    if not verify_recorded(ledger, report, name, target):
+        return None
+    recorded = ledger.derived_sha256(report, name)
+    data = target.read_bytes()
+    if hashlib.sha256(data).hexdigest() != recorded:
+        raise DerivedStateTampered(
+            f"{target} changed while it was read: it is not the version the ledger recorded "
+            f"for {report}/{name}. Nothing was published from it")
+    return pq.read_table(pa.BufferReader(data))
 
 
 def store_recorded(ledger: Ledger, report: str, name: str, table: pa.Table, target: Path,

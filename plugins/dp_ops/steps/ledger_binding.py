@@ -12,19 +12,32 @@ last chain entry (seq and hash) it has seen, raised after every write. A ledger 
 does not hold that entry is older than the data root (or forked from it) and is refused:
 it would not know spends whose noise the data root holds, and would hand out their ids
 again.
+
+Both records live where an attacker can write, so each carries a MAC under the ledger key
+(:mod:`dp_ops.privacy.ledger_key`), which does not live in the data root: a record
+rewritten to name another ledger, or a high-water mark lowered to a made-up entry, does
+not verify and is refused. A data root that holds noise or releases must hold both.
+
+Releases are bound too: publishing records each release's manifest (its sha256) in the
+ledger before the release directory appears, and :func:`require_sound` (every noise step
+and every publish) refuses to go on while any release in the data root is not the one
+recorded, names another ledger, or names a chain entry the ledger lacks.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 from dp_ops.errors import LedgerMismatch, LedgerTampered
 from dp_ops.layout import DataRoot
+from dp_ops.privacy import ledger_key
 from dp_ops.privacy.ledger import Ledger, safe_url
 
 IDENTITY_FILE = "ledger_identity.json"
@@ -40,16 +53,35 @@ def holds_state(root: DataRoot) -> bool:
     return False
 
 
-def recorded_ledger_id(root: DataRoot) -> str | None:
-    """The ledger id the data root recorded at first use (None: not bound yet)."""
-    path = root.root / IDENTITY_FILE
+def _read_record(path: Path) -> dict[str, object] | None:
     if not path.exists():
         return None
     try:
-        return str(json.loads(path.read_text())["ledger_id"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict):
+            raise TypeError("not a JSON object")
+        return record
+    except (OSError, ValueError, TypeError) as exc:
         raise LedgerMismatch(f"{path}: unreadable ({type(exc).__name__}); restore it from a "
                              "backup of this data root") from exc
+
+
+def recorded_ledger_id(root: DataRoot, key: bytes | None = None) -> str | None:
+    """The ledger id the data root recorded at first use (None: not bound yet). With
+    ``key``, the record's MAC must verify under it (:class:`LedgerMismatch` otherwise)."""
+    path = root.root / IDENTITY_FILE
+    record = _read_record(path)
+    if record is None:
+        return None
+    ledger_id = str(record.get("ledger_id"))
+    if key is not None and not ledger_key.sealed(key, "identity", {"ledger_id": ledger_id},
+                                                  record.get("mac")):
+        raise LedgerMismatch(
+            f"{path}: its MAC does not verify under the ledger key (id "
+            f"{ledger_key.key_id(key)}): the record was written or edited by someone "
+            "without the key, or under another key. Restore it from a backup of this data "
+            "root; nothing was read or spent")
+    return ledger_id
 
 
 def bind(root: DataRoot, ledger: Ledger) -> None:
@@ -59,7 +91,8 @@ def bind(root: DataRoot, ledger: Ledger) -> None:
     fresh ledger there would draw fresh noise for days already noised, so that is refused
     too, with the remedy."""
     path = root.root / IDENTITY_FILE
-    recorded = recorded_ledger_id(root)
+    key = ledger.key()
+    recorded = recorded_ledger_id(root, key)
     if recorded is None:
         if holds_state(root):
             raise LedgerMismatch(
@@ -69,7 +102,10 @@ def bind(root: DataRoot, ledger: Ledger) -> None:
                 "prints the id of the ledger DP_LEDGER_URL points at)")
         body = json.dumps({"ledger_id": ledger.ledger_id,
                            "bound_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                           "ledger_url": safe_url(ledger.url)}, indent=2) + "\n"
+                           "ledger_url": safe_url(ledger.url),
+                           "mac": ledger_key.seal(key, "identity",
+                                                  {"ledger_id": ledger.ledger_id})},
+                          indent=2) + "\n"
         tmp = path.with_name(f".{IDENTITY_FILE}.{os.getpid()}.tmp")
         tmp.write_text(body)
         os.chmod(tmp, 0o644)
@@ -77,7 +113,7 @@ def bind(root: DataRoot, ledger: Ledger) -> None:
             os.link(tmp, path)  # atomic, and fails if another process bound it first
             return
         except FileExistsError:
-            recorded = recorded_ledger_id(root)
+            recorded = recorded_ledger_id(root, key)
         finally:
             tmp.unlink()
     if recorded != ledger.ledger_id:
@@ -106,22 +142,43 @@ def require_verified_ledger(ledger: Ledger) -> None:
             "published from it; see OPERATIONS.md, The ledger fails verification")
 
 
-def recorded_head(root: DataRoot) -> tuple[int, str] | None:
+def _head_body(seq: int, chain: str, ledger_id: str) -> dict[str, object]:
+    return {"seq": seq, "chain_sha256": chain, "ledger_id": ledger_id}
+
+
+def recorded_head(root: DataRoot, key: bytes | None = None) -> tuple[int, str] | None:
+    """The data root's high-water mark (seq, chain hash), None when there is none. With
+    ``key``, its MAC must verify (:class:`LedgerMismatch` otherwise)."""
     path = root.root / HEAD_FILE
-    if not path.exists():
+    mark = _read_record(path)
+    if mark is None:
         return None
     try:
-        mark = json.loads(path.read_text())
-        return int(mark["seq"]), str(mark["chain_sha256"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        seq, chain, ledger_id = int(str(mark["seq"])), str(mark["chain_sha256"]), str(
+            mark["ledger_id"])
+    except (KeyError, ValueError) as exc:
         raise LedgerMismatch(f"{path}: unreadable ({type(exc).__name__}); restore it from a "
                              "backup of this data root") from exc
+    if key is not None and not ledger_key.sealed(key, "head", _head_body(seq, chain,
+                                                                          ledger_id),
+                                                  mark.get("mac")):
+        raise LedgerMismatch(
+            f"{path}: its MAC does not verify under the ledger key: the high-water mark "
+            "was written or edited without the key. Restore it from a backup of this data "
+            "root; nothing was read or spent")
+    return seq, chain
 
 
 def head_problem(root: DataRoot, ledger: Ledger) -> str | None:
-    """Why ``ledger`` is older than (or forked from) what the data root has seen, if it is."""
-    mark = recorded_head(root)
+    """Why ``ledger`` is older than (or forked from) what the data root has seen, if it is;
+    also when a data root that holds noise or releases has no mark at all (deleted: it
+    would let an older copy of the ledger pass)."""
+    mark = recorded_head(root, ledger.key())
     if mark is None:
+        if holds_state(root):
+            return (f"data root {root.root} holds stored noise or releases but no "
+                    f"{HEAD_FILE}: nothing says how far the ledger had come. Restore the "
+                    "file from a backup of this data root")
         return None
     seq, want = mark
     have = ledger.chain_sha256(seq)
@@ -139,19 +196,20 @@ def head_problem(root: DataRoot, ledger: Ledger) -> str | None:
 def record_head(root: DataRoot, ledger: Ledger) -> None:
     """Raise the data root's high-water mark to the ledger's head (never lower it)."""
     seq, chain = ledger.head()
-    mark = recorded_head(root)
+    mark = recorded_head(root, ledger.key())
     if mark is not None and mark[0] >= seq:
         return  # the common case (a step that wrote nothing): no lock, no write
     lock_path = root.root / f".{HEAD_FILE}.lock"
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            mark = recorded_head(root)
+            mark = recorded_head(root, ledger.key())
             if mark is not None and mark[0] >= seq:
                 return
             tmp = root.root / f".{HEAD_FILE}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps({"seq": seq, "chain_sha256": chain,
-                                       "ledger_id": ledger.ledger_id}) + "\n")
+            body = _head_body(seq, chain, ledger.ledger_id)
+            tmp.write_text(json.dumps({**body, "mac": ledger_key.seal(
+                ledger.key(), "head", body)}) + "\n")
             os.chmod(tmp, 0o644)
             os.replace(tmp, root.root / HEAD_FILE)
         finally:
@@ -167,25 +225,69 @@ def ledger_anchor(ledger: Ledger) -> dict[str, object]:
     return {"ledger_id": ledger.ledger_id, "chain_seq": seq, "chain_sha256": chain}
 
 
+RELEASE_RECORD = "release/{release_id}"
+
+
+def record_release(ledger: Ledger, report: str, release_id: str, manifest_sha256: str) -> None:
+    """Record the sha256 of release ``release_id``'s manifest before its directory appears
+    (:func:`dp_ops.steps.release.promote`). A publish that crashed before the rename is
+    retried with a new manifest (its anchor moved): the record then moves with it; once
+    the directory exists the record is final."""
+    name = RELEASE_RECORD.format(release_id=release_id)
+    ledger.record_derived(report, name, manifest_sha256,
+                          replaces=ledger.derived_sha256(report, name))
+
+
 def release_problems(root: DataRoot, ledger: Ledger) -> list[str]:
-    """Every published release whose manifest names a chain entry this ledger lacks."""
+    """Every release in the data root that is not bound to this ledger: its manifest is
+    not the one recorded at publish (planted, edited, or from another history), it names
+    another ledger, or it names a chain entry this ledger lacks (rolled back)."""
     out = []
+    recorded: dict[str, dict[str, str]] = {}
     for manifest_path in sorted(root.root.glob("published/*/releases/*/manifest.json")):
+        report, release_id = manifest_path.parts[-4], manifest_path.parent.name
+        if report not in recorded:
+            recorded[report] = ledger.derived_current(report, RELEASE_RECORD.format(
+                release_id=""))
+        want_sha = recorded[report].get(RELEASE_RECORD.format(release_id=release_id))
+        label = f"release {report}/{release_id}"
         try:
-            anchor = json.loads(manifest_path.read_text()).get("ledger")
-        except (OSError, ValueError) as exc:
-            out.append(f"{manifest_path}: unreadable ({type(exc).__name__})")
+            data = manifest_path.read_bytes()
+            have_sha = hashlib.sha256(data).hexdigest()
+            anchor = json.loads(data).get("ledger")
+        except (OSError, ValueError, AttributeError) as exc:
+            out.append(f"{label}: {manifest_path} unreadable ({type(exc).__name__})")
+            continue
+        if want_sha is None:
+            out.append(f"{label}: this ledger recorded no such release (planted, or "
+                       "published under another ledger or an older copy of this one)")
+            continue
+        if have_sha != want_sha:
+            out.append(f"{label}: its manifest.json is not the one recorded at publish "
+                       "(edited or replaced)")
             continue
         if not isinstance(anchor, dict) or anchor.get("ledger_id") != ledger.ledger_id:
-            continue  # published before releases were anchored, or under another ledger
+            out.append(f"{label}: its manifest names another ledger")
+            continue
         seq, want = anchor.get("chain_seq"), anchor.get("chain_sha256")
         have = ledger.chain_sha256(int(seq)) if isinstance(seq, int) else None
         if have != want:
             state = "lacks" if have is None else "holds with another hash"
-            out.append(f"release {manifest_path.parent.name} was published at ledger entry "
-                       f"{seq}, which this ledger {state}: the ledger was rolled back or "
-                       "rewritten")
+            out.append(f"release {release_id} was published at ledger entry {seq}, which "
+                       f"this ledger {state}: the ledger was rolled back or rewritten")
     return out
+
+
+def require_sound(root: DataRoot, ledger: Ledger) -> None:
+    """Refuse to spend or publish unless the ledger verifies under the key and every
+    release in the data root is bound to it (:func:`release_problems`)."""
+    require_verified_ledger(ledger)
+    problems = release_problems(root, ledger)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise LedgerTampered(
+            f"{problems[0]}{more}. Nothing is spent or published until the data root and "
+            "the ledger agree; see OPERATIONS.md, The ledger fails verification")
 
 
 def open_ledger(root: DataRoot, url: str) -> Ledger:

@@ -10,17 +10,22 @@ Order of operations, which is what makes reruns and crashes safe:
    re-noise one region and its ancestors) and **reserve** them in the ledger. The ledger
    refuses a spend past the cap here, before anything is drawn; a slot already spent is
    reused, not spent again.
-2. For each spend whose noisy values are not stored yet, draw noise for every cell of the
-   public domain in its scope (zeros included: delta = 0) and store the noisy values with
-   a first-writer-wins link, so that two racing processes end up using the same file.
-   A draw that crashed before it was stored was never seen by anyone, so drawing again
-   for the same (already paid) spend costs nothing more.
-3. Every later step reads noisy values only from the stored files.
+2. For each spend whose noisy values are not recorded yet, draw noise for every cell of
+   the public domain in its scope (zeros included: delta = 0), write it to a pending file,
+   record its sha256 in the ledger (the first record of a spend wins), then move it into
+   place. A draw whose record never landed was never seen by anyone, so drawing again for
+   the same (already paid) spend costs nothing more; and a file found at a spend's path
+   with no record is never adopted (anyone who can write the data root could have put it
+   there: a file of zeros would publish the true sums): it is replaced by a fresh draw.
+3. Every later step reads noisy values only from stored files that match the ledger's
+   record (:func:`verify_stored`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
@@ -31,14 +36,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import store_first_wins
-from dp_ops.errors import BadRequest, NoiseNotStored, NoiseTampered
+from dp_ops.engine.files import file_mode, make_dirs
+from dp_ops.errors import BadRequest, NoiseNotStored, NoiseRecordConflict, NoiseTampered
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend, SpendRequest
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.privacy.plan import MetricBudget
-from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.ledger_binding import open_ledger, require_sound
 from dp_ops.steps.result import StepResult
 
 # Spend kinds whose noisy values are the cells' current values (method-update spends
@@ -89,17 +94,28 @@ def noise_file(root: DataRoot, spend: Spend) -> Path:
     return root.noise_dir(spend.slot.report, spend.slot.day) / f"spend-{spend.id:09d}.parquet"
 
 
+PENDING = ".pending"
+
+
+def _pending_noise(path: Path) -> list[Path]:
+    """Drawn values of ``path``'s spend waiting to be moved into place (a draw between its
+    record and its move, live or crashed)."""
+    return sorted(path.parent.glob(f".{path.name}.*{PENDING}"))
+
+
 def file_digest(path: Path) -> tuple[str, int]:
     """(sha256, cell count) of a stored noise file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest(), pq.ParquetFile(path).metadata.num_rows
+    return _digest(path.read_bytes())
 
 
-def verify_stored(path: Path, spend: Spend) -> None:
-    """The stored noise of ``spend`` is the file the ledger recorded, or
+def _digest(data: bytes) -> tuple[str, int]:
+    return (hashlib.sha256(data).hexdigest(),
+            pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows)
+
+
+def read_stored(path: Path, spend: Spend) -> pa.Table:
+    """The stored noise of ``spend``, parsed from the very bytes that were checked against
+    the ledger's record (no second open a swapped file could slip into), or
     :class:`NoiseTampered` naming the slot and the remedy."""
     what = (f"ledger spend {spend.id} ({spend.slot.describe()}, {spend.kind}, run "
             f"{spend.run_id[:40]!r})")
@@ -107,14 +123,46 @@ def verify_stored(path: Path, spend: Spend) -> None:
               "restore the file from a backup of the data root, or re-noise that "
               "region-day explicitly with a reason (it is paid again); OPERATIONS.md, "
               "'stored noise does not verify'")
-    if not path.is_file():
+    if spend.stored_sha256 is None:
+        raise NoiseNotStored(f"{what}: the ledger recorded no stored noise for it; a file "
+                             f"at {path} is never read unrecorded. Rerun the noise step for "
+                             f"{spend.slot.day} (it reuses the spend and costs nothing more)")
+    recorded = (spend.stored_sha256, spend.stored_cells)
+    data = _read_or_none(path)
+    if data is None or _digest(data) != recorded:
+        # the recorded draw may still be pending (its writer is between the ledger record
+        # and the move, or crashed there): move it into place over whatever is there
+        for pending in _pending_noise(path):
+            candidate = _read_or_none(pending)
+            if candidate is not None and _digest(candidate) == recorded:
+                try:
+                    os.replace(pending, path)
+                except FileNotFoundError:
+                    pass  # its writer moved it meanwhile: the same bytes
+                data = candidate
+                break
+    if data is None:
         raise NoiseTampered(f"{what}: its stored noise {path} is missing; {remedy}")
-    digest, cells = file_digest(path)
-    if (digest, cells) != (spend.stored_sha256, spend.stored_cells):
+    digest, cells = _digest(data)
+    if (digest, cells) != recorded:
         raise NoiseTampered(f"{what}: {path} is not the file stored for it (sha256 "
                             f"{digest[:16]}..., {cells} cells; recorded "
                             f"{str(spend.stored_sha256)[:16]}..., {spend.stored_cells}); "
                             f"{remedy}")
+    return pq.read_table(pa.BufferReader(data))
+
+
+def verify_stored(path: Path, spend: Spend) -> None:
+    """The stored noise of ``spend`` is the file the ledger recorded (see
+    :func:`read_stored`)."""
+    read_stored(path, spend)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def region_chain(regions: pd.DataFrame, region_id: str) -> list[tuple[int, str]]:
@@ -183,10 +231,11 @@ def domain_true_values(level: int, ids: list[str], metrics: list[str],
                        dtype=np.int64, count=len(ids) * len(metrics))
 
 
-def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
-                   spend: Spend, true_cells: TrueCells,
-                   rng: np.random.Generator) -> bool:
-    """Noise every cell of ``spend``'s domain and store the noisy values (first wins)."""
+def draw_and_store(root: DataRoot, ledger: Ledger, plan: NoisePlan, regions: pd.DataFrame,
+                   spend: Spend, true_cells: TrueCells, rng: np.random.Generator) -> None:
+    """Noise every cell of ``spend``'s domain, record the noisy values' sha256 in the
+    ledger and move them into place. Of racing draws for one spend, the first record wins;
+    the others' values are dropped unseen and the winner's are used."""
     budget = plan.budget(spend.slot.metric)
     keys = domain_keys(plan, regions, spend)
     cells = domain_table(*keys)
@@ -203,9 +252,26 @@ def draw_and_store(root: DataRoot, plan: NoisePlan, regions: pd.DataFrame,
         "spend_id": pa.array(np.full(len(cells), spend.id), pa.int64()),
     }, schema=NOISE_SCHEMA)
     fault_point("noise.after_draw")
-    stored = store_first_wins(table, noise_file(root, spend))
-    fault_point("noise.after_store")
-    return stored
+    target = noise_file(root, spend)
+    make_dirs(target.parent)
+    pending = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}{PENDING}")
+    try:
+        pq.write_table(table, pending)
+        os.chmod(pending, file_mode(target))
+        with open(pending, "rb") as fh:
+            os.fsync(fh.fileno())
+        digest, cells = file_digest(pending)
+        try:
+            ledger.record_stored(spend.id, digest, cells)
+        except NoiseRecordConflict:
+            return  # another process recorded its draw first: that one is used
+        fault_point("noise.after_store")
+        try:
+            os.replace(pending, target)  # over any unrecorded file found there
+        except FileNotFoundError:
+            pass  # a reader moved it into place already (verify_stored)
+    finally:
+        pending.unlink(missing_ok=True)
 
 
 def _read_true_cells(root: DataRoot, report: str, day: date) -> TrueCells:
@@ -248,6 +314,9 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
         region_chain(regions, region)  # validates the region id
     ledger = open_ledger(root, ledger_url)
     try:
+        # nothing is spent while the ledger fails verification or a release in the data
+        # root is not the one it recorded (a rollback, a planted or edited release)
+        require_sound(root, ledger)
         if renoise and repeat_renoise:
             reason = f"[repeat re-noise] {reason}"
         reservation = ledger.reserve(
@@ -258,23 +327,24 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
             refuse_repeat_of=region if renoise and not repeat_renoise else None)
         fault_point("noise.after_reserve")
         recorded = {s.id: s for s in ledger.spends(plan.report, day)}
-        pending = []
+        to_draw = []
         for spend in reservation.spends:
             known = recorded.get(spend.id, spend)
-            path = noise_file(root, spend)
             if known.stored_sha256 is not None:
-                verify_stored(path, known)  # stored before: never drawn again
-            elif path.exists():  # stored, not yet recorded (a crash in between)
-                ledger.record_stored(spend.id, *file_digest(path))
+                verify_stored(noise_file(root, spend), known)  # stored: never drawn again
             else:
-                pending.append(spend)
-        if pending:
+                # nothing recorded: a file at its path (a crash before the record, or
+                # planted) is never adopted; the draw replaces it
+                to_draw.append(spend)
+        if to_draw:
             true_cells = _read_true_cells(root, plan.report, day)
             rng = noise_generator()
-            for spend in pending:
-                draw_and_store(root, plan, regions, spend, true_cells, rng)
-                ledger.record_stored(spend.id, *file_digest(noise_file(root, spend)))
+            for spend in to_draw:
+                draw_and_store(root, ledger, plan, regions, spend, true_cells, rng)
             del true_cells
+            by_id = {s.id: s for s in ledger.spends(plan.report, day)}
+            for spend in to_draw:
+                verify_stored(noise_file(root, spend), by_id[spend.id])
         spent = ledger.spent(plan.report, day)
     finally:
         ledger.dispose()
@@ -300,16 +370,9 @@ def load_noisy_cells(root: DataRoot, report: str, day: date,
     for spend in spends:
         if spend.slot.report != report or spend.slot.day != day or spend.kind not in VALUE_KINDS:
             continue
-        path = noise_file(root, spend)
-        if not path.is_file() and spend.generation < latest[spend.slot]:
-            continue
-        if spend.stored_sha256 is not None:
-            verify_stored(path, spend)
-        elif not path.is_file():
-            raise NoiseNotStored(f"ledger spend {spend.id} ({spend.slot.describe()}) has no "
-                                 f"stored noisy values at {path}: rerun the noise step for "
-                                 f"{day} (it reuses the spend and costs nothing more)")
-        frames.append(pq.read_table(path).to_pandas())
+        if spend.stored_sha256 is None and spend.generation < latest[spend.slot]:
+            continue  # paid for, never drawn or never recorded: nothing of it was seen
+        frames.append(read_stored(noise_file(root, spend), spend).to_pandas())
     if not frames:
         raise NoiseNotStored(f"no noisy values for {day}: run the noise step first")
     cells = pd.concat(frames, ignore_index=True)

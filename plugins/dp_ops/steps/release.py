@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dp_ops.engine.files import exclusive_lock, write_json_atomic
+from dp_ops.engine.files import exclusive_lock, json_bytes, write_bytes_atomic
 from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
 from dp_ops.steps.result import StepResult
 
 
@@ -120,6 +121,50 @@ def verify_checksums(directory: Path, files: dict[str, dict[str, Any]]) -> None:
             raise PublishRefused(f"staged file {directory / name} changed after the gate")
 
 
+# -- the staged record ----------------------------------------------------------------------
+# The gate and the publish are separate processes, and the staging area is in the data
+# root: the record of what the gate validated (its files' checksums, its result) carries a
+# MAC under the ledger key, so a staged release edited or planted there is refused.
+STAGED = "staged.json"
+STAGED_MAC = "staged.mac"
+
+
+def write_staged(stage: Path, record: dict[str, Any]) -> None:
+    """Write ``stage``'s record and its MAC (of the very bytes written)."""
+    from dp_ops.privacy import ledger_key
+
+    data = json_bytes(record)
+    stage.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(stage / STAGED_MAC, ledger_key.seal(
+        ledger_key.load_key(), "staged", {"sha256": hashlib.sha256(data).hexdigest()}
+    ).encode())
+    write_bytes_atomic(stage / STAGED, data)
+
+
+def read_staged(stage: Path, run_id: str | None = None) -> dict[str, Any]:
+    """``stage``'s record, parsed from the bytes whose MAC verified; with ``run_id``, it
+    must be that run's. :class:`PublishRefused` otherwise, naming the file."""
+    from dp_ops.privacy import ledger_key
+
+    path = stage / STAGED
+    try:
+        data, tag = path.read_bytes(), (stage / STAGED_MAC).read_text()
+    except FileNotFoundError:
+        raise PublishRefused(f"no staged release at {stage}"
+                             + (f" for run {run_id!r}" if run_id else "")
+                             + ": the gate step must pass first") from None
+    if not ledger_key.sealed(ledger_key.load_key(), "staged",
+                             {"sha256": hashlib.sha256(data).hexdigest()}, tag.strip()):
+        raise PublishRefused(f"{path}: its MAC does not verify under the ledger key: the "
+                             "staged record was written or edited outside the gate. Not "
+                             "published; rerun the gate")
+    record = json.loads(data)
+    if not isinstance(record, dict) or (run_id is not None and record.get("run_id") != run_id):
+        raise PublishRefused(f"{path} is not the staged record of run {run_id!r}; rerun "
+                             "the gate")
+    return record
+
+
 @contextmanager
 def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
     with exclusive_lock(root.root / "staging" / f".{report}.publish.lock"):
@@ -162,13 +207,13 @@ def one_build(root: DataRoot, report: str, key: str, run_id: str) -> Iterator[Pa
 
 def _staged_twin(root: DataRoot, report: str, key: str, run_id: str) -> Path | None:
     oldest = time.time() - TWIN_MAX_AGE_S
-    for record_path in sorted((root.root / "staging" / report).glob("*/staged.json")):
+    for record_path in sorted((root.root / "staging" / report).glob(f"*/{STAGED}")):
         try:
             if record_path.stat().st_mtime < oldest:
                 continue
-            record = json.loads(record_path.read_text())
-        except (OSError, ValueError):
-            continue  # a staging area being removed by its publish
+            record = read_staged(record_path.parent)
+        except (OSError, ValueError, PublishRefused):
+            continue  # a staging area being removed by its publish, or not sealed
         if (isinstance(record, dict) and record.get("build_key") == key
                 and record.get("run_id") != run_id and not record.get("empty")
                 and (record.get("gate") or {}).get("success") is True):
@@ -197,68 +242,30 @@ def copy_staged(twin: Path, stage: Path, run_id: str) -> dict[str, Any] | None:
     (``stage`` left absent) when the twin went away meanwhile (its publish moved it) or
     the copy is not exactly the files its record lists with their checksums."""
     try:
-        record = dict(json.loads((twin / "staged.json").read_text()))
+        record = read_staged(twin)
         shutil.copytree(twin / "release", stage / "release")
         if checksums(stage / "release") != record["files"]:
             raise ValueError("the copied files are not the staged ones")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, PublishRefused):
         shutil.rmtree(stage, ignore_errors=True)
         return None
     record.update(run_id=run_id, reused_from=record["run_id"])
-    write_json_atomic(stage / "staged.json", record)
+    write_staged(stage, record)
     return record
 
 
 # The manifest's ``inputs`` key for :func:`inputs_sha256`.
 INPUTS_KEY = "report_days_sha256"
-# A file's (size, mtime, inode) is trusted only once it is this much older than the read.
-RACY_NS = 2_000_000_000
-
-
-def report_day_sha256(root: DataRoot, report: str, days: list[date]) -> dict[date, str]:
-    """The sha256 of each day's per-day report file. The hashes are cached in
-    ``work/period/<report>/report_sha256.json`` by the file's size, mtime and inode, so a
-    daily run hashes one new file. Raises OSError when a file is missing."""
-    cache_path = root.root / "work" / "period" / report / "report_sha256.json"
-    try:
-        cache: dict[str, list[Any]] = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    out: dict[date, str] = {}
-    changed = False
-    now = time.time_ns()
-    for day in days:
-        path = root.report_file(report, day)
-        st = path.stat()
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
-        label = day.isoformat()
-        entry = cache.get(label)
-        if not isinstance(entry, list) or len(entry) != 4 or entry[:3] != stamp:
-            digest = sha256_file(path)
-            # a file modified within the last RACY_NS could change again within the same
-            # clock tick unnoticed: recorded so that it is hashed again next time
-            entry = [*stamp, digest] if now - stamp[1] >= RACY_NS else [*stamp, -1, digest]
-            cache[label] = entry
-            changed = True
-        out[day] = str(entry[-1])
-    if changed:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(cache_path, cache)
-    return out
-
-
-def inputs_sha256(root: DataRoot, report: str, days: list[date],
-                  extra: tuple[Path, ...] = (),
-                  day_digests: dict[date, str] | None = None) -> str:
+def inputs_sha256(days: list[date], day_digests: Mapping[date, str],
+                  extra: tuple[Path, ...] = ()) -> str:
     """sha256 over what a release of ``days`` is built from: each day's per-day report
-    file (:func:`report_day_sha256`, or ``day_digests`` when the caller has them), then
-    each of ``extra`` (e.g. the frozen baseline), each by its own sha256. Raises OSError
-    when a file is missing."""
-    digests = day_digests if day_digests is not None else report_day_sha256(root, report,
-                                                                             days)
+    file by the sha256 the ledger recorded for it (``day_digests``:
+    :func:`dp_ops.steps.day_files.recorded_days`), then each of ``extra`` (e.g. the frozen
+    baseline) by its own sha256. Raises KeyError for a day without a record and OSError
+    when an extra file is missing."""
     h = hashlib.sha256()
     for day in days:
-        h.update(f"{day.isoformat()} {digests[day]}\n".encode())
+        h.update(f"{day.isoformat()} {day_digests[day]}\n".encode())
     for path in extra:
         h.update(f"{path.name} {sha256_file(path)}\n".encode())
     return h.hexdigest()
@@ -278,7 +285,7 @@ def holds_current_inputs(current: dict[str, Any] | None, now: Callable[[list[dat
     days = [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
     try:
         return bool(now(days) == recorded)
-    except OSError:
+    except (OSError, KeyError):
         return False
 
 
@@ -341,12 +348,19 @@ def point_latest(root: DataRoot, report: str, release: Path, scratch: Path) -> N
 
 
 def promote(root: DataRoot, report: str, files_dir: Path, release_id: str,
-            manifest: dict[str, Any], scratch: Path) -> Path:
+            manifest: dict[str, Any], scratch: Path, ledger: Ledger) -> Path:
     """Move ``files_dir`` (with ``manifest.json`` added) to the release directory and
-    repoint ``latest``. Call with :func:`publish_lock` held."""
+    repoint ``latest``. The manifest's sha256 is recorded in the ledger before the
+    directory appears, so a release that is not the recorded one is refused by every later
+    run (:func:`dp_ops.steps.ledger_binding.release_problems`). Call with
+    :func:`publish_lock` held."""
+    from dp_ops.steps.ledger_binding import record_release
+
     target = root.published_dir(report) / "releases" / release_id
     if not target.exists():
-        write_json_atomic(files_dir / "manifest.json", manifest)
+        data = json_bytes(manifest)  # recorded as written: the bytes, not a re-read
+        record_release(ledger, report, release_id, hashlib.sha256(data).hexdigest())
+        write_bytes_atomic(files_dir / "manifest.json", data)
         target.parent.mkdir(parents=True, exist_ok=True)
         fault_point("publish.before_rename")
         os.rename(files_dir, target)

@@ -145,7 +145,7 @@ def test_every_single_row_edit_or_deletion_fails_verification(used: Ledger,
                                 assert "append-only" not in str(exc)
                                 continue  # the database itself refuses this edit (a key)
                             tried += 1
-                            check = verify_chain(conn)
+                            check = verify_chain(conn, used.key())
                             assert not check.ok, f"{statement} {params} went unnoticed"
                             assert check.problem
                             caught += 1

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from dp_ops.privacy import ledger_migrations
+from dp_ops.privacy import ledger_key, ledger_migrations
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.ledger_schema import append, install_guards, metadata, missing_guards
 
@@ -41,7 +41,8 @@ def test_a_ledger_from_before_the_migrations_is_stamped_and_kept(ledger_url: str
         metadata.create_all(conn)
         install_guards(conn)
         append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000001",
-                                     "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"})
+                                     "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"},
+               ledger_key.load_key(create=True))
         assert ledger_migrations.current(conn) is None
     engine.dispose()
     ledger = Ledger(ledger_url)
@@ -64,7 +65,7 @@ def test_the_first_migration_is_todays_schema() -> None:
         ledger_migrations.upgrade(conn)
         tables = set(sa.inspect(conn).get_table_names())
     assert tables == set(metadata.tables) | {ledger_migrations.VERSION_TABLE}
-    assert ledger_migrations.head() == ledger_migrations.FIRST
+    assert ledger_migrations.head() == "0002"  # 0002 adds triggers only, no table
 
 
 def test_migrations_never_go_backwards() -> None:
@@ -91,7 +92,8 @@ def test_the_pipeline_role_waits_for_the_owners_migration(pg_schema: tuple[str, 
         metadata.create_all(conn)
         install_guards(conn)
         append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000002",
-                                     "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"})
+                                     "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"},
+               ledger_key.load_key(create=True))
         role = sa.make_url(app_url).username
         conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA "{pg_schema[1]}" TO "{role}"')
         for tbl in metadata.tables:
@@ -99,7 +101,7 @@ def test_the_pipeline_role_waits_for_the_owners_migration(pg_schema: tuple[str, 
     engine.dispose()
     with pytest.raises(LedgerSchemaError,
                        match=r"is at schema migration none \(written before them\), this "
-                             r"version needs 0001.*ledger init"):
+                             r"version needs 0002.*ledger init"):
         Ledger(app_url)
     owner = Ledger(owner_url)
     with owner.engine.begin() as conn:

@@ -22,8 +22,10 @@ from dp_ops.steps.ledger_binding import (
     IDENTITY_FILE,
     ledger_anchor,
     open_ledger,
+    record_release,
     release_problems,
 )
+from dp_ops.steps.release import sha256_file
 
 
 def _spend(led: Ledger, metric: str) -> None:
@@ -31,10 +33,14 @@ def _spend(led: Ledger, metric: str) -> None:
                 run_id="r", kind="noise", cap=2.0, method_version="v1")
 
 
-def _publish_manifest(root: DataRoot, release_id: str, anchor: dict[str, object]) -> None:
+def _publish_manifest(root: DataRoot, release_id: str, anchor: dict[str, object],
+                      led: Ledger | None = None) -> None:
+    """A release directory with its manifest; recorded in ``led`` as publish does."""
     path = root.published_dir("mobility") / "releases" / release_id / "manifest.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"release_id": release_id, "ledger": anchor}))
+    if led is not None:
+        record_release(led, "mobility", release_id, sha256_file(path))
 
 
 def test_first_use_records_identity_and_mark_and_both_move_forward(tmp_path: Path) -> None:
@@ -65,25 +71,29 @@ def test_a_release_anchors_the_ledger_entry_it_was_published_at(tmp_path: Path) 
     led.dispose()
     (tmp_path / "ledger.sqlite").rename(backup)  # a copy taken now (WAL checkpointed)
     backup.with_name("ledger.sqlite").write_bytes(backup.read_bytes())
+    head_backup = (root.root / HEAD_FILE).read_bytes()  # the data root's mark, then
     led = open_ledger(root, url)
     try:
         _spend(led, "b")
-        _publish_manifest(root, "r1", ledger_anchor(led))
+        _publish_manifest(root, "r1", ledger_anchor(led), led)
         assert release_problems(root, led) == []
         forged = {**ledger_anchor(led), "chain_sha256": "0" * 64}
-        _publish_manifest(root, "r2", forged)
+        _publish_manifest(root, "r2", forged, led)
         assert len(release_problems(root, led)) == 1
+        _publish_manifest(root, "r3", ledger_anchor(led))  # planted: never recorded
+        assert "recorded no such release" in release_problems(root, led)[-1]
     finally:
         led.dispose()
     # roll back the ledger and the data root's mark together: release r1 still names an
     # entry the old ledger lacks
-    (root.published_dir("mobility") / "releases" / "r2" / "manifest.json").unlink()
+    for planted in ("r2", "r3"):
+        (root.published_dir("mobility") / "releases" / planted / "manifest.json").unlink()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{tmp_path / 'ledger.sqlite'}{suffix}").unlink(missing_ok=True)
     (tmp_path / "ledger.sqlite").write_bytes(backup.read_bytes())
-    (root.root / HEAD_FILE).unlink()
+    (root.root / HEAD_FILE).write_bytes(head_backup)
     env = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(root.root)}
     res = subprocess.run([sys.executable, "-m", "dp_ops", "ledger", "--verify"], env=env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "release r1 was published at ledger entry" in res.stdout and "lacks" in res.stdout
+    assert "release mobility/r1: this ledger recorded no such release" in res.stdout

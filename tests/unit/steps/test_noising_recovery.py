@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from dp_ops.engine.files import store_first_wins
 from dp_ops.errors import NoiseNotStored
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
-from dp_ops.steps.noising import NOISE_SCHEMA, load_noisy_cells, noise_file
+from dp_ops.steps.noising import NOISE_SCHEMA, file_digest, load_noisy_cells, noise_file
 
 DAY = date(2020, 3, 2)
 
@@ -22,7 +23,8 @@ def spend(spend_id: int, scope: str, generation: int, kind: str) -> Spend:
                  "v1", f"run-{spend_id}", "", "2026-11-30T00:00:00+00:00")
 
 
-def store(root: DataRoot, s: Spend, regions: list[str], value: int) -> None:
+def store(root: DataRoot, s: Spend, regions: list[str], value: int) -> Spend:
+    """Store ``s``'s values; return ``s`` as the ledger then holds it (with the record)."""
     n = len(regions)
     store_first_wins(pa.table({
         "level": pa.array([2] * n, pa.int8()), "region_id": regions,
@@ -30,6 +32,8 @@ def store(root: DataRoot, s: Spend, regions: list[str], value: int) -> None:
         "cell_epsilon": [0.1] * n, "sensitivity": pa.array([1] * n, pa.int64()),
         "spend_id": pa.array([s.id] * n, pa.int64()),
     }, schema=NOISE_SCHEMA), noise_file(root, s))
+    return replace(s, **dict(zip(("stored_sha256", "stored_cells"),
+                                 file_digest(noise_file(root, s)), strict=True)))
 
 
 def values(root: DataRoot, spends: list[Spend]) -> dict[str, int]:
@@ -42,8 +46,8 @@ def test_a_superseded_unstored_renoise_is_skipped(tmp_path: Path) -> None:
     base = spend(1, ALL_REGIONS, 0, "noise")
     crashed = spend(2, "R1", 0, "renoise")  # paid, its run died before storing
     redone = spend(3, "R1", 1, "renoise")   # a new run asked again
-    store(root, base, ["R1", "R2"], 10)
-    store(root, redone, ["R1"], 30)
+    base = store(root, base, ["R1", "R2"], 10)
+    redone = store(root, redone, ["R1"], 30)
     assert values(root, [base, crashed, redone]) == {"R1": 30, "R2": 10}
 
 
@@ -51,6 +55,16 @@ def test_the_latest_spend_without_values_is_an_error_naming_it(tmp_path: Path) -
     root = DataRoot(tmp_path)
     base = spend(1, ALL_REGIONS, 0, "noise")
     crashed = spend(2, "R1", 0, "renoise")
-    store(root, base, ["R1", "R2"], 10)
-    with pytest.raises(NoiseNotStored, match="ledger spend 2 .* rerun the noise step"):
+    base = store(root, base, ["R1", "R2"], 10)
+    with pytest.raises(NoiseNotStored, match="ledger spend 2 .*Rerun the noise step"):
         values(root, [base, crashed])  # never falls back silently to the older value
+
+
+def test_an_unrecorded_file_is_never_read(tmp_path: Path) -> None:
+    """Issue 31, attack 1's reading side: a file at the path of a spend the ledger holds no
+    record for (planted: zeros would publish the true sums) is refused, not read."""
+    root = DataRoot(tmp_path)
+    base = spend(1, ALL_REGIONS, 0, "noise")
+    store(root, base, ["R1", "R2"], 0)  # on disk, but `base` carries no record
+    with pytest.raises(NoiseNotStored, match="never read unrecorded"):
+        values(root, [base])

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dp_ops.engine.files import write_json_atomic
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.release import publish_staged, staging_dir
+from dp_ops.steps.release import write_staged
 
 CFG = MobilityConfig()
 
@@ -31,15 +31,36 @@ def _spend_normal_run(url: str, day: date) -> None:
 @pytest.mark.parametrize("day", [date(2020, 3, 2), date(2020, 1, 10)])  # released; baseline
 def test_publish_refuses_over_the_cap(tmp_path: Path, day: date) -> None:
     root = DataRoot(tmp_path / "data")
+    root.root.mkdir()
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     _spend_normal_run(url, day)  # 8.58 per user-day
     stage = staging_dir(root, "run-x")
     (stage / "release").mkdir(parents=True)
-    write_json_atomic(stage / "staged.json", {
+    write_staged(stage, {
         "empty": False, "run_id": "run-x", "first_date": "2020-02-15",
         "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},
         "gate": {"success": True, "evaluated": 1, "data_docs": None}})
     lowered = MobilityConfig(cap_override=5.0)
     with pytest.raises(PublishRefused, match=r"8\.58.*over the cap 5\.0000"):
         publish_staged(root, lowered, run_id="run-x", ledger_url=url)
+    assert not root.latest_release("mobility").exists()
+
+
+def test_a_staged_record_written_outside_the_gate_is_refused(tmp_path: Path) -> None:
+    """Issue 31: the staging area is in the data root. A staged record planted or edited
+    there (here: one claiming the gate passed) carries no valid MAC under the ledger key
+    and is refused before anything is read from the staged files."""
+    import json
+
+    root = DataRoot(tmp_path / "data")
+    stage = staging_dir(root, "run-x")
+    (stage / "release").mkdir(parents=True)
+    write_staged(stage, {"empty": True, "run_id": "run-x"})
+    (stage / "staged.json").write_text(json.dumps({
+        "empty": False, "run_id": "run-x", "first_date": "2020-02-15",
+        "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},
+        "gate": {"success": True, "evaluated": 1, "data_docs": None}}))
+    with pytest.raises(PublishRefused, match="MAC does not verify"):
+        publish_staged(root, CFG, run_id="run-x",
+                       ledger_url=f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     assert not root.latest_release("mobility").exists()

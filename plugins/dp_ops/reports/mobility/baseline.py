@@ -20,7 +20,6 @@ from datetime import date
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dp_ops.engine.files import exclusive_lock
 from dp_ops.errors import BaselineIncompatible, BaselineMissing
@@ -36,7 +35,7 @@ from dp_ops.reports.mobility.estimates import (
     strictly_below,
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
-from dp_ops.steps.derived import store_recorded, verify_recorded
+from dp_ops.steps.derived import read_recorded, store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.release import sha256_file
 from dp_ops.steps.result import StepResult
@@ -181,10 +180,11 @@ def _window_baseline(root: DataRoot, cfg: MobilityConfig, ledger: Ledger) -> pd.
 def read_baseline(root: DataRoot, ledger: Ledger) -> pd.DataFrame:
     """The frozen baseline, verified against the sha256 the ledger recorded."""
     target = root.baseline_file(REPORT)
-    if not verify_recorded(ledger, REPORT, BASELINE_NAME, target):
+    table = read_recorded(ledger, REPORT, BASELINE_NAME, target)
+    if table is None:
         raise BaselineMissing(f"the mobility baseline {target} does not exist yet: every day "
                               "of the baseline window must be noised first")
-    baseline = pq.read_table(target).to_pandas()
+    baseline = table.to_pandas()
     if "noise_cells" not in baseline.columns:
         raise BaselineIncompatible(
             f"the mobility baseline {target} was frozen by a version before the exact "

@@ -66,7 +66,6 @@ from typing import Protocol
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
@@ -80,7 +79,7 @@ from dp_ops.reports.mobility.estimates import (
     noise_law_cells,
 )
 from dp_ops.reports.mobility.noising import GROUP_CELLS
-from dp_ops.steps.derived import verify_recorded
+from dp_ops.steps.derived import read_recorded
 
 COMPARISON_WEEKS = 4
 # The factor's share of the rule's probability (module docstring, Intervals).
@@ -251,13 +250,15 @@ def read_method_updates(root: DataRoot, ledger: Ledger) -> pd.DataFrame | None:
     files = sorted(updates.glob("*.parquet")) if updates.is_dir() else []
     recorded = {n.removeprefix("method_update/") for n in ledger.derived_names(REPORT)
                 if n.startswith("method_update/")}
+    tables = []
     for version in sorted(recorded | {f.stem for f in files}):
-        verify_recorded(ledger, REPORT, method_update_name(version),
-                        root.method_update_file(REPORT, version))
-    files = sorted(updates.glob("*.parquet")) if updates.is_dir() else []
-    if not files:
+        table = read_recorded(ledger, REPORT, method_update_name(version),
+                              root.method_update_file(REPORT, version))
+        if table is not None:
+            tables.append(table.to_pandas())
+    if not tables:
         return None
-    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    return pd.concat(tables, ignore_index=True)
 
 
 def apply_method_updates(baseline: pd.DataFrame, updates: pd.DataFrame | None,

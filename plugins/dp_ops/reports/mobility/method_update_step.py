@@ -41,8 +41,9 @@ from dp_ops.reports.mobility.method_update import (
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.reports.mobility.report import report_day
+from dp_ops.steps.day_files import recorded_days
 from dp_ops.steps.derived import store_recorded, verify_recorded
-from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
 from dp_ops.steps.result import StepResult
 
 
@@ -215,12 +216,14 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         finally:
             ledger.dispose()
         state = "stored new factors" if won else "found factors another run stored first"
-    rereported = 0
+    # every recorded report day from the effective date (its rows change with the factors)
+    with closing_ledger(open_ledger(root, ledger_url)) as ledger:
+        recorded = recorded_days(ledger, REPORT)
     day = max(update.effective_date, cfg.first_public_date)
-    while root.report_file(REPORT, day).is_file():
-        report_day(root, cfg, day, ledger_url=ledger_url)
-        rereported += 1
-        day += timedelta(days=1)
+    rereport = [d for d in sorted(recorded) if d >= day]
+    for d in rereport:
+        report_day(root, cfg, d, ledger_url=ledger_url)
+    rereported = len(rereport)
     return StepResult(
         f"method update {update.method_version} from {update.effective_date} "
         f"({', '.join(update.categories)}): {state} at {target}; spent epsilon "

@@ -13,19 +13,19 @@ failed gate leaves ``latest`` where it was.
 
 from __future__ import annotations
 
-import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import asdict
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
-from dp_ops.engine.files import read_parquet_files, write_json_atomic
-from dp_ops.errors import BaselineMissing, GateFailed, PublishRefused
+from dp_ops.errors import BaselineMissing, PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -37,8 +37,14 @@ from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
+from dp_ops.steps.day_files import read_release_days, recorded_days, release_days
 from dp_ops.steps.derived import verify_recorded
-from dp_ops.steps.ledger_binding import ledger_anchor, open_ledger, require_verified_ledger
+from dp_ops.steps.ledger_binding import (
+    closing_ledger,
+    ledger_anchor,
+    open_ledger,
+    require_sound,
+)
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
     INPUTS_KEY,
@@ -50,11 +56,12 @@ from dp_ops.steps.release import (
     inputs_sha256,
     promote,
     publish_lock,
+    read_staged,
     release_event,
-    report_day_sha256,
     sha256_file,
     verify_checksums,
     write_csv,
+    write_staged,
 )
 from dp_ops.steps.release_contract import (
     SCHEMA_VERSION,
@@ -65,7 +72,7 @@ from dp_ops.steps.release_contract import (
 from dp_ops.steps.result import StepResult
 
 __all__ = ["PublishRefused", "assemble", "epsilon_accounting", "publish_staged",
-           "report_days", "stage_and_validate", "staging_dir", "write_release_files"]
+           "stage_and_validate", "staging_dir", "write_release_files"]
 
 GLOBAL_CSV = "Global_Mobility_Report.csv"
 GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
@@ -77,21 +84,11 @@ def staging_dir(root: DataRoot, run_id: str) -> Path:
     return release.staging_dir(root, REPORT, run_id)
 
 
-def report_days(root: DataRoot, cfg: MobilityConfig) -> list[date]:
-    """The contiguous days from ``first_public_date`` that have report rows."""
-    days = []
-    day = cfg.first_public_date
-    while root.report_file(REPORT, day).is_file():
-        days.append(day)
-        day += timedelta(days=1)
-    return days
-
-
-def assemble(root: DataRoot, days: list[date]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(internal domain table, published table) for ``days``."""
+def assemble(tables: list[pa.Table]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(internal domain table, published table) of the days' verified rows."""
     # one Arrow table and one conversion (a pandas concat of a year of small frames cost
     # four times as much)
-    internal = read_parquet_files([root.report_file(REPORT, d) for d in days]).to_pandas()
+    internal = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
     published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
     for col in CHANGE_COLUMNS:
@@ -127,49 +124,38 @@ def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
 
 
 def mobility_inputs_sha256(root: DataRoot, days: list[date],
-                           day_digests: dict[date, str] | None = None) -> str:
-    """What a release of ``days`` is built from: the per-day files, the frozen baseline
-    and the method-update factors (:func:`dp_ops.steps.release.inputs_sha256`)."""
+                           day_digests: Mapping[date, str]) -> str:
+    """What a release of ``days`` is built from: the per-day files (by the sha256 the
+    ledger recorded), the frozen baseline and the method-update factors
+    (:func:`dp_ops.steps.release.inputs_sha256`)."""
     updates = root.method_updates_dir(REPORT)
     extra = tuple(p for p in (root.baseline_file(REPORT),
                               *(sorted(updates.glob("*.parquet")) if updates.is_dir() else []))
                   if p.is_file())
-    return inputs_sha256(root, REPORT, days, extra, day_digests)
+    return inputs_sha256(days, day_digests, extra)
 
 
-def _read_unchanged(root: DataRoot, days: list[date]
-                    ) -> tuple[dict[date, str], pd.DataFrame, pd.DataFrame]:
-    """(sha256 per day file, internal, published) read while no day file changed: the
-    digests are taken before and after reading (from the stat-keyed cache, so a rewritten
-    file is hashed again) and must agree, so that the rows validated are the rows the
-    digests name."""
-    for _ in range(3):
-        digests = report_day_sha256(root, REPORT, days)
-        internal, published = assemble(root, days)
-        if report_day_sha256(root, REPORT, days) == digests:
-            return digests, internal, published
-    raise GateFailed("the per-day report files kept changing while the gate read them (a "
-                     "report step running beside it?); retry the gate once it is done")
-
-
-def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str) -> StepResult:
-    """Assemble, validate and stage the release of the report days present. A gate that
+def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+                       ledger_url: str) -> StepResult:
+    """Assemble, validate and stage the release of the recorded report days. A gate that
     would build what another run staged already (same days, per-day files, baseline,
     method updates, region table and config: :func:`mobility_build_key`) copies that
     run's staged files and gate result instead (:func:`dp_ops.steps.release.one_build`)."""
     stage = staging_dir(root, run_id)
     if stage.exists():
         shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
-    days = report_days(root, cfg)
-    if not days:
-        stage.mkdir(parents=True)
-        write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
-        return StepResult("nothing to release yet: no report days from "
-                          f"{cfg.first_public_date}", (str(stage),))
-    key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(root, days))
-    return release.stage_once(root, REPORT, key, run_id=run_id, stage=stage,
-                              label=f"release candidate {days[0]}..{days[-1]}",
-                              build=lambda: _build(root, cfg, stage, run_id=run_id, days=days))
+    with closing_ledger(open_ledger(root, ledger_url)) as ledger:
+        days, digests = release_days(ledger, REPORT, cfg.first_public_date)
+        if not days:
+            stage.mkdir(parents=True)
+            write_staged(stage, {"empty": True, "run_id": run_id})
+            return StepResult("nothing to release yet: no report days from "
+                              f"{cfg.first_public_date}", (str(stage),))
+        key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(root, days, digests))
+        return release.stage_once(
+            root, REPORT, key, run_id=run_id, stage=stage,
+            label=f"release candidate {days[0]}..{days[-1]}",
+            build=lambda: _build(root, cfg, stage, ledger, run_id=run_id))
 
 
 def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],
@@ -185,14 +171,16 @@ def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],
         chart_levels=load_execution_settings().chart_levels)
 
 
-def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, *, run_id: str,
-           days: list[date]) -> StepResult:
+def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, ledger: Ledger, *,
+           run_id: str) -> StepResult:
     # imported only when there is something to validate: GX takes seconds to import
     from dp_ops.regions import read_regions
     from dp_ops.reports.mobility.suites import row_rules, validate_mobility_release
     from dp_ops.steps.gate import record_validated, require_pass, validated_files
 
-    digests, internal, published = _read_unchanged(root, days)
+    # the rows as the ledger recorded them (each file's bytes checked, then parsed)
+    days, digests, tables = read_release_days(root, ledger, REPORT, cfg.first_public_date)
+    internal, published = assemble(tables)
     inputs = mobility_inputs_sha256(root, days, digests)
     # the row-level rules are checked on the days whose files no gate validated before
     rules = row_rules(cfg)
@@ -210,7 +198,7 @@ def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, *, run_id: str,
                                    release_files)
     files = write_release_files(published, release_files)
     require_contract(REPORT, release_files)  # the shipped column schema (GateFailed)
-    write_json_atomic(stage / "staged.json", {
+    write_staged(stage, {
         "empty": False,
         "run_id": run_id,
         "first_date": days[0].isoformat(),
@@ -261,41 +249,37 @@ def method_updates_in_effect(root: DataRoot, ledger: Ledger,
 def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                    ledger_url: str) -> StepResult:
     stage = staging_dir(root, run_id)
-    staged_file = stage / "staged.json"
-    if not staged_file.is_file():
-        raise PublishRefused(f"no staged release for run {run_id!r} at {stage}: the gate "
-                             "step must pass first")
-    staged = json.loads(staged_file.read_text())
+    staged = read_staged(stage, run_id)
     if staged["empty"]:
         return StepResult("nothing to publish yet (no report days)")
-    with publish_lock(root, REPORT):
-        current = current_release(root, REPORT)
-        if (current and current["last_date"] > staged["last_date"]
-                and holds_current_inputs(current,
-                                         lambda days: mobility_inputs_sha256(root, days))):
-            # a release of later days, built from the per-day files, baseline and method
-            # updates as they are now, is out: it holds this run's values, and a rebuild
-            # would give the same files
-            shutil.rmtree(stage, ignore_errors=True)
-            return StepResult(
-                f"mobility release {current['release_id']} ({current['first_date']}.."
-                f"{current['last_date']}), published since this run staged, holds this "
-                f"run's days {staged['first_date']}..{staged['last_date']} from the same "
-                "inputs: latest stays, nothing to rebuild")
-        if current and current["last_date"] > staged["last_date"]:
-            # a release covering later days was published since this run staged: rebuild
-            # from the current report days, so that this run's values are published (a
-            # run never ends "done" having spent and skipped publishing)
-            stage_and_validate(root, cfg, run_id=run_id)
-            staged = json.loads(staged_file.read_text())
-    if not staged["gate"]["success"]:
-        raise PublishRefused(f"staged release {stage} did not pass the gate")
-    files_dir = stage / "release"
-    verify_checksums(files_dir, staged["files"])
-    first, last = date.fromisoformat(staged["first_date"]), date.fromisoformat(staged["last_date"])
-    ledger = open_ledger(root, ledger_url)
-    try:
-        require_verified_ledger(ledger)
+    with closing_ledger(open_ledger(root, ledger_url)) as ledger:
+        require_sound(root, ledger)
+        with publish_lock(root, REPORT):
+            current = current_release(root, REPORT)
+            if (current and current["last_date"] > staged["last_date"]
+                    and holds_current_inputs(current, lambda days: mobility_inputs_sha256(
+                        root, days, recorded_days(ledger, REPORT)))):
+                # a release of later days, built from the per-day files, baseline and
+                # method updates as they are now, is out: it holds this run's values, and a
+                # rebuild would give the same files
+                shutil.rmtree(stage, ignore_errors=True)
+                return StepResult(
+                    f"mobility release {current['release_id']} ({current['first_date']}.."
+                    f"{current['last_date']}), published since this run staged, holds this "
+                    f"run's days {staged['first_date']}..{staged['last_date']} from the same "
+                    "inputs: latest stays, nothing to rebuild")
+            if current and current["last_date"] > staged["last_date"]:
+                # a release covering later days was published since this run staged:
+                # rebuild from the current report days, so that this run's values are
+                # published (a run never ends "done" having spent and skipped publishing)
+                stage_and_validate(root, cfg, run_id=run_id, ledger_url=ledger_url)
+                staged = read_staged(stage, run_id)
+        if not staged["gate"]["success"]:
+            raise PublishRefused(f"staged release {stage} did not pass the gate")
+        files_dir = stage / "release"
+        verify_checksums(files_dir, staged["files"])
+        first = date.fromisoformat(staged["first_date"])
+        last = date.fromisoformat(staged["last_date"])
         epsilon = epsilon_accounting(ledger, cfg, first, last)
         if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
             raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
@@ -307,49 +291,47 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                                   "not exist yet; nothing to publish against")
         updates = method_updates_in_effect(root, ledger, last)
         anchor = ledger_anchor(ledger)
-    finally:
-        ledger.dispose()
-    # the same files under another method-update or accounting state are another release
-    release_id = content_release_id(last, staged["files"], updates, epsilon)
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "report": REPORT,
-        "release_id": release_id,
-        "run_id": run_id,
-        "software_version": dp_ops.__version__,
-        "method_version": cfg.method_version,
-        "first_date": staged["first_date"],
-        "last_date": staged["last_date"],
-        "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
-                   "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
-                   "baseline_window": [cfg.baseline_start.isoformat(),
-                                       cfg.baseline_end.isoformat()],
-                   **({INPUTS_KEY: staged["inputs_sha256"]}
-                      if staged.get("inputs_sha256") else {})},
-        "method_updates": updates,
-        "rows": staged["rows"],
-        "suppression": staged["suppression"],
-        "epsilon": epsilon,
-        "ledger": anchor,
-        "files": staged["files"],
-        "gate": staged["gate"],
-    }
-    # the page shows the manifest's figures; it is listed in the manifest itself
-    manifest["files"] = write_release_index(
-        files_dir, manifest, staged.get("charts", []), published=published_mobility,
-        data_docs=staged["gate"]["data_docs"],
-        release_dir=root.published_dir(REPORT) / "releases" / release_id, data_root=root.root,
-        uncharted_levels=staged.get("uncharted_levels", []))
-    require_manifest(manifest)  # the shipped manifest schema
-    with publish_lock(root, REPORT):
-        current = current_release(root, REPORT)
-        if current and current["last_date"] > staged["last_date"]:
-            raise PublishRefused(
-                f"release {current['release_id']} covering {current['last_date']} was "
-                f"published while this run's release (to {last}) was prepared; not "
-                "published. A retry of this task rebuilds it from the current state")
-        target = promote(root, REPORT, files_dir, release_id, manifest, stage)
-        event = release_event(current, release_id, target)
+        # the same files under another method-update or accounting state are another release
+        release_id = content_release_id(last, staged["files"], updates, epsilon)
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "report": REPORT,
+            "release_id": release_id,
+            "run_id": run_id,
+            "software_version": dp_ops.__version__,
+            "method_version": cfg.method_version,
+            "first_date": staged["first_date"],
+            "last_date": staged["last_date"],
+            "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
+                       "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
+                       "baseline_window": [cfg.baseline_start.isoformat(),
+                                           cfg.baseline_end.isoformat()],
+                       **({INPUTS_KEY: staged["inputs_sha256"]}
+                          if staged.get("inputs_sha256") else {})},
+            "method_updates": updates,
+            "rows": staged["rows"],
+            "suppression": staged["suppression"],
+            "epsilon": epsilon,
+            "ledger": anchor,
+            "files": staged["files"],
+            "gate": staged["gate"],
+        }
+        # the page shows the manifest's figures; it is listed in the manifest itself
+        manifest["files"] = write_release_index(
+            files_dir, manifest, staged.get("charts", []), published=published_mobility,
+            data_docs=staged["gate"]["data_docs"],
+            release_dir=root.published_dir(REPORT) / "releases" / release_id,
+            data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
+        require_manifest(manifest)  # the shipped manifest schema
+        with publish_lock(root, REPORT):
+            current = current_release(root, REPORT)
+            if current and current["last_date"] > staged["last_date"]:
+                raise PublishRefused(
+                    f"release {current['release_id']} covering {current['last_date']} was "
+                    f"published while this run's release (to {last}) was prepared; not "
+                    "published. A retry of this task rebuilds it from the current state")
+            target = promote(root, REPORT, files_dir, release_id, manifest, stage, ledger)
+            event = release_event(current, release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published mobility release {release_id} ({first}..{last}, "
                       f"{staged['rows']['published']} rows, epsilon per user-day max "

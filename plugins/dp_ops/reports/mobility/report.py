@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.baseline import read_baseline
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
@@ -36,6 +35,7 @@ from dp_ops.reports.mobility.estimates import (
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
 from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.steps.day_files import write_day_file
 from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
@@ -108,8 +108,6 @@ def apply_row_rules(changes: pd.DataFrame, regions: pd.DataFrame, day: date,
 
 
 def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: str) -> StepResult:
-    from dp_ops.regions import read_regions
-
     target = root.report_file(REPORT, day)
     if day < cfg.first_public_date:
         return StepResult(f"no report rows for {day}: the public series starts "
@@ -121,8 +119,20 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
         baseline = apply_method_updates(read_baseline(root, ledger),
                                         read_method_updates(root, ledger), day)
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        rows = _day_rows(root, cfg, day, baseline, cells)
+        write_day_file(root, ledger, REPORT, day, pa.Table.from_pandas(rows,
+                                                                       preserve_index=False))
     finally:
         ledger.dispose()
+    published = int(rows["publish_row"].sum())
+    return StepResult(f"report for {day}: {published} of {len(rows)} region rows publishable; "
+                      f"rows in {target}", (str(target),))
+
+
+def _day_rows(root: DataRoot, cfg: MobilityConfig, day: date, baseline: pd.DataFrame,
+              cells: pd.DataFrame) -> pd.DataFrame:
+    from dp_ops.regions import read_regions
+
     alpha = strictly_below(cfg.max_error_probability)
     residential_miss = float(baseline.loc[baseline["category"] == RESIDENTIAL,
                                           "baseline_miss"].max())
@@ -131,8 +141,4 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
                                                                          residential_miss))
     changes = day_changes(estimates, baseline, day, alpha=alpha,
                           max_error_points=cfg.max_error_points)
-    rows = apply_row_rules(changes, read_regions(root.regions_csv), day, cfg)
-    write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), target)
-    published = int(rows["publish_row"].sum())
-    return StepResult(f"report for {day}: {published} of {len(rows)} region rows publishable; "
-                      f"rows in {target}", (str(target),))
+    return apply_row_rules(changes, read_regions(root.regions_csv), day, cfg)

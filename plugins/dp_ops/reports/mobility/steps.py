@@ -152,7 +152,7 @@ def method_update(
     return run_method_update(root, cfg, update, run_id=run_id, ledger_url=ledger_url)
 
 
-def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str, ledger_url: str,
          region: str | None = None) -> StepResult:
     """Assemble the candidate release in a staging directory and validate it with Great
     Expectations; raises :class:`dp_ops.errors.GateFailed` (naming the Data Docs) if not.
@@ -160,7 +160,7 @@ def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     nothing here: the whole release is staged from the report days present."""
     from dp_ops.reports.mobility.release import stage_and_validate
 
-    return stage_and_validate(root, cfg, run_id=run_id)
+    return stage_and_validate(root, cfg, run_id=run_id, ledger_url=ledger_url)
 
 
 def publish(root: DataRoot, cfg: MobilityConfig, *, run_id: str, ledger_url: str) -> StepResult:
@@ -197,6 +197,6 @@ def run_days(
         results.extend(day_results)
         if on_day is not None:
             on_day(day, day_results)
-    results.append(gate(root, cfg, run_id=run_id))
+    results.append(gate(root, cfg, run_id=run_id, ledger_url=ledger_url))
     results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
     return results

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 from dp_ops.reports.symptoms.noising import load_noisy_cells
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
+from dp_ops.steps.day_files import write_day_file
 from dp_ops.steps.ledger_binding import open_ledger
 from dp_ops.steps.result import StepResult
 
@@ -87,12 +87,13 @@ def report_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: st
     ledger = open_ledger(root, ledger_url)
     try:
         cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        rows = with_reliability(pair_cells(cells), cfg, n_days=1)
+        rows.insert(3, "date", pd.Timestamp(day).date())
+        rows = rows.sort_values(["level", "region_id", "symptom"]).reset_index(drop=True)
+        write_day_file(root, ledger, REPORT, day,
+                       pa.Table.from_pandas(rows, preserve_index=False))
     finally:
         ledger.dispose()
-    rows = with_reliability(pair_cells(cells), cfg, n_days=1)
-    rows.insert(3, "date", pd.Timestamp(day).date())
-    rows = rows.sort_values(["level", "region_id", "symptom"]).reset_index(drop=True)
-    write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), target)
     reliable = float(rows["reliable"].mean()) if len(rows) else 0.0
     return StepResult(f"symptoms for {day}: {reliable:.1%} of {len(rows)} daily values pass "
                       f"the reliability rule; rows in {target}", (str(target),))

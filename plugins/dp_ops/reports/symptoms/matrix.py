@@ -10,6 +10,7 @@ time in pandas merges).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -59,14 +60,21 @@ def same_cells(table: pa.Table, cells: pd.DataFrame | None, path: Path,
     return cells
 
 
-def read_days(root: DataRoot, report: str, days: list[date]) -> DailyMatrix:
-    """Stack the per-day rows of ``days``; raises ValueError naming the day whose cells
-    differ from the first day's (a changed region table or symptom list mid-period)."""
+def read_days(root: DataRoot, report: str, days: list[date],
+              digests: Mapping[date, str]) -> DailyMatrix:
+    """Stack the per-day rows of ``days``, each checked against the sha256 the ledger
+    recorded for it (``digests``: :mod:`dp_ops.steps.day_files`); raises ValueError naming
+    the day whose cells differ from the first day's (a changed region table or symptom
+    list mid-period)."""
+    from dp_ops.steps.day_files import read_day_bytes
+
     cells: pd.DataFrame | None = None
     columns: dict[str, list[NDArray[np.generic]]] = {c: [] for c in (*VALUES, *NOISE_PARAMETERS)}
     for day in days:
         path = root.report_file(report, day)
-        table = pq.read_table(path, columns=[*KEYS, *VALUES, *NOISE_PARAMETERS])
+        table = pq.read_table(pa.BufferReader(read_day_bytes(root, report, day,
+                                                             digests.get(day))),
+                              columns=[*KEYS, *VALUES, *NOISE_PARAMETERS])
         cells = same_cells(table, cells, path, days[0])
         for c in columns:
             columns[c].append(table.column(c).to_numpy(zero_copy_only=False))

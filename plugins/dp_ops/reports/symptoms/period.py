@@ -11,22 +11,28 @@ A release covers every day from the first public date, but its assembly needs on
 :func:`summarize` computes that from a whole (days x cells) matrix (tests, small
 periods). :func:`load_period` keeps it in a state file under ``work/period/symptoms/``
 and brings it up to date by reading only the per-day files that are new or changed since
-(compared by size, mtime and inode, as ``make`` and git's index do: a rerun rewrites its
-day's file, which changes all three) and recomputing only the weeks that contain them. A
-daily run therefore reads one day (seven on a Sunday) whatever the length of the release,
-instead of every day of it. The state is a cache of post-processed noisy values: deleting
-it costs one full rebuild and nothing else; a state written for another domain (region
-table, symptom list) or another reliability rule is ignored and rebuilt. It is written
-atomically (one file, temp + rename), so concurrent runs each leave a consistent state.
+(compared by the sha256 the ledger recorded for each: a rerun records its day's new
+version) and recomputing only the weeks that contain them. A daily run therefore reads one
+day (seven on a Sunday) whatever the length of the release, instead of every day of it.
+Each per-day file read is checked against its record (:mod:`dp_ops.steps.day_files`).
+
+The state is a cache of post-processed noisy values: deleting it costs one full rebuild
+and nothing else; a state written for another domain (region table, symptom list) or
+another reliability rule is ignored and rebuilt. It lives in the data root, so it carries a
+MAC under the ledger key (``state.npz.mac``, over the very bytes written): an edited or
+planted state (say, with other passing values) does not verify and is rebuilt from the
+verified per-day files, never used. It is written atomically (temp + rename), so
+concurrent runs each leave a consistent state.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -34,10 +40,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from dp_ops.layout import DataRoot
+from dp_ops.privacy import ledger_key
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.matrix import (
     KEYS,
@@ -48,15 +56,14 @@ from dp_ops.reports.symptoms.matrix import (
     weekly,
 )
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
+from dp_ops.steps.day_files import read_day_bytes
 
 __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summarize"]
 
 # The columns of a passing value (daily or weekly); ``cell`` indexes ``PeriodSummary.cells``.
 VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper")
 # Bumped when the state's layout or meaning changes: an older state is then rebuilt.
-STATE_VERSION = 2
-# A file's stamp is trusted only once it is this much older than the moment it is read.
-RACY_NS = 2_000_000_000
+STATE_VERSION = 3
 _FILE_COLUMNS = [*KEYS, "a_noisy", "b_noisy", *NOISE_PARAMETERS, "ratio", "lower", "upper",
                  "reliable"]
 
@@ -135,20 +142,6 @@ def state_file(root: DataRoot) -> Path:
     return root.root / "work" / "period" / REPORT / "state.npz"
 
 
-def _stamp(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def recordable(stamp: list[int], now_ns: int | None = None) -> list[int]:
-    """``stamp`` as it may be recorded: a file modified less than ``RACY_NS`` ago could
-    be rewritten within the same clock tick, keeping size, mtime and (a reused) inode, so
-    its stamp is recorded with a marker that never matches, and it is read again next
-    time (git's "racily clean" rule)."""
-    now = time.time_ns() if now_ns is None else now_ns
-    return stamp if now - stamp[1] >= RACY_NS else [*stamp, -1]
-
-
 def _fingerprint(cells: pd.DataFrame, cfg: SymptomsConfig) -> str:
     h = hashlib.sha256(json.dumps({
         "version": STATE_VERSION,
@@ -185,11 +178,11 @@ class _State:
 
     fingerprint: str
     cells: pd.DataFrame
-    stamps: dict[str, list[int]] = field(default_factory=dict)
+    stamps: dict[str, str] = field(default_factory=dict)  # day: its file's recorded sha256
     failed_bits: dict[str, NDArray[np.uint8]] = field(default_factory=dict)
     b: dict[str, NDArray[np.int64]] = field(default_factory=dict)
     daily: pd.DataFrame = field(default_factory=_empty_values)
-    weeks: dict[str, list[list[int]]] = field(default_factory=dict)
+    weeks: dict[str, list[str]] = field(default_factory=dict)
     weekly: pd.DataFrame = field(default_factory=_empty_values)
 
 
@@ -200,10 +193,11 @@ def _regions(cells: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.int64]]
     return first.astype(np.int64), inverse.astype(np.int64)
 
 
-def _read_day(root: DataRoot, day: date, cells: pd.DataFrame | None,
+def _read_day(root: DataRoot, day: date, recorded: str, cells: pd.DataFrame | None,
               first: date) -> tuple[pd.DataFrame, _Day]:
     path = root.report_file(REPORT, day)
-    table = pq.read_table(path, columns=_FILE_COLUMNS)
+    table = pq.read_table(pa.BufferReader(read_day_bytes(root, REPORT, day, recorded)),
+                          columns=_FILE_COLUMNS)
     cells = same_cells(table, cells, path, first)
 
     def col(name: str) -> NDArray[Any]:
@@ -235,21 +229,44 @@ def _save(path: Path, state: _State) -> None:
         **{f"daily.{c}": state.daily[c].to_numpy() for c in state.daily.columns},
         **{f"weekly.{c}": state.weekly[c].to_numpy() for c in state.weekly.columns},
     }
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    data = buffer.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
+            fh.write(data)
+            # the state's bytes and their MAC travel together: one state, one record
+            fh.write(_mac(data).encode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+_MAC_CHARS = 64
+
+
+def _mac(data: bytes) -> str:
+    return ledger_key.seal(ledger_key.load_key(), "period-state",
+                           {"sha256": hashlib.sha256(data).hexdigest()})
+
+
 def _load(path: Path) -> _State | None:
-    """The stored state, or None when there is none or it cannot be read (rebuilt)."""
+    """The stored state, or None when there is none, it cannot be read, or its MAC does not
+    verify under the ledger key (then it was not written by the pipeline: rebuilt)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    data, tag = raw[:-_MAC_CHARS], raw[-_MAC_CHARS:].decode(errors="replace")
+    if len(raw) <= _MAC_CHARS or not ledger_key.sealed(
+            ledger_key.load_key(), "period-state",
+            {"sha256": hashlib.sha256(data).hexdigest()}, tag):
+        return None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             days = sorted(meta["stamps"])
             cells = pd.DataFrame({"level": z["cells.level"].astype(np.int8),
@@ -277,15 +294,16 @@ def _dated(values: pd.DataFrame) -> pd.DataFrame:
     return out[list(VALUE_COLUMNS)].reset_index(drop=True)
 
 
-def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> PeriodSummary:
+def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date],
+                digests: Mapping[date, str]) -> PeriodSummary:
     """The summary of ``days`` (an unbroken run), from the stored state brought up to
-    date: only new or changed per-day files are read, only the weeks holding them are
-    summed and tested again. Raises ValueError naming a day whose cells differ from the
-    first day's."""
+    date: only new or changed per-day files (by ``digests``, the sha256 the ledger
+    recorded for each day: :func:`dp_ops.steps.day_files.release_days`) are read, each
+    checked against its digest, and only the weeks holding them are summed and tested
+    again. Raises ValueError naming a day whose cells differ from the first day's."""
     path = state_file(root)
-    now = time.time_ns()
-    stamps = {d.isoformat(): list(_stamp(root.report_file(REPORT, d))) for d in days}
-    recorded = {label: recordable(stamp, now) for label, stamp in stamps.items()}
+    stamps = {d.isoformat(): digests[d] for d in days}
+    recorded = stamps
     state = _load(path)
     read: dict[str, _Day] = {}
     cells = state.cells if state is not None and len(state.cells) else None
@@ -293,7 +311,8 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> Period
     def day_data(label: str) -> _Day:
         nonlocal cells
         if label not in read:
-            cells, read[label] = _read_day(root, date.fromisoformat(label), cells, days[0])
+            cells, read[label] = _read_day(root, date.fromisoformat(label), stamps[label],
+                                           cells, days[0])
         return read[label]
 
     if cells is None:

@@ -19,10 +19,9 @@ so a published value is always c x ratio with the c that is stored.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dp_ops
-from dp_ops.engine.files import write_json_atomic
 from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
@@ -47,13 +45,14 @@ from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.reports.symptoms.period import load_period
 from dp_ops.steps.charts import charted_regions
-from dp_ops.steps.derived import store_recorded, verify_recorded
+from dp_ops.steps.day_files import recorded_days, release_days
+from dp_ops.steps.derived import read_recorded, store_recorded
 from dp_ops.steps.ingest import read_symptoms
 from dp_ops.steps.ledger_binding import (
     closing_ledger,
     ledger_anchor,
     open_ledger,
-    require_verified_ledger,
+    require_sound,
 )
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import (
@@ -67,12 +66,14 @@ from dp_ops.steps.release import (
     inputs_sha256,
     promote,
     publish_lock,
+    read_staged,
     release_event,
     sha256_file,
     stage_once,
     staging_dir,
     verify_checksums,
     write_csv,
+    write_staged,
 )
 from dp_ops.steps.release_contract import (
     SCHEMA_VERSION,
@@ -85,38 +86,20 @@ from dp_ops.steps.result import StepResult
 RESOLUTIONS_FILE = "series_resolution.parquet"
 
 
-def report_days(root: DataRoot, cfg: SymptomsConfig) -> list[date]:
-    """The unbroken run of days from ``first_public_date`` that have per-day rows."""
-    days = []
-    day = cfg.first_public_date
-    while root.report_file(REPORT, day).is_file():
-        days.append(day)
-        day += timedelta(days=1)
-    return days
-
-
 SCALING_NAME = "scaling_factors"  # its name in the ledger's derived_state
 
 
-def scaling_sha256(root: DataRoot) -> str | None:
-    path = root.scaling_file(REPORT)
-    return sha256_file(path) if path.is_file() else None
-
-
-def read_scaling(root: DataRoot, ledger: Ledger | None = None) -> pd.DataFrame:
-    """The stored scaling factors; with ``ledger``, verified against its record first.
-    (Staging reads them unverified and records their sha256; publish verifies the file
-    against the ledger and against that sha256 before anything built on it is
-    published.)"""
-    path = root.scaling_file(REPORT)
-    if ledger is not None:
-        verify_recorded(ledger, REPORT, SCALING_NAME, path)
-    if not path.is_file():
+def read_scaling(root: DataRoot, ledger: Ledger) -> tuple[pd.DataFrame, str | None]:
+    """The stored scaling factors, verified against the ledger's record (the bytes read
+    are the bytes checked), and the sha256 recorded for them (None: none yet)."""
+    table = read_recorded(ledger, REPORT, SCALING_NAME, root.scaling_file(REPORT))
+    if table is None:
         return pd.DataFrame({"region_id": pd.Series(dtype="str"),
                              "resolution": pd.Series(dtype="str"),
                              "c": pd.Series(dtype="float64"),
-                             "first_release_last_date": pd.Series(dtype="str")})
-    return pq.read_table(path).to_pandas()[list(SCALING_COLUMNS)]
+                             "first_release_last_date": pd.Series(dtype="str")}), None
+    return (table.to_pandas()[list(SCALING_COLUMNS)],
+            ledger.derived_sha256(REPORT, SCALING_NAME))
 
 
 def _frozen_resolutions(root: DataRoot) -> pd.DataFrame | None:
@@ -175,32 +158,33 @@ def release_summary(candidate: Candidate) -> dict[str, Any]:
     }
 
 
-def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
+def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str, ledger_url: str,
                        region: str | None = None) -> StepResult:
     """Build, validate and stage the candidate release. With ``region`` (an on-call
     rerun), only that region and its ancestors are decided afresh. A gate that would
     build what another run staged already (same days, inputs, scaling factors, frozen
     resolutions, reference files and config: :func:`build_key`) copies that run's staged
-    files and gate result instead (:func:`dp_ops.steps.release.one_build`)."""
+    files and gate result instead (:func:`dp_ops.steps.release.one_build`). Every input
+    is read as the ledger recorded it: the per-day files, the scaling factors."""
     stage = staging_dir(root, REPORT, run_id)
     if stage.exists():
         shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
-    days = report_days(root, cfg)
-    if not days:
-        stage.mkdir(parents=True)
-        write_json_atomic(stage / "staged.json", {"empty": True, "run_id": run_id})
-        return StepResult(f"nothing to release yet: no symptoms days from "
-                          f"{cfg.first_public_date}", (str(stage),))
-    used_scaling = scaling_sha256(root)
-    # before reading them: a file rewritten meanwhile then fails the comparison (rebuild)
-    inputs = inputs_sha256(root, REPORT, days)
-    key = symptoms_build_key(root, cfg, days, inputs=inputs, scaling=used_scaling,
-                             region=region)
-    return stage_once(
-        root, REPORT, key, run_id=run_id, stage=stage,
-        label=f"symptoms release candidate {days[0]}..{days[-1]}",
-        build=lambda: _build(root, cfg, stage, run_id=run_id, region=region, days=days,
-                             inputs=inputs, used_scaling=used_scaling, key=key))
+    with closing_ledger(open_ledger(root, ledger_url)) as ledger:
+        days, digests = release_days(ledger, REPORT, cfg.first_public_date)
+        if not days:
+            write_staged(stage, {"empty": True, "run_id": run_id})
+            return StepResult(f"nothing to release yet: no symptoms days from "
+                              f"{cfg.first_public_date}", (str(stage),))
+        scaling, used_scaling = read_scaling(root, ledger)
+        inputs = inputs_sha256(days, digests)
+        key = symptoms_build_key(root, cfg, days, inputs=inputs, scaling=used_scaling,
+                                 region=region)
+        return stage_once(
+            root, REPORT, key, run_id=run_id, stage=stage,
+            label=f"symptoms release candidate {days[0]}..{days[-1]}",
+            build=lambda: _build(root, cfg, stage, run_id=run_id, region=region, days=days,
+                                 digests=digests, inputs=inputs, scaling=scaling,
+                                 used_scaling=used_scaling, key=key))
 
 
 def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
@@ -221,8 +205,8 @@ def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
 
 
 def _build(root: DataRoot, cfg: SymptomsConfig, stage: Path, *, run_id: str,
-           region: str | None, days: list[date], inputs: str, used_scaling: str | None,
-           key: str) -> StepResult:
+           region: str | None, days: list[date], digests: dict[date, str], inputs: str,
+           scaling: pd.DataFrame, used_scaling: str | None, key: str) -> StepResult:
     from dp_ops.regions import read_regions
     from dp_ops.reports.symptoms.suites import validate_symptoms_release
 
@@ -233,8 +217,8 @@ def _build(root: DataRoot, cfg: SymptomsConfig, stage: Path, *, run_id: str,
         from dp_ops.steps.noising import region_chain
 
         recompute = {rid for _, rid in region_chain(regions, region)}
-    candidate = build_candidate(load_period(root, cfg, days), regions, symptoms, cfg,
-                                read_scaling(root), _frozen_resolutions(root), recompute)
+    candidate = build_candidate(load_period(root, cfg, days, digests), regions, symptoms, cfg,
+                                scaling, _frozen_resolutions(root), recompute)
     day_labels = [d.isoformat() for d in days]
     mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
     result = validate_symptoms_release(candidate, regions, symptoms, days=day_labels,
@@ -251,7 +235,7 @@ def _build(root: DataRoot, cfg: SymptomsConfig, stage: Path, *, run_id: str,
     files = write_release_files(candidate, codes[0] if codes else "XX", stage / "release")
     require_contract(REPORT, stage / "release")  # the shipped column schema (GateFailed)
     new = candidate.scaling[candidate.scaling["new"]]
-    write_json_atomic(stage / "staged.json", {
+    write_staged(stage, {
         "empty": False,
         "run_id": run_id,
         "region": region,
@@ -300,16 +284,12 @@ def _store_scaling(root: DataRoot, ledger: Ledger, stored: pd.DataFrame,
 def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
                    ledger_url: str) -> StepResult:
     stage = staging_dir(root, REPORT, run_id)
-    staged_file = stage / "staged.json"
-    if not staged_file.is_file():
-        raise PublishRefused(f"no staged symptoms release for run {run_id!r} at {stage}: "
-                             "the gate step must pass first")
-    staged = json.loads(staged_file.read_text())
+    staged = read_staged(stage, run_id)
     if staged["empty"]:
         return StepResult("nothing to publish yet (no symptoms days)")
     with publish_lock(root, REPORT), closing_ledger(open_ledger(root, ledger_url)) as ledger:
-        require_verified_ledger(ledger)
-        stored_scaling = read_scaling(root, ledger)  # verified against the ledger
+        require_sound(root, ledger)
+        stored_scaling, scaling_now = read_scaling(root, ledger)  # verified
         current = current_release(root, REPORT)
         if current and staged.get("region") is None and (
                 current["first_date"], current["last_date"]) == (
@@ -328,7 +308,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
                     "the same accounting; latest stays")
         overtaken = bool(current and current["last_date"] > staged["last_date"])
         if overtaken and staged.get("region") is None and holds_current_inputs(
-                current, lambda days: inputs_sha256(root, REPORT, days)):
+                current, lambda days: inputs_sha256(days, recorded_days(ledger, REPORT))):
             # a release of later days, built from the per-day files as they are now, is
             # out: it holds this run's values, and a rebuild would give the same files
             assert current is not None
@@ -338,13 +318,14 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
                 f"{current['last_date']}), published since this run staged, holds this "
                 f"run's days {staged['first_date']}..{staged['last_date']} from the same "
                 "per-day files: latest stays, nothing to rebuild")
-        if staged.get("scaling_sha256") != scaling_sha256(root) or overtaken:
+        if staged.get("scaling_sha256") != scaling_now or overtaken:
             # the stored factors changed since staging (another release fixed one first),
             # or a release covering later days was published meanwhile: rebuild from the
             # current state, so that this run's values are published, not skipped
-            stage_and_validate(root, cfg, run_id=run_id, region=staged.get("region"))
-            staged = json.loads(staged_file.read_text())
-            if staged.get("scaling_sha256") != scaling_sha256(root):
+            stage_and_validate(root, cfg, run_id=run_id, ledger_url=ledger_url,
+                               region=staged.get("region"))
+            staged = read_staged(stage, run_id)
+            if staged.get("scaling_sha256") != ledger.derived_sha256(REPORT, SCALING_NAME):
                 raise PublishRefused("the stored scaling factors changed while this release "
                                      "was rebuilt under the publish lock; not published")
         if not staged["gate"]["success"]:
@@ -394,7 +375,8 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         require_manifest(manifest)  # the shipped manifest schema, before anything changes
         _store_scaling(root, ledger, stored_scaling, staged["new_scaling"])
         fault_point("publish.after_scaling")
-        target = promote(root, REPORT, files_dir, release_id, manifest, stage)
+        target = promote(root, REPORT, files_dir, release_id, manifest, stage,
+                         ledger)
         event = release_event(current, release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published symptoms release {release_id} ({first}..{last}; "

@@ -91,13 +91,13 @@ def report(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: str) -
     return report_day(root, cfg, day, ledger_url=ledger_url)
 
 
-def gate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
+def gate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str, ledger_url: str,
          region: str | None = None) -> StepResult:
     """Assemble the candidate (resolution, weekly sums, scaling, values), validate it
     with Great Expectations and stage it; raises ``GateFailed`` naming the Data Docs."""
     from dp_ops.reports.symptoms.release import stage_and_validate
 
-    return stage_and_validate(root, cfg, run_id=run_id, region=region)
+    return stage_and_validate(root, cfg, run_id=run_id, ledger_url=ledger_url, region=region)
 
 
 def publish(root: DataRoot, cfg: SymptomsConfig, *, run_id: str, ledger_url: str) -> StepResult:
@@ -133,6 +133,6 @@ def run_days(
         results.extend(day_results)
         if on_day is not None:
             on_day(day, day_results)
-    results.append(gate(root, cfg, run_id=run_id, region=region))
+    results.append(gate(root, cfg, run_id=run_id, ledger_url=ledger_url, region=region))
     results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
     return results

@@ -5,7 +5,6 @@ or changed per-day files, and rebuilds when it is deleted, unreadable or stale."
 from __future__ import annotations
 
 import os
-import time
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -13,13 +12,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from day_records import digests, write_days
 from dp_demo.geography import demo_regions
 from test_symptoms_release import CFG, SYMPTOMS, constructed_rows
 
-from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms import period
 from dp_ops.reports.symptoms.assemble import build_candidate
+from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.matrix import from_rows
 from dp_ops.reports.symptoms.period import PeriodSummary, load_period, state_file, summarize
 
@@ -35,16 +35,13 @@ def rows() -> pd.DataFrame:
     return constructed_rows(demo_regions(), _days(17))  # two complete weeks
 
 
-def _write(root: DataRoot, rows: pd.DataFrame, days: list[date], *, age: float = 60.0) -> None:
-    """Write the days' per-day files, dated ``age`` seconds ago (a file younger than
-    ``period.RACY_NS`` is read again on every load: see test_a_racy_file_is_read_again)."""
-    for day in days:
-        part = rows[rows["date"] == day].sort_values(["level", "region_id", "symptom"])
-        path = root.report_file("symptoms", day)
-        write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
-                                                  preserve_index=False), path)
-        when = time.time_ns() - int(age * 1e9)
-        os.utime(path, ns=(when, when))
+def _write(root: DataRoot, rows: pd.DataFrame, days: list[date]) -> None:
+    """Write (and record in the ledger) the days' per-day files."""
+    write_days(root, rows, days)
+
+
+def _load(root: DataRoot, cfg: SymptomsConfig, days: list[date]) -> PeriodSummary:
+    return load_period(root, cfg, days, digests(root))
 
 
 def _same(a: PeriodSummary, b: PeriodSummary) -> None:
@@ -79,14 +76,14 @@ def test_incremental_state_equals_the_whole_period(rows: pd.DataFrame, tmp_path:
     root = DataRoot(tmp_path)
     _write(root, rows, _days(17))
     for n in (1, 5, 12, 13, 17):  # day by day, across the end of each week
-        summary = load_period(root, CFG, _days(n))
+        summary = _load(root, CFG, _days(n))
         whole = summarize(from_rows(rows[rows["date"] < START + timedelta(days=n)]), CFG)
         _same(summary, whole)
     # each day read once; a week's seven days are read again only if the week completed
     # after they were summarized (here: the Sundays 12 and 19 Jan with their weeks)
     assert sorted(set(reads)) == _days(17)
     reads.clear()
-    again = load_period(root, CFG, _days(17))
+    again = _load(root, CFG, _days(17))
     assert reads == [], "an up-to-date state reads no per-day file"
     _same(again, summarize(from_rows(rows), CFG))
 
@@ -95,7 +92,7 @@ def test_a_rewritten_day_is_read_again_and_its_week_recomputed(
         rows: pd.DataFrame, tmp_path: Path, reads: list[date]) -> None:
     root = DataRoot(tmp_path)
     _write(root, rows, _days(17))
-    load_period(root, CFG, _days(17))
+    _load(root, CFG, _days(17))
     reads.clear()
     # an on-call rerun re-noised 8 Jan (in the week of Monday 6 Jan): its file is rewritten
     changed = rows.copy()
@@ -106,7 +103,7 @@ def test_a_rewritten_day_is_read_again_and_its_week_recomputed(
     changed = with_reliability(changed.drop(columns=["ratio", "lower", "upper", "reliable"]),
                                CFG)
     _write(root, changed, [date(2020, 1, 8)])
-    summary = load_period(root, CFG, _days(17))
+    summary = _load(root, CFG, _days(17))
     assert set(reads) == {date(2020, 1, 6) + timedelta(days=i) for i in range(7)}
     _same(summary, summarize(from_rows(changed), CFG))
 
@@ -114,12 +111,12 @@ def test_a_rewritten_day_is_read_again_and_its_week_recomputed(
 def test_a_deleted_or_unreadable_state_is_rebuilt(rows: pd.DataFrame, tmp_path: Path) -> None:
     root = DataRoot(tmp_path)
     _write(root, rows, _days(10))
-    first = load_period(root, CFG, _days(10))
+    first = _load(root, CFG, _days(10))
     path = state_file(root)
     path.write_bytes(b"not a state")
-    _same(load_period(root, CFG, _days(10)), first)
+    _same(_load(root, CFG, _days(10)), first)
     path.unlink()
-    _same(load_period(root, CFG, _days(10)), first)
+    _same(_load(root, CFG, _days(10)), first)
     assert path.is_file()
 
 
@@ -129,10 +126,10 @@ def test_another_reliability_rule_rebuilds_the_state(rows: pd.DataFrame, tmp_pat
 
     root = DataRoot(tmp_path)
     _write(root, rows, _days(10))
-    load_period(root, CFG, _days(10))
+    _load(root, CFG, _days(10))
     reads.clear()
     stricter = replace(CFG, reliability_tolerance=0.2)
-    load_period(root, stricter, _days(10))
+    _load(root, stricter, _days(10))
     assert sorted(set(reads)) == _days(10)
 
 
@@ -142,8 +139,8 @@ def test_a_shorter_period_forgets_the_days_after_it(rows: pd.DataFrame,
     days that remain."""
     root = DataRoot(tmp_path)
     _write(root, rows, _days(17))
-    load_period(root, CFG, _days(17))
-    _same(load_period(root, CFG, _days(9)),
+    _load(root, CFG, _days(17))
+    _same(_load(root, CFG, _days(9)),
           summarize(from_rows(rows[rows["date"] < date(2020, 1, 10)]), CFG))
 
 
@@ -156,7 +153,7 @@ def test_the_release_from_the_state_equals_the_release_from_the_rows(
                             "resolution": pd.Series(dtype="str"),
                             "c": pd.Series(dtype="float64"),
                             "first_release_last_date": pd.Series(dtype="str")})
-    a = build_candidate(load_period(root, CFG, _days(17)), regions, SYMPTOMS, CFG, scaling)
+    a = build_candidate(_load(root, CFG, _days(17)), regions, SYMPTOMS, CFG, scaling)
     b = build_candidate(rows, regions, SYMPTOMS, CFG, scaling)
     assert len(a.daily) > 0 and len(a.weekly) > 0
     pd.testing.assert_frame_equal(a.daily, b.daily)
@@ -164,36 +161,47 @@ def test_the_release_from_the_state_equals_the_release_from_the_rows(
     assert a.counts == b.counts
 
 
-def test_a_racy_file_is_read_again(rows: pd.DataFrame, tmp_path: Path,
-                                   reads: list[date]) -> None:
-    """A file summarized within ``RACY_NS`` of its last change could be rewritten in the
-    same clock tick with the same size and a reused inode: its stamp is not trusted, so
-    the next load reads it again and sees the change (here forced: same size, same
-    inode, mtime put back)."""
+def test_an_edited_day_file_is_refused_not_read(rows: pd.DataFrame, tmp_path: Path) -> None:
+    """Issue 31, attack 2: a per-day file rewritten behind the pipeline's back (here in
+    place, same size and inode, mtime put back: what a stamp cache would have trusted) is
+    refused by the next load, naming the file, instead of being summarized."""
+    from dp_ops.errors import DerivedStateTampered
+
     root = DataRoot(tmp_path)
     _write(root, rows, _days(3))
-    _write(root, rows, [date(2020, 1, 2)], age=0.0)  # just written
-    load_period(root, CFG, _days(3))
-    reads.clear()
+    state_file(root).unlink(missing_ok=True)
     path = root.report_file("symptoms", date(2020, 1, 2))
     before = path.stat()
     changed = rows[rows["date"] == date(2020, 1, 2)].sort_values(
         ["level", "region_id", "symptom"]).reset_index(drop=True)
-    changed["reliable"] = ~changed["reliable"]  # same size: one bit per value flips
-    data = pa.BufferOutputStream()
+    changed["reliable"] = ~changed["reliable"]
     import pyarrow.parquet as pq
 
+    data = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pandas(changed, preserve_index=False), data)
-    raw = data.getvalue().to_pybytes()
-    if len(raw) != before.st_size:
-        pytest.skip("the rewritten file's size differs; the stamp changes anyway")
     with open(path, "r+b") as fh:  # in place: same inode
-        fh.write(raw)
+        fh.write(data.getvalue().to_pybytes())
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert period._stamp(path) == (before.st_size, before.st_mtime_ns, before.st_ino)
-    summary = load_period(root, CFG, _days(3))
-    assert date(2020, 1, 2) in reads
-    expected = pd.concat([rows[rows["date"].isin([date(2020, 1, 1), date(2020, 1, 3)])],
-                          changed.assign(date=date(2020, 1, 2))])
-    np.testing.assert_array_equal(summary.failed,
-                                  summarize(from_rows(expected), CFG).failed)
+    with pytest.raises(DerivedStateTampered, match=r"date=2020-01-02.*not the .* the ledger "
+                                                   r"recorded"):
+        _load(root, CFG, _days(3))
+
+
+def test_an_edited_state_is_rebuilt_not_used(rows: pd.DataFrame, tmp_path: Path,
+                                            reads: list[date]) -> None:
+    """Issue 31: the period state is a cache in the data root. Rewritten with other values
+    (here: every failed bit cleared, so every value would pass) its MAC no longer
+    verifies: it is rebuilt from the verified per-day files, and the summary is exact."""
+    root = DataRoot(tmp_path)
+    _write(root, rows, _days(10))
+    first = _load(root, CFG, _days(10))
+    state = period._load(state_file(root))
+    assert state is not None
+    state.failed_bits = {d: np.zeros_like(v) for d, v in state.failed_bits.items()}
+    raw = state_file(root).read_bytes()
+    period._save(state_file(root), state)  # a well-formed state...
+    forged = state_file(root).read_bytes()[:-64] + raw[-64:]  # ...under the old MAC
+    state_file(root).write_bytes(forged)
+    reads.clear()
+    _same(_load(root, CFG, _days(10)), first)
+    assert sorted(set(reads)) == _days(10)  # rebuilt from every day

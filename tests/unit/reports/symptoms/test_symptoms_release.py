@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from day_records import digests, write_days
 from dp_demo.generator import default_symptoms
 from dp_demo.geography import demo_regions
 
@@ -78,7 +79,10 @@ def three_weeks(regions: pd.DataFrame) -> pd.DataFrame:
 
 
 def _empty_scaling() -> pd.DataFrame:
-    return release.read_scaling(DataRoot(Path("/nonexistent")))
+    return pd.DataFrame({"region_id": pd.Series(dtype="str"),
+                         "resolution": pd.Series(dtype="str"),
+                         "c": pd.Series(dtype="float64"),
+                         "first_release_last_date": pd.Series(dtype="str")})
 
 
 def test_header_is_googles(regions: pd.DataFrame, three_weeks: pd.DataFrame) -> None:
@@ -242,12 +246,14 @@ def test_budget_split_sums_to_the_configured_total() -> None:
         assert math.isclose(per_level["search_users"], total / 3 * share)
 
 
+def _url(root: DataRoot) -> str:
+    """The ledger of a test's data root (``<tmp>/data``): ``<tmp>/ledger.sqlite``."""
+    return f"sqlite:///{root.root.parent / 'ledger.sqlite'}"
+
+
 def _stage(root: DataRoot, rows: pd.DataFrame, regions: pd.DataFrame, run_id: str) -> None:
-    for day, part in rows.groupby("date"):
-        write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
-                                                  preserve_index=False),
-                             root.report_file("symptoms", day))
-    release.stage_and_validate(root, CFG, run_id=run_id)
+    write_days(root, rows, url=_url(root))  # as the report step writes them: recorded
+    release.stage_and_validate(root, CFG, run_id=run_id, ledger_url=_url(root))
 
 
 def _publishable(regions: pd.DataFrame, tmp_path: Path) -> tuple[DataRoot, str, pd.DataFrame]:
@@ -266,10 +272,10 @@ def test_publish_stores_factors_and_a_racing_stage_adopts_them(
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
     _stage(root, rows, regions, "run-b")  # days 1..14, proposes its own factors
     release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
-    stored_a = release.read_scaling(root, Ledger(url))
+    stored_a = release.read_scaling(root, Ledger(url))[0]
     assert len(stored_a) > 0
     release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
-    stored = release.read_scaling(root, Ledger(url))
+    stored = release.read_scaling(root, Ledger(url))[0]
     # run-a's factors are unchanged; run-b only added pairs run-a did not have
     merged = stored_a.merge(stored, on=["region_id", "resolution"], suffixes=("", "_b"))
     assert (merged["c"] == merged["c_b"]).all()
@@ -327,14 +333,11 @@ def test_a_period_must_share_one_domain(regions: pd.DataFrame, tmp_path: Path) -
 
     root = DataRoot(tmp_path)
     rows = constructed_rows(regions, _days(2))
-    for day, part in rows.groupby("date"):
-        if day == START + timedelta(days=1):
-            part = part[part["symptom"] != "Anosmia"]  # the list changed overnight
-        write_parquet_atomic(pa.Table.from_pandas(part.reset_index(drop=True),
-                                                  preserve_index=False),
-                             root.report_file("symptoms", day))
+    # the list changed overnight
+    rows = rows[(rows["date"] != START + timedelta(days=1)) | (rows["symptom"] != "Anosmia")]
+    write_days(root, rows)
     with pytest.raises(ValueError, match="date=2020-01-02.*differ from those of 2020-01-01"):
-        read_days(root, "symptoms", _days(2))
+        read_days(root, "symptoms", _days(2), digests(root))
 
 
 def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path: Path) -> None:
@@ -376,14 +379,16 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
     scaling = pd.read_parquet(path)
     scaling["c"] = scaling["c"] * 10
     write_parquet_atomic(pa.Table.from_pandas(scaling, preserve_index=False), path)
-    _stage(root, rows, regions, "run-b")  # staging reads them, unverified, and records
+    # the gate reads them as the ledger recorded them: refused there already
     with pytest.raises(DerivedStateTampered, match="scaling_factors.parquet has sha256"):
+        _stage(root, rows, regions, "run-b")
+    with pytest.raises(PublishRefused, match="no staged release"):
         release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
     latest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert latest["release_id"] == first["release_id"]
     path.unlink()
     with pytest.raises(DerivedStateTampered, match="is missing"):
-        release.read_scaling(root, Ledger(url))
+        release.read_scaling(root, Ledger(url))[0]
 
 
 def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
@@ -418,9 +423,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     changed["a_noisy"] = changed["a_noisy"] * 3 // 2  # every published value moves
     changed = with_reliability(changed.drop(columns=["ratio", "lower", "upper", "reliable"]),
                                CFG)
-    write_parquet_atomic(pa.Table.from_pandas(changed.reset_index(drop=True),
-                                              preserve_index=False),
-                         root.report_file("symptoms", date(2020, 1, 8)))
+    write_days(root, changed, url=url)  # the report step rewrites (and records) the day
     result = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
     assert result.summary.startswith("published symptoms release")
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
@@ -484,12 +487,12 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
     root, url, rows = _publishable(regions, tmp_path)
     validations = _counting_validation(monkeypatch)
     _stage(root, rows, regions, "run-a")
-    result = release.stage_and_validate(root, CFG, run_id="run-b")
+    result = release.stage_and_validate(root, CFG, run_id="run-b", ledger_url=url)
     assert validations == ["symptoms-run-a"]  # run-b validated nothing itself
     assert "is the one run run-a staged from the same inputs" in result.summary
     a_dir = release.staging_dir(root, "symptoms", "run-a")
     b_dir = release.staging_dir(root, "symptoms", "run-b")
-    a, b = (json.loads((d / "staged.json").read_text()) for d in (a_dir, b_dir))
+    a, b = (release.read_staged(d) for d in (a_dir, b_dir))
     assert b["reused_from"] == "run-a" and b["run_id"] == "run-b"
     assert {k: v for k, v in b.items() if k not in ("run_id", "reused_from")} == {
         k: v for k, v in a.items() if k != "run_id"}
@@ -522,18 +525,16 @@ def test_a_gate_builds_again_when_its_twin_does_not_hold(
         day = rows[rows["date"] == date(2020, 1, 8)].copy()
         day["a_noisy"] = day["a_noisy"] * 3 // 2
         day = with_reliability(day.drop(columns=["ratio", "lower", "upper", "reliable"]), CFG)
-        write_parquet_atomic(pa.Table.from_pandas(day.reset_index(drop=True),
-                                                  preserve_index=False),
-                             root.report_file("symptoms", date(2020, 1, 8)))
+        write_days(root, day, url=url)  # the report step rewrites (and records) the day
     elif change == "tampered":
         csv = a_dir / "release" / "2020_DM_daily_symptoms_dataset.csv"
         csv.write_text(csv.read_text().replace(",", ";", 1))
     else:
         hours_ago = os.stat(a_dir / "staged.json").st_mtime - 2 * 3600
         os.utime(a_dir / "staged.json", (hours_ago, hours_ago))
-    result = release.stage_and_validate(root, CFG, run_id="run-b")
+    result = release.stage_and_validate(root, CFG, run_id="run-b", ledger_url=url)
     assert validations == ["symptoms-run-a", "symptoms-run-b"]
     assert result.summary.startswith("symptoms release candidate 2020-01-01..2020-01-14 passed")
-    b = json.loads((release.staging_dir(root, "symptoms", "run-b") / "staged.json").read_text())
+    b = release.read_staged(release.staging_dir(root, "symptoms", "run-b"))
     assert "reused_from" not in b
     release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)

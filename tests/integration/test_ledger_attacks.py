@@ -1,0 +1,255 @@
+"""Issue 31: the second review's attacks by someone who can write the data root (and so
+the default SQLite ledger file in it) but does not hold the ledger key. Each starts from a
+copy of a data root holding a symptoms release, tries the attack through the real CLI in
+a child process, and checks that it ends in a refusal with nothing spent by the attack and
+nothing wrong published (``latest`` unchanged, or the new release built from what the
+ledger recorded).
+
+Rows of the issue's table covered here: 1 (planted noise file), 2 (edited per-day report
+rows), 3 (a new ledger under a forged identity), 4 and 6 (rows deleted or noise replaced,
+chain recomputed), 5 (an edited manifest), 7 (an older ledger restored beside newer
+releases). Row 14 (the migration-version table) is in
+``tests/unit/privacy/test_ledger_integrity.py``; rows 10-13 in
+``tests/unit/test_attacks_view_prune.py``. No test here is statistical.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+from ledger_attacks import own_key_link, plain_link, tamper
+from pipeline_helpers import LAST_BEFORE, build_previous, copy_root, latest, ok, run_day
+
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
+from dp_ops.regions import read_regions
+from dp_ops.reports.symptoms.period import state_file
+from dp_ops.steps.ledger_binding import HEAD_FILE, IDENTITY_FILE
+from dp_ops.steps.noising import NOISE_SCHEMA, file_digest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+REPORT = "symptoms"
+PUBLISHED = LAST_BEFORE[REPORT]  # the last day of the release the copies start from
+NEXT = PUBLISHED + timedelta(days=1)
+
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_previous(tmp_path_factory, (REPORT,))[REPORT]
+
+
+def _spends(root: Path) -> list[tuple[int, str, str]]:
+    ledger = Ledger(DataRoot(root).default_ledger_url)
+    try:
+        return [(s.id, s.slot.day.isoformat(), s.kind) for s in ledger.spends()]
+    finally:
+        ledger.dispose()
+
+
+def _refused(res: object, *needles: str) -> None:
+    import subprocess
+
+    assert isinstance(res, subprocess.CompletedProcess)
+    assert res.returncode != 0, f"not refused:\n{res.stdout[-1500:]}\n{res.stderr[-1500:]}"
+    text = res.stdout + res.stderr
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in:\n{text[-3000:]}"
+
+
+def _region(root: Path) -> str:
+    regions = read_regions(DataRoot(root).regions_csv)
+    return str(regions.loc[regions["level"] == 2, "region_id"].iloc[0])
+
+
+def _ledger_file(root: Path) -> Path:
+    return root / "ledger.sqlite"
+
+
+def test_row1_a_planted_noise_file_is_replaced_by_a_draw(previous: Path, tmp_path: Path) -> None:
+    """Zeros planted at the paths of the next spends (ids are predictable) were adopted as
+    that day's noise, publishing the true sums. Now a file with no ledger record is never
+    adopted: the draw replaces it, and what is published is what the ledger recorded."""
+    root = copy_root(previous, tmp_path / "root")
+    next_id = max(i for i, _, _ in _spends(root)) + 1
+    noise_dir = DataRoot(root).noise_dir(REPORT, NEXT)
+    noise_dir.mkdir(parents=True, exist_ok=True)
+    planted: dict[Path, str] = {}
+    for spend_id in range(next_id, next_id + 12):
+        path = noise_dir / f"spend-{spend_id:09d}.parquet"
+        pq.write_table(pa.table({
+            "level": pa.array([0], pa.int8()), "region_id": ["DM"], "metric": ["x"],
+            "noisy_value": pa.array([0], pa.int64()), "cell_epsilon": [1.0],
+            "sensitivity": pa.array([1], pa.int64()),
+            "spend_id": pa.array([spend_id], pa.int64())}, schema=NOISE_SCHEMA), path)
+        planted[path] = file_digest(path)[0]
+    ok(run_day(root, REPORT, NEXT, "--run-id", "next"))
+    ledger = Ledger(DataRoot(root).default_ledger_url)
+    try:
+        spends = ledger.spends(REPORT, NEXT)
+        assert spends and all(s.stored_sha256 is not None for s in spends)
+        for s in spends:
+            path = noise_dir / f"spend-{s.id:09d}.parquet"
+            assert file_digest(path)[0] == s.stored_sha256 != planted.get(path)
+        assert ledger.verify().ok
+    finally:
+        ledger.dispose()
+    assert json.loads((latest(root, REPORT) / "manifest.json").read_text())[
+        "last_date"] == NEXT.isoformat()
+
+
+def test_row2_edited_report_rows_are_refused(previous: Path, tmp_path: Path) -> None:
+    """A published day's per-day rows replaced (here: every noisy A doubled, as true
+    values would be) were published as they were. Now the gate reads each day's rows as
+    the ledger recorded them and refuses the edited file, naming it; latest stays."""
+    root = copy_root(previous, tmp_path / "root")
+    before = latest(root, REPORT)
+    path = DataRoot(root).report_file(REPORT, PUBLISHED)
+    rows = pq.read_table(path).to_pandas()
+    rows["a_noisy"] = rows["a_noisy"] * 2
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path)
+    # the gate's period summary (a MAC'd cache keyed by the recorded sha256s) would never
+    # read the edited file again: remove it, as an attacker would, to force a full read
+    state_file(DataRoot(root)).unlink()
+    spent_before = _spends(root)
+    res = run_day(root, REPORT, NEXT, "--run-id", "next")
+    _refused(res, f"date={PUBLISHED}", "recorded when the pipeline wrote it")
+    assert latest(root, REPORT) == before
+    # the only spends since are the next day's normal run (the attack made none)
+    new = [s for s in _spends(root) if s not in spent_before]
+    assert {(day, kind) for _, day, kind in new} == {(NEXT.isoformat(), "noise")}
+
+
+def test_row3_a_new_ledger_under_a_forged_identity_is_refused(previous: Path,
+                                                              tmp_path: Path) -> None:
+    """A new, empty ledger, the identity record rewritten with its id and the high-water
+    mark deleted: a published day was noised afresh. Now the identity record's MAC does
+    not verify (the attacker lacks the key), and a data root holding releases must hold a
+    mark: refused before anything is spent."""
+    root = copy_root(previous, tmp_path / "root")
+    before = latest(root, REPORT)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{_ledger_file(root)}{suffix}").unlink(missing_ok=True)
+    fresh = Ledger(DataRoot(root).default_ledger_url)  # a new ledger: a new id
+    fresh_id = fresh.ledger_id
+    fresh.dispose()
+    identity = json.loads((root / IDENTITY_FILE).read_text())
+    (root / IDENTITY_FILE).write_text(json.dumps({**identity, "ledger_id": fresh_id}))
+    (root / HEAD_FILE).unlink()
+    res = run_day(root, REPORT, PUBLISHED, "--run-id", "again")
+    _refused(res, "MAC does not verify")
+    assert _spends(root) == []
+    assert latest(root, REPORT) == before
+
+
+@pytest.mark.parametrize("link", ["own key", "plain sha256"])
+def test_row4_deleted_renoise_rows_and_a_recomputed_chain_are_refused(
+        previous: Path, tmp_path: Path, link: str) -> None:
+    """A re-noise's rows deleted (its budget back), the chain recomputed, the triggers
+    restored: a second re-noise was accepted and published. Without the key the chain
+    cannot be recomputed so that it verifies: the next run is refused, nothing spent."""
+    root = copy_root(previous, tmp_path / "root")
+    region = _region(root)
+    ok(run_day(root, REPORT, PUBLISHED, "--region", region, "--renoise", "--reason",
+               "raw data corrected", "--run-id", "oncall-1"))
+    after_renoise = latest(root, REPORT)
+
+    def delete_renoise(conn: sa.Connection) -> None:
+        ids = conn.exec_driver_sql(
+            "SELECT id FROM budget_spend WHERE kind = 'renoise'").scalars().all()
+        assert ids
+        marks = ",".join(map(str, ids))
+        conn.exec_driver_sql(f"DELETE FROM noise_store WHERE spend_id IN ({marks})")
+        conn.exec_driver_sql(f"DELETE FROM budget_spend WHERE id IN ({marks})")
+
+    tamper(_ledger_file(root), delete_renoise,
+           own_key_link() if link == "own key" else plain_link)
+    spent = _spends(root)
+    res = run_day(root, REPORT, PUBLISHED, "--region", region, "--renoise", "--reason",
+                  "again", "--run-id", "oncall-2")
+    _refused(res, "does not verify")
+    assert _spends(root) == spent
+    assert latest(root, REPORT) == after_renoise
+
+
+def test_row5_an_edited_manifest_is_refused(previous: Path, tmp_path: Path) -> None:
+    """The ledger anchor inside a published manifest rewritten (``manifest.json`` itself
+    was covered by no checksum): now each manifest's sha256 is recorded in the ledger at
+    publish, and every run refuses while a release is not the recorded one."""
+    root = copy_root(previous, tmp_path / "root")
+    before = latest(root, REPORT)
+    manifest_path = before / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["ledger"]["chain_seq"] = 1
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    spent = _spends(root)
+    res = run_day(root, REPORT, NEXT, "--run-id", "next")
+    _refused(res, "not the one recorded at publish")
+    assert _spends(root) == spent  # refused before the day's spend
+    assert latest(root, REPORT) == before
+
+
+def test_row6_zeroed_noise_with_a_rewritten_record_is_refused(previous: Path,
+                                                              tmp_path: Path) -> None:
+    """Stored noise replaced by zeros, its ``noise_store`` sha256 rewritten to match and
+    the chain recomputed: the true sums were published. The chain cannot be recomputed
+    without the key: refused, nothing spent, nothing published."""
+    root = copy_root(previous, tmp_path / "root")
+    before = latest(root, REPORT)
+    ledger = Ledger(DataRoot(root).default_ledger_url)
+    try:
+        spends = ledger.spends(REPORT, PUBLISHED)
+    finally:
+        ledger.dispose()
+    zeroed: dict[int, tuple[str, int]] = {}
+    for s in spends:
+        path = DataRoot(root).noise_dir(REPORT, PUBLISHED) / f"spend-{s.id:09d}.parquet"
+        table = pq.read_table(path)
+        table = table.set_column(table.schema.get_field_index("noisy_value"), "noisy_value",
+                                 pa.array([0] * len(table), pa.int64()))
+        pq.write_table(table, path)
+        zeroed[s.id] = file_digest(path)
+
+    def rewrite_records(conn: sa.Connection) -> None:
+        for spend_id, (sha, cells) in zeroed.items():
+            conn.exec_driver_sql("UPDATE noise_store SET sha256 = ?, cells = ? "
+                                 "WHERE spend_id = ?", (sha, cells, spend_id))
+
+    tamper(_ledger_file(root), rewrite_records)
+    spent = _spends(root)
+    res = run_day(root, REPORT, NEXT, "--run-id", "next")
+    _refused(res, "does not verify")
+    assert _spends(root) == spent
+    assert latest(root, REPORT) == before
+
+
+def test_row7_an_older_ledger_beside_newer_releases_is_refused(previous: Path,
+                                                               tmp_path: Path) -> None:
+    """A backup of the ledger and the data root's records restored, the newer releases
+    kept: fresh noise was drawn for days consumers already held. Now every release in the
+    data root must be recorded in the ledger: refused before anything is spent.
+    (Restoring the older ``published/`` too is caught only outside the data root, by the
+    release Asset events: not covered yet, see the issue's note.)"""
+    root = copy_root(previous, tmp_path / "root")
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    for name in ("ledger.sqlite", IDENTITY_FILE, HEAD_FILE):
+        shutil.copy2(root / name, backup / name)
+    ok(run_day(root, REPORT, NEXT, "--run-id", "next"))
+    newer = latest(root, REPORT)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{_ledger_file(root)}{suffix}").unlink(missing_ok=True)
+    for name in ("ledger.sqlite", IDENTITY_FILE, HEAD_FILE):
+        shutil.copy2(backup / name, root / name)
+    spent = _spends(root)
+    res = run_day(root, REPORT, NEXT, "--run-id", "again")
+    _refused(res, "recorded no such release")
+    assert _spends(root) == spent
+    assert latest(root, REPORT) == newer

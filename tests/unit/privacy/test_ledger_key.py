@@ -1,0 +1,122 @@
+"""The ledger key (dp_ops.privacy.ledger_key; issue 31): the chain's links are MACs under a
+key that is neither in the data root nor in the database, so a process without it can
+neither write a link nor pass a rewritten chain off as intact. On SQLite and PostgreSQL.
+No test here is statistical."""
+
+from __future__ import annotations
+
+import stat
+from datetime import date
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from dp_ops.errors import LedgerKeyMissing
+from dp_ops.privacy import ledger_key
+from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.privacy.ledger_schema import VERSION_TABLE
+
+OTHER = "ab" * 32
+
+
+def _spend(led: Ledger) -> None:
+    led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places"), 0.1)],
+                run_id="r", kind="noise", cap=2.0, method_version="v1")
+
+
+def test_a_process_with_another_key_is_refused_before_writing(
+        ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    led = Ledger(ledger_url)
+    _spend(led)
+    head = led.head()
+    led.dispose()
+    monkeypatch.setenv(ledger_key.KEY_ENV, OTHER)
+    other = Ledger(ledger_url)
+    try:
+        with pytest.raises(LedgerKeyMissing, match="does not verify under this process's "
+                                                   "ledger key"):
+            _spend(other)
+        check = other.verify()
+        assert not check.ok and "chain entry 1" in str(check.problem)
+        assert other.head() == head  # nothing was written
+    finally:
+        other.dispose()
+
+
+def test_no_key_anywhere_is_refused_and_named(ledger_url: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    Ledger(ledger_url).dispose()  # created with the session's key
+    monkeypatch.setenv(ledger_key.KEY_FILE_ENV, str(tmp_path / "nowhere" / "ledger.key"))
+    led = Ledger(ledger_url)
+    try:
+        with pytest.raises(LedgerKeyMissing, match="no ledger key: neither DP_LEDGER_KEY nor "
+                                                   "the key file"):
+            _spend(led)
+    finally:
+        led.dispose()
+    assert not (tmp_path / "nowhere").exists()  # never made up for an existing ledger
+
+
+def test_a_new_ledger_makes_its_key_file_private(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "config" / "ledger.key"
+    monkeypatch.setenv(ledger_key.KEY_FILE_ENV, str(key_file))
+    led = Ledger(f"sqlite:///{tmp_path / 'new.sqlite'}")
+    try:
+        _spend(led)
+        assert led.verify().ok
+    finally:
+        led.dispose()
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert len(ledger_key.parse_key(key_file.read_text(), source="test")) == 32
+
+
+@pytest.mark.parametrize("text, message", [("zz" * 32, "must be hex digits"),
+                                           ("ab" * 8, "has 8 bytes; at least 32")])
+def test_a_malformed_key_is_named_without_its_value(text: str, message: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ledger_key.KEY_ENV, text)
+    with pytest.raises(LedgerKeyMissing, match=message) as err:
+        ledger_key.load_key()
+    assert text not in str(err.value) and "DP_LEDGER_KEY" in str(err.value)
+
+
+def test_the_host_provider_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = bytes(range(32))
+    ledger_key.use_provider(lambda: key)
+    try:
+        monkeypatch.setenv(ledger_key.KEY_ENV, OTHER)
+        assert ledger_key.load_key() == key
+    finally:
+        ledger_key.use_provider(None)
+    assert ledger_key.load_key() == bytes.fromhex(OTHER)
+
+
+def test_row14_the_migration_version_row_is_guarded(ledger_url: str) -> None:
+    """Issue 31, attack 14: deleting the ``ledger_alembic_version`` row was accepted (the
+    one ledger table without a guard). Now the database refuses deleting it, a second row,
+    and setting the version back; an upgrade to a later revision stays possible."""
+    Ledger(ledger_url).dispose()
+    engine = sa.create_engine(ledger_url)
+    try:
+        for statement in (f"DELETE FROM {VERSION_TABLE}",
+                          f"UPDATE {VERSION_TABLE} SET version_num = '0001'",
+                          f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('0003')"):
+            with pytest.raises(sa.exc.DBAPIError, match="only moves forward"):
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(statement)
+        with engine.connect() as conn:  # what a future migration's upgrade does: allowed
+            with conn.begin() as tx:
+                conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '0099'")
+                assert conn.exec_driver_sql(
+                    f"SELECT version_num FROM {VERSION_TABLE}").scalar_one() == "0099"
+                tx.rollback()  # (this test's ledger stays at the real head)
+    finally:
+        engine.dispose()
+    led = Ledger(ledger_url)
+    try:
+        assert led.verify().ok
+    finally:
+        led.dispose()
+
