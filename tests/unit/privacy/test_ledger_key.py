@@ -120,3 +120,59 @@ def test_row14_the_migration_version_row_is_guarded(ledger_url: str) -> None:
     finally:
         led.dispose()
 
+
+
+@pytest.mark.parametrize("link", ["own key", "plain sha256"])
+def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification(
+        ledger_url: str, link: str) -> None:
+    """Issue 31, attacks 4-6 at the ledger's level, on SQLite and PostgreSQL: the owner
+    drops (disables) the guards, deletes a re-noise's rows, recomputes every link (with a
+    key of their own, or as plain sha256 links) and restores the guards. The chain looks
+    whole, but its links are not MACs under the ledger key: verification fails, and the
+    next write is refused before anything is written."""
+    from ledger_attacks import own_key_link, plain_link, recompute_chain
+
+    from dp_ops.privacy.ledger_schema import APPEND_ONLY, install_guards
+
+    led = Ledger(ledger_url)
+    _spend(led)
+    (renoise,) = led.reserve(
+        [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"), 0.1)],
+        run_id="oncall", kind="renoise", cap=2.0, method_version="v1", reason="fix").spends
+    led.record_stored(renoise.id, "f" * 64, 1)
+    led.dispose()
+    engine = sa.create_engine(ledger_url)
+    try:
+        with engine.begin() as conn:
+            if conn.dialect.name == "sqlite":
+                for name in conn.exec_driver_sql(
+                        "SELECT name FROM sqlite_master WHERE type = 'trigger'").scalars().all():
+                    conn.exec_driver_sql(f"DROP TRIGGER {name}")
+            else:
+                for tbl in APPEND_ONLY:
+                    conn.exec_driver_sql(f"ALTER TABLE {tbl} DISABLE TRIGGER USER")
+            conn.exec_driver_sql(f"DELETE FROM noise_store WHERE spend_id = {renoise.id}")
+            conn.exec_driver_sql(f"DELETE FROM budget_spend WHERE id = {renoise.id}")
+            recompute_chain(conn, own_key_link() if link == "own key" else plain_link)
+            if conn.dialect.name == "sqlite":
+                install_guards(conn)
+                from dp_ops.privacy.ledger_schema import install_version_guards
+
+                install_version_guards(conn)
+            else:
+                for tbl in APPEND_ONLY:
+                    conn.exec_driver_sql(f"ALTER TABLE {tbl} ENABLE TRIGGER USER")
+    finally:
+        engine.dispose()
+    led = Ledger(ledger_url)
+    try:
+        check = led.verify()
+        assert not check.ok and "chain entry 1" in str(check.problem)
+        head = led.head()
+        with pytest.raises(LedgerKeyMissing, match="does not verify"):
+            led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"),
+                                      0.1)], run_id="oncall-2", kind="renoise", cap=2.0,
+                        method_version="v1", reason="again")
+        assert led.head() == head
+    finally:
+        led.dispose()
