@@ -32,7 +32,7 @@ from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import read_regions
 from dp_ops.reports.symptoms.period import state_file
 from dp_ops.steps.ledger_binding import HEAD_FILE, IDENTITY_FILE
-from dp_ops.steps.noising import NOISE_SCHEMA, file_digest
+from dp_ops.steps.noising import file_digest
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -73,22 +73,46 @@ def _ledger_file(root: Path) -> Path:
     return root / "ledger.sqlite"
 
 
+def _rewrite_head(root: Path) -> None:
+    """Point the data root's high-water mark at the tampered ledger's head, as an attacker
+    would (they can read the head; they cannot compute the record's MAC)."""
+    engine = sa.create_engine(f"sqlite:///{_ledger_file(root)}")
+    try:
+        with engine.connect() as conn:
+            seq, chain = conn.exec_driver_sql(
+                "SELECT seq, chain_sha256 FROM ledger_chain ORDER BY seq DESC LIMIT 1").one()
+    finally:
+        engine.dispose()
+    mark = json.loads((root / HEAD_FILE).read_text())
+    (root / HEAD_FILE).write_text(json.dumps({**mark, "seq": seq, "chain_sha256": chain}))
+
+
 def test_row1_a_planted_noise_file_is_replaced_by_a_draw(previous: Path, tmp_path: Path) -> None:
     """Zeros planted at the paths of the next spends (ids are predictable) were adopted as
     that day's noise, publishing the true sums. Now a file with no ledger record is never
     adopted: the draw replaces it, and what is published is what the ledger recorded."""
     root = copy_root(previous, tmp_path / "root")
     next_id = max(i for i, _, _ in _spends(root)) + 1
+    # the next day's spends cover the same slots in the same order as the last day's: a
+    # copy of each of its noise files with every value 0 has exactly the right domain
+    ledger = Ledger(DataRoot(root).default_ledger_url)
+    try:
+        template = [s for s in ledger.spends(REPORT, PUBLISHED) if s.kind == "noise"]
+    finally:
+        ledger.dispose()
     noise_dir = DataRoot(root).noise_dir(REPORT, NEXT)
     noise_dir.mkdir(parents=True, exist_ok=True)
     planted: dict[Path, str] = {}
-    for spend_id in range(next_id, next_id + 12):
-        path = noise_dir / f"spend-{spend_id:09d}.parquet"
-        pq.write_table(pa.table({
-            "level": pa.array([0], pa.int8()), "region_id": ["DM"], "metric": ["x"],
-            "noisy_value": pa.array([0], pa.int64()), "cell_epsilon": [1.0],
-            "sensitivity": pa.array([1], pa.int64()),
-            "spend_id": pa.array([spend_id], pa.int64())}, schema=NOISE_SCHEMA), path)
+    for offset, spend in enumerate(template):
+        table = pq.read_table(DataRoot(root).noise_dir(REPORT, PUBLISHED)
+                              / f"spend-{spend.id:09d}.parquet")
+        zeros = pa.array([0] * len(table), pa.int64())
+        table = table.set_column(table.schema.get_field_index("noisy_value"), "noisy_value",
+                                 zeros)
+        table = table.set_column(table.schema.get_field_index("spend_id"), "spend_id",
+                                 pa.array([next_id + offset] * len(table), pa.int64()))
+        path = noise_dir / f"spend-{next_id + offset:09d}.parquet"
+        pq.write_table(table, path)
         planted[path] = file_digest(path)[0]
     ok(run_day(root, REPORT, NEXT, "--run-id", "next"))
     ledger = Ledger(DataRoot(root).default_ledger_url)
@@ -171,6 +195,7 @@ def test_row4_deleted_renoise_rows_and_a_recomputed_chain_are_refused(
 
     tamper(_ledger_file(root), delete_renoise,
            own_key_link() if link == "own key" else plain_link)
+    _rewrite_head(root)
     spent = _spends(root)
     res = run_day(root, REPORT, PUBLISHED, "--region", region, "--renoise", "--reason",
                   "again", "--run-id", "oncall-2")
@@ -223,6 +248,7 @@ def test_row6_zeroed_noise_with_a_rewritten_record_is_refused(previous: Path,
                                  "WHERE spend_id = ?", (sha, cells, spend_id))
 
     tamper(_ledger_file(root), rewrite_records)
+    _rewrite_head(root)
     spent = _spends(root)
     res = run_day(root, REPORT, NEXT, "--run-id", "next")
     _refused(res, "does not verify")

@@ -8,7 +8,7 @@ DAG processor never reads the environment's data root, the config file or the le
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -89,6 +89,20 @@ def ledger_key_from_connection() -> bytes | None:
     return parse_key(conn.password, source=f"connection {LEDGER_KEY_CONN_ID}")
 
 
+def announced_releases() -> list[Mapping[str, Any]]:
+    """The extras of every release asset event (both reports), from Airflow's metadata DB
+    through the Execution API: what was announced, kept outside the data root."""
+    from airflow.sdk.execution_time.context import InletEventsAccessor
+
+    from dp_ops.airflow.assets import MOBILITY_RELEASE, SYMPTOMS_RELEASE
+
+    out: list[Mapping[str, Any]] = []
+    for asset in (MOBILITY_RELEASE, SYMPTOMS_RELEASE):
+        for event in InletEventsAccessor(asset_name=asset.name, asset_uri=asset.uri):
+            out.append(dict(event.extra or {}))
+    return out
+
+
 def load(report: str) -> AnyReport:
     """``report`` bound to its config, data root and ledger (imported here, at run time,
     so that parsing a DAG file imports none of the pipeline). The ledger URL comes from the
@@ -97,8 +111,10 @@ def load(report: str) -> AnyReport:
     ledger (one Execution API call; ingest, bounding and the gate never do)."""
     from dp_ops.privacy import ledger_key
     from dp_ops.reports.registry import load_report
+    from dp_ops.steps.ledger_binding import use_announcements
 
     ledger_key.use_provider(ledger_key_from_connection)
+    use_announcements(announced_releases)
     return load_report(report, ledger_url=ledger_url_from_connection)
 
 

@@ -30,10 +30,11 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from dp_ops.errors import LedgerMismatch, LedgerTampered
 from dp_ops.layout import DataRoot
@@ -278,11 +279,50 @@ def release_problems(root: DataRoot, ledger: Ledger) -> list[str]:
     return out
 
 
+# Where the host keeps what it announced of each publish (Airflow: the release asset
+# events, dp_ops.airflow.runtime), outside the data root: a callable returning the events'
+# extras (report, release_id, manifest_sha256, data_root), or None outside such a host.
+_announcements: Callable[[], list[Mapping[str, Any]]] | None = None
+
+
+def use_announcements(provider: Callable[[], list[Mapping[str, Any]]] | None) -> None:
+    global _announcements
+    _announcements = provider
+
+
+def announcement_problems(root: DataRoot, ledger: Ledger,
+                          announced: list[Mapping[str, Any]]) -> list[str]:
+    """Every release announced from this data root (``announced``: the host's records of
+    each publish, kept outside the data root) that this ledger does not hold with the same
+    manifest: the ledger and the data root were restored, together, from before it."""
+    out = []
+    here = str(root.root.resolve())
+    recorded: dict[str, dict[str, str]] = {}
+    for event in announced:
+        report, release_id = event.get("report"), event.get("release_id")
+        if event.get("data_root") != here or not isinstance(report, str):
+            continue  # another data root's releases (or an event from before this check)
+        if report not in recorded:
+            recorded[report] = ledger.derived_current(report, RELEASE_RECORD.format(
+                release_id=""))
+        want = event.get("manifest_sha256")
+        if recorded[report].get(RELEASE_RECORD.format(release_id=release_id)) != want:
+            out.append(f"release {report}/{release_id} was announced (an Airflow asset "
+                       f"event, manifest sha256 {str(want)[:16]}...) but this ledger does not "
+                       "hold it: the ledger was restored from before it was published, or "
+                       "replaced")
+    return out
+
+
 def require_sound(root: DataRoot, ledger: Ledger) -> None:
-    """Refuse to spend or publish unless the ledger verifies under the key and every
-    release in the data root is bound to it (:func:`release_problems`)."""
+    """Refuse to spend or publish unless the ledger verifies under the key, every release
+    in the data root is bound to it (:func:`release_problems`) and, inside a host that
+    keeps them, every release announced from this data root is held by it
+    (:func:`announcement_problems`)."""
     require_verified_ledger(ledger)
     problems = release_problems(root, ledger)
+    if _announcements is not None:
+        problems += announcement_problems(root, ledger, _announcements())
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise LedgerTampered(

@@ -369,18 +369,21 @@ def promote(root: DataRoot, report: str, files_dir: Path, release_id: str,
     return target
 
 
-def release_event(before: dict[str, Any] | None, release_id: str,
+def release_event(root: DataRoot, before: dict[str, Any] | None, release_id: str,
                   target: Path) -> dict[str, str | float | int] | None:
     """The asset event of a publish that moved ``latest`` (``before``: the release it
     pointed at), or None when ``latest`` already named this release (a byte-identical
-    rerun): public values only."""
+    rerun): public values only. It names the data root it was published from, so that
+    later runs there can check the ledger still holds what was announced
+    (:func:`dp_ops.steps.ledger_binding.announcement_problems`)."""
     if before is not None and before.get("release_id") == release_id:
         return None
     manifest_path = target / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     return {"release_id": release_id, "last_date": str(manifest["last_date"]),
             "manifest_sha256": sha256_file(manifest_path),
-            "epsilon_per_user_day_max": float(manifest["epsilon"]["per_user_day_max"])}
+            "epsilon_per_user_day_max": float(manifest["epsilon"]["per_user_day_max"]),
+            "report": str(manifest["report"]), "data_root": str(root.root.resolve())}
 
 
 def epsilon_summary(totals: dict[date, float], *, normal_run: float, cap: float,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import date
@@ -97,3 +98,58 @@ def test_a_release_anchors_the_ledger_entry_it_was_published_at(tmp_path: Path) 
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "release mobility/r1: this ledger recorded no such release" in res.stdout
+
+
+def test_row7_a_whole_rollback_is_caught_by_what_was_announced(tmp_path: Path) -> None:
+    """Issue 31, attack 7: the ledger and the whole data root (published/ included)
+    restored from a backup taken before a release: nothing inside the data root remembers
+    it. The host's record of each publish (Airflow's release asset events, outside the
+    data root) does: every noise step and publish refuses while a release announced from
+    this data root is not held by the ledger. Events of other data roots are ignored."""
+    from dp_ops.errors import LedgerTampered
+    from dp_ops.steps.ledger_binding import (
+        announcement_problems,
+        require_sound,
+        use_announcements,
+    )
+
+    root = DataRoot(tmp_path / "data")
+    root.root.mkdir()
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    led = open_ledger(root, url)
+    _spend(led, "a")
+    led.dispose()
+    backup = {p.name: p.read_bytes() for p in (tmp_path / "ledger.sqlite",
+                                               root.root / IDENTITY_FILE, root.root / HEAD_FILE)}
+    led = open_ledger(root, url)
+    _spend(led, "b")
+    _publish_manifest(root, "r1", ledger_anchor(led), led)
+    manifest = root.published_dir("mobility") / "releases" / "r1" / "manifest.json"
+    announced = [{"report": "mobility", "release_id": "r1",
+                  "manifest_sha256": sha256_file(manifest),
+                  "data_root": str(root.root.resolve())},
+                 {"report": "mobility", "release_id": "elsewhere", "manifest_sha256": "0" * 64,
+                  "data_root": str(tmp_path / "another")}]
+    assert announcement_problems(root, led, announced) == []
+    led.dispose()
+    # the rollback: ledger, identity and mark from the backup, the release gone
+    for suffix in ("-wal", "-shm"):
+        Path(f"{tmp_path / 'ledger.sqlite'}{suffix}").unlink(missing_ok=True)
+    (tmp_path / "ledger.sqlite").write_bytes(backup["ledger.sqlite"])
+    for name in (IDENTITY_FILE, HEAD_FILE):
+        (root.root / name).write_bytes(backup[name])
+    shutil.rmtree(root.published_dir("mobility"))
+    led = open_ledger(root, url)
+    try:
+        assert release_problems(root, led) == []  # nothing in the data root says so
+        (problem,) = announcement_problems(root, led, announced)
+        assert "release mobility/r1 was announced" in problem
+        use_announcements(lambda: announced)
+        try:
+            with pytest.raises(LedgerTampered, match="r1 was announced"):
+                require_sound(root, led)
+        finally:
+            use_announcements(None)
+        require_sound(root, led)  # outside a host that keeps them: the data root's view
+    finally:
+        led.dispose()

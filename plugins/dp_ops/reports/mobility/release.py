@@ -331,7 +331,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
                     f"published while this run's release (to {last}) was prepared; not "
                     "published. A retry of this task rebuilds it from the current state")
             target = promote(root, REPORT, files_dir, release_id, manifest, stage, ledger)
-            event = release_event(current, release_id, target)
+            event = release_event(root, current, release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published mobility release {release_id} ({first}..{last}, "
                       f"{staged['rows']['published']} rows, epsilon per user-day max "

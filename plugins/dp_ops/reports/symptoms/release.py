@@ -377,7 +377,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         fault_point("publish.after_scaling")
         target = promote(root, REPORT, files_dir, release_id, manifest, stage,
                          ledger)
-        event = release_event(current, release_id, target)
+        event = release_event(root, current, release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published symptoms release {release_id} ({first}..{last}; "
                       f"{staged['rows']['daily']} daily and {staged['rows']['weekly']} weekly "
