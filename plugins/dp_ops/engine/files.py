@@ -16,7 +16,7 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -116,6 +116,43 @@ def write_parquet_atomic(table: pa.Table, target: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+PENDING_SUFFIX = ".pending"
+
+
+def pending_path(target: Path) -> Path:
+    """A private name beside ``target`` for a version being recorded before it is moved
+    into place (one per writer; :func:`read_as_recorded` finds it after a crash)."""
+    return target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                            f"{PENDING_SUFFIX}")
+
+
+def read_as_recorded(path: Path, recorded: Callable[[bytes], bool]) -> bytes | None:
+    """The bytes of ``path`` if ``recorded(bytes)`` holds (they are the version a ledger
+    recorded), else those of a pending file of it that holds them, moved into place first
+    (``.<name>.<anything>.pending``: a writer between its record and its move, or crashed
+    there); else the bytes found at ``path`` (the caller refuses them), or None if there
+    are none. Each file is read once: the caller parses the bytes it checked."""
+    data = _read_or_none(path)
+    if data is not None and recorded(data):
+        return data
+    for pending in sorted(path.parent.glob(f".{path.name}.*{PENDING_SUFFIX}")):
+        candidate = _read_or_none(pending)
+        if candidate is not None and recorded(candidate):
+            try:
+                os.replace(pending, path)
+            except FileNotFoundError:
+                pass  # its writer moved it meanwhile: the same bytes
+            return candidate
+    return data
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def write_bytes_atomic(target: Path, data: bytes) -> None:

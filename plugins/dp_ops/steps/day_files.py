@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from collections.abc import Iterable, Mapping
 from datetime import date
 from pathlib import Path
@@ -29,14 +28,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import exclusive_lock, file_mode, make_dirs
+from dp_ops.engine.files import (
+        exclusive_lock,
+    file_mode,
+    make_dirs,
+    pending_path,
+    read_as_recorded,
+)
 from dp_ops.errors import DerivedStateTampered
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 
 DAY_RECORD = "day/"
-PENDING = ".pending"
-# recorded_days(): at most this many days after the last recorded one are looked at
 _NAME_DAY = len(DAY_RECORD)
 
 
@@ -55,7 +58,7 @@ def write_day_file(root: DataRoot, ledger: Ledger, report: str, day: date,
     """Record, then store, ``day``'s report rows (see the module docstring)."""
     target = root.report_file(report, day)
     make_dirs(target.parent)
-    pending = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}{PENDING}")
+    pending = pending_path(target)
     try:
         pq.write_table(table, pending)
         os.chmod(pending, file_mode(target))
@@ -74,13 +77,6 @@ def write_day_file(root: DataRoot, ledger: Ledger, report: str, day: date,
     return target
 
 
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
 def read_day_bytes(root: DataRoot, report: str, day: date, recorded: str | None) -> bytes:
     """The bytes of ``day``'s report file, checked against ``recorded`` (the sha256 the
     ledger holds for it); :class:`DerivedStateTampered` when there is no record, the file
@@ -91,17 +87,7 @@ def read_day_bytes(root: DataRoot, report: str, day: date, recorded: str | None)
             f"{path}: the ledger recorded no report file for {report} {day}; a file there "
             "was not written by the pipeline and is never read. Run the report step for "
             "that day (it rebuilds the rows from the stored noise)")
-    data = _read_or_none(path)
-    if data is None or hashlib.sha256(data).hexdigest() != recorded:
-        for pending in sorted(path.parent.glob(f".{path.name}.*{PENDING}")):
-            candidate = _read_or_none(pending)
-            if candidate is not None and hashlib.sha256(candidate).hexdigest() == recorded:
-                try:
-                    os.replace(pending, path)
-                except FileNotFoundError:
-                    pass  # its writer moved it meanwhile: the same bytes
-                data = candidate
-                break
+    data = read_as_recorded(path, lambda b: hashlib.sha256(b).hexdigest() == recorded)
     if data is None:
         raise DerivedStateTampered(
             f"{path} is missing; the ledger recorded sha256 {recorded[:16]}... for it. Run "
