@@ -122,6 +122,16 @@ READERS: tuple[VerifiedReader, ...] = (
     VerifiedReader("dp_ops.reports.symptoms.period", "_load", lambda a: [a["path"]],
                    "the symptoms period cache, whose MAC under the ledger key is checked "
                    "on the bytes read"),
+    VerifiedReader("dp_ops.steps.release", "_read_manifest",
+                   lambda a: [a["target"] / "manifest.json"] if a["ledger"] is not None
+                   else [],
+                   "a release's manifest, read once, compared with the sha256 the ledger "
+                   "recorded at publish and parsed from those bytes (without a ledger it is "
+                   "not verified, and its read counts as unverified)"),
+    VerifiedReader("dp_ops.steps.release", "latest_release_file",
+                   lambda a: [a["root"].latest_release(a["report"]).resolve() / a["name"]],
+                   "a file of the current release, read once and checked against its "
+                   "manifest (itself checked against the ledger), parsed from those bytes"),
 )
 
 

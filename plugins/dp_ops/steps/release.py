@@ -257,17 +257,17 @@ def copy_staged(twin: Path, stage: Path, run_id: str) -> dict[str, Any] | None:
 # The manifest's ``inputs`` key for :func:`inputs_sha256`.
 INPUTS_KEY = "report_days_sha256"
 def inputs_sha256(days: list[date], day_digests: Mapping[date, str],
-                  extra: tuple[Path, ...] = ()) -> str:
+                  extra: Mapping[str, str] | None = None) -> str:
     """sha256 over what a release of ``days`` is built from: each day's per-day report
     file by the sha256 the ledger recorded for it (``day_digests``:
-    :func:`dp_ops.steps.day_files.recorded_days`), then each of ``extra`` (e.g. the frozen
-    baseline) by its own sha256. Raises KeyError for a day without a record and OSError
-    when an extra file is missing."""
+    :func:`dp_ops.steps.day_files.recorded_days`), then each of ``extra`` (name: the
+    sha256 the ledger recorded, e.g. the frozen baseline's). Raises KeyError for a day
+    without a record."""
     h = hashlib.sha256()
     for day in days:
         h.update(f"{day.isoformat()} {day_digests[day]}\n".encode())
-    for path in extra:
-        h.update(f"{path.name} {sha256_file(path)}\n".encode())
+    for name, digest in sorted((extra or {}).items()):
+        h.update(f"{name} {digest}\n".encode())
     return h.hexdigest()
 
 
@@ -289,45 +289,92 @@ def holds_current_inputs(current: dict[str, Any] | None, now: Callable[[list[dat
         return False
 
 
-def current_release(root: DataRoot, report: str) -> dict[str, Any] | None:
-    """The manifest of the release ``latest`` points to, verified; ``None`` before the
-    first release.
-
-    ``latest`` must be a symlink to a directory directly under ``releases/`` whose
-    manifest names that directory and whose files all match the manifest's checksums.
-    Anything else (a fake or edited release, a link out of ``releases/``) raises
-    :class:`PublishRefused` naming what is wrong: publishing decides what to do from this
-    manifest (a newer release already out is kept), so a forged one must not silently
-    turn every later publish into a no-op."""
+def _latest_target(root: DataRoot, report: str) -> tuple[Path, str] | None:
+    """The release directory ``latest`` points to and the remedy to name when it does not
+    verify; None before the first release. ``latest`` must be a symlink to a directory
+    directly under ``releases/``."""
     latest = root.latest_release(report)
-    if not latest.is_symlink():
-        if latest.exists():
-            raise PublishRefused(f"{latest} is not a symlink to a release; remove it and "
-                                 "rerun publish (OPERATIONS.md, 'latest does not verify')")
-        return None
-    releases = (root.published_dir(report) / "releases").resolve()
-    target = latest.resolve()
     remedy = ("repoint it to the newest release that verifies (ln -sfn releases/<id> "
               f"{latest}) or remove it, then rerun publish (OPERATIONS.md, 'latest does not "
               "verify')")
+    if not latest.is_symlink():
+        if latest.exists():
+            raise PublishRefused(f"{latest} is not a symlink to a release; {remedy}")
+        return None
+    releases = (root.published_dir(report) / "releases").resolve()
+    target = latest.resolve()
     if target.parent != releases or not target.is_dir():
         raise PublishRefused(f"{latest} points outside {releases}: {remedy}")
+    return target, remedy
+
+
+def _read_manifest(target: Path, remedy: str, ledger: Ledger | None,
+                   report: str) -> dict[str, Any]:
+    """The manifest of release directory ``target``, parsed from the bytes that, with
+    ``ledger``, match the sha256 it recorded at publish."""
+    from dp_ops.steps.ledger_binding import RELEASE_RECORD
+
     manifest_path = target / "manifest.json"
     try:
-        manifest = dict(json.loads(manifest_path.read_text()))
-    except (OSError, ValueError) as exc:
+        data = manifest_path.read_bytes()
+        if ledger is not None and hashlib.sha256(data).hexdigest() != ledger.derived_sha256(
+                report, RELEASE_RECORD.format(release_id=target.name)):
+            raise PublishRefused(f"{manifest_path} is not the manifest the ledger recorded "
+                                 f"when release {target.name} was published: {remedy}")
+        manifest = dict(json.loads(data))
+    except (OSError, ValueError, TypeError) as exc:
         raise PublishRefused(f"{manifest_path} cannot be read ({exc}): {remedy}") from exc
     if manifest.get("release_id") != target.name:
         raise PublishRefused(f"{manifest_path} names release "
                              f"{str(manifest.get('release_id'))[:40]!r}, not {target.name}: "
                              f"{remedy}")
-    for name, meta in dict(manifest.get("files") or {}).items():
-        path = target / name
-        if not path.is_file() or sha256_file(path) != meta.get("sha256"):
-            raise PublishRefused(f"{path} does not match the release's manifest: {remedy}")
     if not manifest.get("files"):
         raise PublishRefused(f"{manifest_path} lists no files: {remedy}")
     return manifest
+
+
+def current_release(root: DataRoot, report: str,
+                    ledger: Ledger | None = None) -> dict[str, Any] | None:
+    """The manifest of the release ``latest`` points to, verified; ``None`` before the
+    first release.
+
+    ``latest`` must be a symlink to a directory directly under ``releases/`` whose
+    manifest names that directory (and, with ``ledger``, is the manifest the ledger
+    recorded at publish, parsed from the bytes checked) and whose files all match the
+    manifest's checksums. Anything else (a fake or edited release, a link out of
+    ``releases/``) raises :class:`PublishRefused` naming what is wrong: publishing decides
+    what to do from this manifest (a newer release already out is kept), so a forged one
+    must not silently turn every later publish into a no-op."""
+    found = _latest_target(root, report)
+    if found is None:
+        return None
+    target, remedy = found
+    manifest = _read_manifest(target, remedy, ledger, report)
+    for name, meta in dict(manifest["files"]).items():
+        path = target / name
+        if not path.is_file() or sha256_file(path) != meta.get("sha256"):
+            raise PublishRefused(f"{path} does not match the release's manifest: {remedy}")
+    return manifest
+
+
+def latest_release_file(root: DataRoot, report: str, ledger: Ledger,
+                        name: str) -> tuple[bytes, str] | None:
+    """The bytes and sha256 of file ``name`` of the release ``latest`` points to, read once
+    and checked against that release's manifest, itself checked against the ledger's
+    record; None before the first release or when the release has no such file."""
+    found = _latest_target(root, report)
+    if found is None:
+        return None
+    target, remedy = found
+    want = dict(_read_manifest(target, remedy, ledger, report)["files"]).get(name)
+    if not isinstance(want, dict):
+        return None
+    data = (target / name).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != want.get("sha256"):
+        raise PublishRefused(f"{target / name} does not match the release's manifest: "
+                             f"{remedy}")
+    return data, digest
 
 
 def content_release_id(last: date, *parts: Any) -> str:

@@ -5,24 +5,22 @@ per-day files enter by the sha256 the ledger recorded for them (dp_ops.steps.day
 from __future__ import annotations
 
 from datetime import date
-from pathlib import Path
 
 from dp_ops.steps.release import holds_current_inputs, inputs_sha256
 
 DAYS = [date(2020, 2, 15), date(2020, 2, 16)]
 
 
-def test_the_digest_follows_every_input(tmp_path: Path) -> None:
+def test_the_digest_follows_every_input() -> None:
     digests = {day: f"{i:064x}" for i, day in enumerate(DAYS)}
-    baseline = tmp_path / "baseline.parquet"
-    baseline.write_bytes(b"frozen")
-    first = inputs_sha256(DAYS, digests, (baseline,))
-    assert inputs_sha256(DAYS, digests, (baseline,)) == first
-    assert inputs_sha256(DAYS[:1], digests, (baseline,)) != first
-    second = inputs_sha256(DAYS, {**digests, DAYS[1]: "f" * 64}, (baseline,))
+    baseline = {"baseline": "a" * 64}  # by the sha256 the ledger recorded: no file read
+    first = inputs_sha256(DAYS, digests, baseline)
+    assert inputs_sha256(DAYS, digests, baseline) == first
+    assert inputs_sha256(DAYS[:1], digests, baseline) != first
+    second = inputs_sha256(DAYS, {**digests, DAYS[1]: "f" * 64}, baseline)
     assert second != first  # a day re-noised: its file's new version
-    baseline.write_bytes(b"another baseline")
-    assert inputs_sha256(DAYS, digests, (baseline,)) != first
+    assert inputs_sha256(DAYS, digests, {"baseline": "b" * 64}) != first
+    assert inputs_sha256(DAYS, digests, {**baseline, "method_update/v2": "c" * 64}) != first
 
 
 def test_holds_current_inputs() -> None:

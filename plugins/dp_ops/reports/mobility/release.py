@@ -123,15 +123,13 @@ def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
             "published_share_of_eligible_by_level": shares}
 
 
-def mobility_inputs_sha256(root: DataRoot, days: list[date],
+def mobility_inputs_sha256(ledger: Ledger, days: list[date],
                            day_digests: Mapping[date, str]) -> str:
-    """What a release of ``days`` is built from: the per-day files (by the sha256 the
-    ledger recorded), the frozen baseline and the method-update factors
-    (:func:`dp_ops.steps.release.inputs_sha256`)."""
-    updates = root.method_updates_dir(REPORT)
-    extra = tuple(p for p in (root.baseline_file(REPORT),
-                              *(sorted(updates.glob("*.parquet")) if updates.is_dir() else []))
-                  if p.is_file())
+    """What a release of ``days`` is built from: the per-day files, the frozen baseline
+    and the method-update factors, each by the sha256 the ledger recorded for it (no file
+    is read: each is verified where it is used; :func:`dp_ops.steps.release.inputs_sha256`)."""
+    extra = {BASELINE_NAME: ledger.derived_sha256(REPORT, BASELINE_NAME) or "",
+             **ledger.derived_current(REPORT, "method_update/")}
     return inputs_sha256(days, day_digests, extra)
 
 
@@ -151,7 +149,7 @@ def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
             write_staged(stage, {"empty": True, "run_id": run_id})
             return StepResult("nothing to release yet: no report days from "
                               f"{cfg.first_public_date}", (str(stage),))
-        key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(root, days, digests))
+        key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(ledger, days, digests))
         return release.stage_once(
             root, REPORT, key, run_id=run_id, stage=stage,
             label=f"release candidate {days[0]}..{days[-1]}",
@@ -181,7 +179,7 @@ def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, ledger: Ledger, *,
     # the rows as the ledger recorded them (each file's bytes checked, then parsed)
     days, digests, tables = read_release_days(root, ledger, REPORT, cfg.first_public_date)
     internal, published = assemble(tables)
-    inputs = mobility_inputs_sha256(root, days, digests)
+    inputs = mobility_inputs_sha256(ledger, days, digests)
     # the row-level rules are checked on the days whose files no gate validated before
     rules = row_rules(cfg)
     day_files = {d.isoformat(): digests[d] for d in days}
@@ -255,10 +253,10 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
     with closing_ledger(open_ledger(root, ledger_url)) as ledger:
         require_sound(root, ledger)
         with publish_lock(root, REPORT):
-            current = current_release(root, REPORT)
+            current = current_release(root, REPORT, ledger)
             if (current and current["last_date"] > staged["last_date"]
                     and holds_current_inputs(current, lambda days: mobility_inputs_sha256(
-                        root, days, recorded_days(ledger, REPORT)))):
+                        ledger, days, recorded_days(ledger, REPORT)))):
                 # a release of later days, built from the per-day files, baseline and
                 # method updates as they are now, is out: it holds this run's values, and a
                 # rebuild would give the same files
@@ -303,7 +301,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
             "first_date": staged["first_date"],
             "last_date": staged["last_date"],
             "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
-                       "baseline_sha256": sha256_file(root.baseline_file(REPORT)),
+                       "baseline_sha256": ledger.derived_sha256(REPORT, BASELINE_NAME),
                        "baseline_window": [cfg.baseline_start.isoformat(),
                                            cfg.baseline_end.isoformat()],
                        **({INPUTS_KEY: staged["inputs_sha256"]}
@@ -324,7 +322,7 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
             data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
         require_manifest(manifest)  # the shipped manifest schema
         with publish_lock(root, REPORT):
-            current = current_release(root, REPORT)
+            current = current_release(root, REPORT, ledger)
             if current and current["last_date"] > staged["last_date"]:
                 raise PublishRefused(
                     f"release {current['release_id']} covering {current['last_date']} was "

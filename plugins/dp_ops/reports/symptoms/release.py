@@ -64,6 +64,7 @@ from dp_ops.steps.release import (
     epsilon_summary,
     holds_current_inputs,
     inputs_sha256,
+    latest_release_file,
     promote,
     publish_lock,
     read_staged,
@@ -102,9 +103,16 @@ def read_scaling(root: DataRoot, ledger: Ledger) -> tuple[pd.DataFrame, str | No
             ledger.derived_sha256(REPORT, SCALING_NAME))
 
 
-def _frozen_resolutions(root: DataRoot) -> pd.DataFrame | None:
-    path = root.latest_release(REPORT) / RESOLUTIONS_FILE
-    return pq.read_table(path).to_pandas() if path.is_file() else None
+def frozen_resolutions(root: DataRoot, ledger: Ledger) -> tuple[pd.DataFrame | None,
+                                                                 str | None]:
+    """The series decisions of the current release (its ``series_resolution.parquet``,
+    read as its manifest lists it, the manifest as the ledger recorded it) and their
+    sha256; (None, None) before the first release."""
+    found = latest_release_file(root, REPORT, ledger, RESOLUTIONS_FILE)
+    if found is None:
+        return None, None
+    data, digest = found
+    return pq.read_table(pa.BufferReader(data)).to_pandas(), digest
 
 
 
@@ -176,29 +184,30 @@ def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str, ledg
             return StepResult(f"nothing to release yet: no symptoms days from "
                               f"{cfg.first_public_date}", (str(stage),))
         scaling, used_scaling = read_scaling(root, ledger)
+        frozen, frozen_sha = frozen_resolutions(root, ledger)
         inputs = inputs_sha256(days, digests)
         key = symptoms_build_key(root, cfg, days, inputs=inputs, scaling=used_scaling,
-                                 region=region)
+                                 frozen=frozen_sha, region=region)
         return stage_once(
             root, REPORT, key, run_id=run_id, stage=stage,
             label=f"symptoms release candidate {days[0]}..{days[-1]}",
             build=lambda: _build(root, cfg, stage, run_id=run_id, region=region, days=days,
                                  digests=digests, inputs=inputs, scaling=scaling,
-                                 used_scaling=used_scaling, key=key))
+                                 used_scaling=used_scaling, frozen=frozen, key=key))
 
 
 def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
-                       inputs: str, scaling: str | None, region: str | None) -> str:
+                       inputs: str, scaling: str | None, frozen: str | None,
+                       region: str | None) -> str:
     """What a staged symptoms release is built from (:func:`build_key`): the days and
     their per-day files, the stored scaling factors, the resolutions frozen by the latest
     release, the region table, the symptom list, the config, the charted levels and the
     on-call rerun's region."""
     from dp_ops.settings import load_execution_settings
 
-    frozen = root.latest_release(REPORT) / RESOLUTIONS_FILE
     return build_key(
         REPORT, days=[days[0].isoformat(), days[-1].isoformat()], inputs=inputs,
-        scaling=scaling, frozen=sha256_file(frozen) if frozen.is_file() else None,
+        scaling=scaling, frozen=frozen,
         regions=sha256_file(root.regions_csv), symptoms=sha256_file(root.symptoms_txt),
         config=asdict(cfg), chart_levels=load_execution_settings().chart_levels,
         region=region)
@@ -206,7 +215,8 @@ def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
 
 def _build(root: DataRoot, cfg: SymptomsConfig, stage: Path, *, run_id: str,
            region: str | None, days: list[date], digests: dict[date, str], inputs: str,
-           scaling: pd.DataFrame, used_scaling: str | None, key: str) -> StepResult:
+           scaling: pd.DataFrame, used_scaling: str | None, frozen: pd.DataFrame | None,
+           key: str) -> StepResult:
     from dp_ops.regions import read_regions
     from dp_ops.reports.symptoms.suites import validate_symptoms_release
 
@@ -218,7 +228,7 @@ def _build(root: DataRoot, cfg: SymptomsConfig, stage: Path, *, run_id: str,
 
         recompute = {rid for _, rid in region_chain(regions, region)}
     candidate = build_candidate(load_period(root, cfg, days, digests), regions, symptoms, cfg,
-                                scaling, _frozen_resolutions(root), recompute)
+                                scaling, frozen, recompute)
     day_labels = [d.isoformat() for d in days]
     mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
     result = validate_symptoms_release(candidate, regions, symptoms, days=day_labels,
@@ -290,7 +300,7 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
     with publish_lock(root, REPORT), closing_ledger(open_ledger(root, ledger_url)) as ledger:
         require_sound(root, ledger)
         stored_scaling, scaling_now = read_scaling(root, ledger)  # verified
-        current = current_release(root, REPORT)
+        current = current_release(root, REPORT, ledger)
         if current and staged.get("region") is None and (
                 current["first_date"], current["last_date"]) == (
                 staged["first_date"], staged["last_date"]):
