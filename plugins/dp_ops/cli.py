@@ -18,10 +18,14 @@ from collections.abc import Sequence
 from datetime import date, timedelta
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dp_ops import requests, settings
 from dp_ops.errors import BadRequest
 from dp_ops.reports.protocol import ReportName
+
+if TYPE_CHECKING:
+    from dp_ops.reports.registry import AnyReport
 
 log = logging.getLogger("dp_ops")
 
@@ -54,10 +58,45 @@ def _run_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _person(text: str) -> str:
+    try:
+        return requests.plain_text(text.strip(), field="name", max_length=100)
+    except BadRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _days(start: date, end: date) -> list[date]:
     if end < start:
         raise ValueError(f"--end {end} is before --start {start}")
     return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _record_cli_approvals(report: AnyReport, days: list[date], run_id: str,
+                          args: argparse.Namespace) -> None:
+    """``--renoise`` at the command line is an administrator's path: the administrator
+    attests that ``--approved-by`` approved it, and the ledger records that (``via`` cli),
+    one approval per date. Refused without ``--approved-by``, or when it names the
+    requester (``--requested-by``, by default the operating-system user)."""
+    import getpass
+
+    from dp_ops.privacy.ledger import VIA_CLI
+    from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
+    from dp_ops.steps.noising import renoise_request
+
+    if not args.approved_by:
+        raise BadRequest("--renoise needs --approved-by NAME: a re-noise spends budget again "
+                         "and needs the approval of someone other than its requester, "
+                         "recorded in the ledger; nothing was spent")
+    try:
+        requester = args.requested_by or getpass.getuser()
+    except (KeyError, OSError):
+        requester = None  # no user name to be had: the ledger refuses, naming the remedy
+    plan = report.noise_plan()
+    with closing_ledger(open_ledger(report.root, report.ledger_url)) as ledger:
+        for day in days:
+            ledger.record_approval(
+                renoise_request(plan, day, args.region, args.reason, args.repeat_renoise),
+                run_id=run_id, requester=requester, approver=args.approved_by, via=VIA_CLI)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -67,6 +106,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     run_id = args.run_id or f"cli__{uuid.uuid4().hex[:12]}"
     days = _days(args.start, args.end)
+    if args.renoise and args.region is not None:
+        _record_cli_approvals(report, days, run_id, args)
     t0 = time.monotonic()
     done = 0
 
@@ -272,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "characters)")
     run.add_argument("--run-id", type=_run_id, default=None,
                      help="ledger run id (default: a new one)")
+    run.add_argument("--approved-by", type=_person, default=None, metavar="NAME",
+                     help="with --renoise: who approved it (not the requester); recorded in "
+                          "the ledger as a command-line approval")
+    run.add_argument("--requested-by", type=_person, default=None, metavar="NAME",
+                     help="with --renoise: who asked for it (default: the operating-system "
+                          "user)")
     run.set_defaults(func=cmd_run)
 
     led = sub.add_parser("ledger", help="print privacy spends and composed epsilon; verify, "

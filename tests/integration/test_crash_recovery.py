@@ -116,7 +116,7 @@ def test_a_killed_renoise_retried_by_the_same_run_spends_once(
     regions = read_regions(DataRoot(root).regions_csv)
     region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[0])
     args = ("--region", region, "--renoise", "--reason", "raw data corrected",
-            "--run-id", "oncall-1")
+            "--run-id", "oncall-1", "--approved-by", "approver")
     killed = run_day(root, report, day, *args, fault="noise.after_draw")
     assert killed.returncode == -signal.SIGKILL
     ok(run_day(root, report, day, *args))

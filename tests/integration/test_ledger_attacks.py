@@ -182,7 +182,7 @@ def test_row4_deleted_renoise_rows_and_a_recomputed_chain_are_refused(
     root = copy_root(previous, tmp_path / "root")
     region = _region(root)
     ok(run_day(root, REPORT, PUBLISHED, "--region", region, "--renoise", "--reason",
-               "raw data corrected", "--run-id", "oncall-1"))
+               "raw data corrected", "--run-id", "oncall-1", "--approved-by", "approver"))
     after_renoise = latest(root, REPORT)
 
     def delete_renoise(conn: sa.Connection) -> None:
@@ -198,7 +198,7 @@ def test_row4_deleted_renoise_rows_and_a_recomputed_chain_are_refused(
     _rewrite_head(root)
     spent = _spends(root)
     res = run_day(root, REPORT, PUBLISHED, "--region", region, "--renoise", "--reason",
-                  "again", "--run-id", "oncall-2")
+                  "again", "--run-id", "oncall-2", "--approved-by", "approver")
     _refused(res, "does not verify")
     assert _spends(root) == spent
     assert latest(root, REPORT) == after_renoise

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from approvals import approve_method_update
 from dp_demo.generator import generate
 
 import dp_ops.reports.mobility.bounding as mobility_bounding
@@ -18,7 +19,11 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.mobility.method_update import comparison_window, read_method_updates
+from dp_ops.reports.mobility.method_update import (
+    MethodUpdate,
+    comparison_window,
+    read_method_updates,
+)
 from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.steps.result import StepResult
 
@@ -63,6 +68,11 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         last_old = root.report_file("mobility", EFFECTIVE - timedelta(days=1)).read_bytes()
         ledger = Ledger(url)
         before_update = ledger.spends()
+        approve_method_update(
+            root, url, cfg, MethodUpdate(
+                method_version="v2", effective_date=EFFECTIVE, categories=("parks",),
+                method=ScaledCounts.for_categories(["parks"], FACTOR),
+                reason="parks classifier v2"), run_id="update")
         result = steps.method_update(root, cfg, method_version="v2",
                                      effective_date=EFFECTIVE, categories=["parks"],
                                      factor=FACTOR, reason="parks classifier v2",

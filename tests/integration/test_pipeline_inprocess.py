@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from approvals import approve_renoise
 from dp_demo.generator import generate
 from pipeline_helpers import verify_release
 
@@ -145,6 +146,8 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[3])
     steps.ingest(root, cfg, day)
     steps.bound_contributions(root, cfg, day)
+    approve_renoise(root, url, steps.noise_plan(root, cfg), day, region,
+                    "raw data corrected", run_id="oncall")
     steps.noise(root, cfg, day, run_id="oncall", ledger_url=url, region=region, renoise=True,
                 reason="raw data corrected")
     spent = ledger.spent("mobility", day)

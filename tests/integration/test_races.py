@@ -109,7 +109,8 @@ def test_two_renoises_race_for_the_last_of_the_budget(previous: dict[str, Path],
     region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[0])
     before = latest(root, report)
     results = finish([start(root, report, day, day, "--region", region, "--renoise",
-                            "--reason", f"on-call {i}", "--run-id", f"oncall-{i}")
+                            "--reason", f"on-call {i}", "--run-id", f"oncall-{i}",
+                            "--approved-by", "approver")
                       for i in (1, 2)])
     codes = sorted(code for code, _ in results)
     assert codes == [0, 2], [err[-2000:] for _, err in results]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from approvals import approve_renoise
 from dp_demo.generator import generate
 from pipeline_helpers import verify_release
 
@@ -127,6 +128,8 @@ def test_region_renoise_spends_through_the_ledger_and_touches_only_that_region(
               for n in (DAILY, WEEKLY)}
     scaling = pd.read_parquet(root.scaling_file("symptoms"))
     reason = "integration test: corrected raw data"
+    approve_renoise(root, str(url), steps.noise_plan(root, cfg), END, region, reason,
+                    run_id="oncall")
     steps.run_days(root, cfg, [END], run_id="oncall", ledger_url=str(url), region=region,
                    renoise=True, reason=reason)
     new = [s for s in _spends(pipeline) if s not in before_spends]

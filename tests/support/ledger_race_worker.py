@@ -23,7 +23,7 @@ def _call(ledger: Any, op: dict[str, Any]) -> dict[str, Any]:
     if op["method"] == "reserve":
         res = ledger.reserve(op["requests"], run_id=op["run_id"], kind=op["kind"],
                              cap=op["cap"], method_version=op["method_version"],
-                             reason=op.get("reason", ""))
+                             reason=op.get("reason", ""), approval=op.get("approval"))
         return {"spend_ids": tuple(s.id for s in res.spends),
                 "generations": tuple(s.generation for s in res.spends),
                 "new_ids": tuple(sorted(res.new_ids))}

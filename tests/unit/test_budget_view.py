@@ -10,6 +10,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from approvals import reserve_approved
 
 from dp_ops.budget_view import group_spends, release_history, render_page, report_budget, to_json
 from dp_ops.layout import DataRoot
@@ -26,9 +27,9 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
         led.reserve([SpendRequest(Slot("mobility", day, lvl, "places", ALL_REGIONS), 0.5)
                      for lvl in (0, 1)], run_id=f"backfill__{day}", kind="noise", cap=CAP,
                     method_version="v1")
-    led.reserve([SpendRequest(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
-                run_id="oncall__1", kind="renoise", cap=CAP, method_version="v1",
-                reason="INC-7 <script>alert(1)</script>")
+    reserve_approved(led, [SpendRequest(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
+                     run_id="oncall__1", kind="renoise", cap=CAP, method_version="v1",
+                     reason="INC-7 <script>alert(1)</script>")
     yield led
     led.dispose()
 

@@ -29,10 +29,17 @@ hash chain, and the database itself refuses UPDATE and DELETE; :meth:`Ledger.ver
 recomputes the chain. Policy: the first spend of a report records its cap and terms
 (the epsilon of each metric group, the method-update fraction); a process configured
 otherwise is refused, and :meth:`Ledger.set_policy` is the only way to change them.
+
+Approvals: a ``renoise`` or ``method_update`` reservation is refused
+(:class:`ApprovalMissing`), before anything is written, unless the ledger holds an approval
+of this run and this exact request (:class:`ApprovalRequest`, by its sha256), recorded by
+:meth:`Ledger.record_approval` with an approver other than the requester. Approval is a
+record, not the order of tasks in a DAG.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -49,6 +56,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dp_ops import requests as requests_check
 from dp_ops.errors import (
+    ApprovalMissing,
     BadRequest,
     BudgetExceeded,
     DerivedStateConflict,
@@ -71,10 +79,17 @@ from dp_ops.privacy.ledger_schema import (
     missing_guards,
     noise_store,
     report_policy,
+    spend_approval,
     verify_chain,
 )
 
 KINDS = ("noise", "renoise", "method_update")
+# the kinds that spend beyond the daily run, each only with a recorded approval
+APPROVED_KINDS = ("renoise", "method_update")
+# who vouched for an approval's names: Airflow's human-in-the-loop response (the approver
+# logged in to answer it), or an administrator at the command line
+VIA_AIRFLOW, VIA_CLI = "airflow_hitl", "cli"
+PERSON_MAX = 100
 ALL_REGIONS = "*"
 _EPS_TOLERANCE = 1e-9
 
@@ -138,6 +153,107 @@ class Reservation:
     @property
     def spent_now(self) -> float:
         return math.fsum(s.epsilon for s in self.spends if s.id in self.new_ids)
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """An extra spend as it is put to its approver: what the run will reserve (report,
+    kind, dates, the region of a re-noise), why (``reason``) and how (the repeat flag, the
+    method version, a method update's ``parameters`` as sorted name/value pairs). An
+    approval is recorded under its :meth:`sha256`, and a reservation is checked against it:
+    an approval of one request never covers another."""
+
+    report: str
+    kind: str
+    days: tuple[date, ...]
+    reason: str
+    region: str | None = None
+    repeat: bool = False
+    method_version: str = ""
+    parameters: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in APPROVED_KINDS:
+            raise ValueError(f"kind={self.kind!r}: only {APPROVED_KINDS} need an approval")
+        if not self.days:
+            raise ValueError("days=(): an approval request names the dates it spends on")
+
+    def canonical(self) -> str:
+        """One text per request: sorted keys, ISO dates in order."""
+        return json.dumps({
+            "report": self.report, "kind": self.kind,
+            "days": [d.isoformat() for d in sorted(self.days)], "reason": self.reason,
+            "region": self.region, "repeat": self.repeat,
+            "method_version": self.method_version,
+            "parameters": dict(sorted(self.parameters))},
+            sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
+
+    def describe(self) -> str:
+        days = sorted(self.days)
+        when = _label(days[0], days[-1]) if len(days) > 1 else days[0].isoformat()
+        if self.kind == "renoise":
+            return f"re-noise of {self.report} {when} region {self.region}"
+        return f"method update {self.method_version} of {self.report} (dates {when})"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A row of ``spend_approval``: ``approver`` approved request ``request_sha256``
+    (``request``: its canonical text) of run ``run_id``, asked for by ``requester``."""
+
+    id: int
+    run_id: str
+    report: str
+    kind: str
+    request_sha256: str
+    request: str
+    requester: str
+    approver: str
+    via: str
+    decided_at: str
+    created_at: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> Approval:
+        m = row._mapping
+        return cls(m["id"], m["run_id"], m["report"], m["kind"], m["request_sha256"],
+                   m["request"], m["requester"], m["approver"], m["via"], m["decided_at"],
+                   m["created_at"])
+
+
+def approval_mismatch(request: ApprovalRequest, requests: Sequence[SpendRequest], *,
+                      kind: str, method_version: str, reason: str,
+                      refuse_repeat_of: str | None) -> str | None:
+    """How a reservation differs from the request it claims was approved, or None. The
+    digest lookup finds an approval of ``request``; this makes sure ``request`` is the
+    spend being reserved (the same kind, report, dates and method version, the approved
+    region's chain, the approved repeat flag, a reason that carries the approved one)."""
+    scopes = {r.slot.region_scope for r in requests}
+    checks = [
+        (request.kind == kind, f"kind {request.kind!r}, reserving {kind!r}"),
+        ({r.slot.report for r in requests} == {request.report},
+         f"report {request.report!r}"),
+        ({r.slot.day for r in requests} == set(request.days),
+         f"dates {sorted(d.isoformat() for d in request.days)}"),
+        (request.method_version == method_version,
+         f"method version {request.method_version!r}, reserving {method_version!r}"),
+        (request.reason.strip() != "" and request.reason in reason,
+         f"reason {requests_check.shown(request.reason)}"),
+    ]
+    if kind == "renoise":
+        checks += [
+            # one region's chain; every region only if that is what was approved
+            (request.region in scopes
+             and (ALL_REGIONS not in scopes or request.region == ALL_REGIONS),
+             f"region {request.region!r}"),
+            (request.repeat or refuse_repeat_of == request.region,
+             "no repeat re-noise, reserving with the repeat check off"),
+        ]
+    wrong = [what for ok, what in checks if not ok]
+    return None if not wrong else "approved " + "; ".join(wrong)
 
 
 def _make_read_engine(url: str) -> Engine:
@@ -403,6 +519,19 @@ class Ledger:
                     derived_state.c.report == report, derived_state.c.name == name)
                 .order_by(derived_state.c.id))]
 
+    def approval(self, request: ApprovalRequest, *, run_id: str) -> Approval | None:
+        """The recorded approval of ``request`` for run ``run_id``, if any."""
+        with self.read_engine.connect() as conn:
+            return _approval(conn, run_id, request.sha256())
+
+    def approvals(self, run_id: str | None = None) -> list[Approval]:
+        """Every recorded approval (of run ``run_id``), oldest first."""
+        q = sa.select(spend_approval).order_by(spend_approval.c.id)
+        if run_id is not None:
+            q = q.where(spend_approval.c.run_id == run_id)
+        with self.read_engine.connect() as conn:
+            return [Approval.from_row(r) for r in conn.execute(q)]
+
     def head(self) -> tuple[int, str]:
         """(seq, chain_sha256) of the last chain entry."""
         with self.read_engine.connect() as conn:
@@ -478,6 +607,62 @@ class Ledger:
                    self.key())
         self._written()
 
+    def record_approval(self, request: ApprovalRequest, *, run_id: str,
+                        requester: str | None, approver: str | None, via: str,
+                        decided_at: str | None = None) -> Approval:
+        """Record that ``approver`` approved ``request`` of run ``run_id``, which
+        ``requester`` asked for. Refused (:class:`ApprovalMissing`, nothing recorded) when
+        either name is missing or they are the same person (compared without case): nobody
+        approves their own spend, and a run whose requester is unknown cannot be shown not
+        to be. The first approval of a run's request stands; recording it again (a retry)
+        returns it."""
+        if via not in (VIA_AIRFLOW, VIA_CLI):
+            raise ValueError(f"via={via!r}: expected {VIA_AIRFLOW!r} or {VIA_CLI!r}")
+        requests_check.run_id(run_id)
+        requests_check.reason(request.reason)
+        what = f"{request.describe()} by run {requests_check.shown(run_id)}"
+        who = (requester or "").strip()
+        by = (approver or "").strip()
+        if not who:
+            raise ApprovalMissing(
+                f"{what}: the run has no known requester, so nobody can be shown not to be "
+                "approving their own spend; nothing was recorded or spent. Request it as "
+                "yourself (the Airflow UI or REST API), or at the command line name "
+                "yourself with --requested-by")
+        if not by:
+            raise ApprovalMissing(f"{what}: no approver named; nothing was recorded or spent")
+        for name, value in (("requester", who), ("approver", by)):
+            requests_check.plain_text(value, field=name, max_length=PERSON_MAX)
+        if who.casefold() == by.casefold():
+            raise ApprovalMissing(
+                f"{what}: the approver {requests_check.shown(by)} is the requester; an "
+                "extra spend needs the approval of someone else. Nothing was recorded or "
+                "spent")
+        digest = request.sha256()
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            found = _approval(conn, run_id, digest)
+            if found is None:
+                row_id = append(conn, "spend_approval", {
+                    "run_id": run_id, "report": request.report, "kind": request.kind,
+                    "request_sha256": digest, "request": request.canonical(),
+                    "requester": who, "approver": by, "via": via,
+                    "decided_at": decided_at or _now(), "created_at": _now()}, self.key())
+                found = Approval.from_row(conn.execute(sa.select(spend_approval).where(
+                    spend_approval.c.id == row_id)).one())
+                written = True
+            else:
+                written = False
+        if written:
+            self._written()
+        return found
+
+    def require_approval(self, request: ApprovalRequest, *, run_id: str) -> Approval:
+        """The approval of ``request`` for run ``run_id``, or :class:`ApprovalMissing`
+        (for a step that reuses spends this run's request already reserved)."""
+        with self.read_engine.connect() as conn:
+            return _required_approval(conn, request, run_id)
+
     def set_policy(self, report: str, *, reason: str, run_id: str, cap: float | None = None,
                    terms: Mapping[str, float] | None = None) -> Policy:
         """Record a new policy for ``report`` (an explicit command, with a reason): the
@@ -526,6 +711,7 @@ class Ledger:
         reason: str = "",
         refuse_repeat_of: str | None = None,
         terms: Mapping[str, float] | None = None,
+        approval: ApprovalRequest | None = None,
     ) -> Reservation:
         """Atomically cover every requested slot with a spend, or refuse before any noise.
 
@@ -544,9 +730,17 @@ class Ledger:
         requested: the first spend of a report records them; afterwards a process whose
         cap or terms differ from the recorded policy is refused
         (:class:`PolicyMismatch`), before anything is written.
+
+        ``kind="renoise"`` or ``"method_update"`` needs ``approval``, the request as its
+        approver saw it: it must describe this reservation (:func:`approval_mismatch`), and
+        the ledger must hold an approval of it for ``run_id``
+        (:meth:`record_approval`); else :class:`ApprovalMissing`, before anything is
+        written (a retry of the run finds the same approval).
         """
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {KINDS}")
+        if kind not in APPROVED_KINDS and approval is not None:
+            raise ValueError(f"kind={kind!r} needs no approval; one was given")
         # what a person typed reaches the ledger's rows and `ledger --spends`: refuse
         # control characters and floods before anything is written
         requests_check.run_id(run_id)
@@ -564,10 +758,26 @@ class Ledger:
                 raise ValueError(f"epsilon={r.epsilon!r} for {r.slot.describe()}: must be > 0")
         if not (math.isfinite(cap) and cap > 0):
             raise ValueError(f"cap={cap!r}: must be a finite number > 0")
+        if kind in APPROVED_KINDS:
+            if approval is None:
+                raise ApprovalMissing(
+                    f"a {kind} reservation by run {requests_check.shown(run_id)} came "
+                    "without the request its approver approved; nothing was spent")
+            wrong = approval_mismatch(approval, requests, kind=kind,
+                                      method_version=method_version, reason=reason,
+                                      refuse_repeat_of=refuse_repeat_of)
+            if wrong is not None:
+                raise ApprovalMissing(
+                    f"{approval.describe()} by run {requests_check.shown(run_id)}: the "
+                    f"approval given is not for this reservation ({wrong}); nothing was "
+                    "spent")
         now = _now()
         key = self.key()
         with self.engine.begin() as conn:
             self._lock(conn)
+            if approval is not None:
+                # under the lock, before anything (a first-use policy row) is written
+                _required_approval(conn, approval, run_id)
             for report in sorted({r.slot.report for r in requests}):
                 self._ensure_policy(conn, report, cap, terms or {}, run_id)
             chosen: list[Spend] = []
@@ -701,6 +911,26 @@ def _verify(conn: Connection, key: bytes) -> ChainCheck:
             return ChainCheck(check.entries, check.head, "append-only trigger(s) missing or "
                               f"disabled: {', '.join(gone)}")
     return check
+
+
+def _approval(conn: Connection, run_id: str, digest: str) -> Approval | None:
+    row = conn.execute(sa.select(spend_approval).where(
+        spend_approval.c.run_id == run_id, spend_approval.c.request_sha256 == digest)
+        .order_by(spend_approval.c.id).limit(1)).first()
+    return None if row is None else Approval.from_row(row)
+
+
+def _required_approval(conn: Connection, request: ApprovalRequest, run_id: str) -> Approval:
+    found = _approval(conn, run_id, request.sha256())
+    if found is None or found.approver.casefold() == found.requester.casefold():
+        raise ApprovalMissing(
+            f"{request.describe()} by run {requests_check.shown(run_id)}: no approval is "
+            "recorded in the ledger for this run and this exact request (sha256 "
+            f"{request.sha256()[:16]}...). It is recorded only when someone other than the "
+            "requester answers Approve in the run's approve_spend task (Browse > Required "
+            "Actions; DP_SPEND_APPROVERS), or at the command line with --approved-by; a "
+            "task marked successful by hand approves nothing. Nothing was spent")
+    return found
 
 
 def _to_policy(row: Any) -> Policy:

@@ -20,9 +20,13 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from dp_ops.privacy.ledger_schema import VERSION_TABLE, metadata
+from dp_ops.privacy.ledger_schema import VERSION_TABLE
 
 FIRST = "0001"
+# the tables of revision 0001, which a ledger from before the migrations has (later
+# revisions add tables such a ledger lacks until it is upgraded)
+FIRST_TABLES = frozenset({"ledger_meta", "budget_spend", "noise_store", "report_policy",
+                          "derived_state", "ledger_chain"})
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -60,7 +64,7 @@ def upgrade(conn: Connection) -> str:
     on PostgreSQL. Returns the revision it was at (``"none"`` for an empty database)."""
     before = current(conn)
     cfg = _config(conn)
-    if before is None and set(metadata.tables) <= set(sa.inspect(conn).get_table_names()):
+    if before is None and FIRST_TABLES <= set(sa.inspect(conn).get_table_names()):
         command.stamp(cfg, FIRST)
         before = FIRST
     command.upgrade(cfg, "head")

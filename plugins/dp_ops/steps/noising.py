@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
@@ -36,11 +35,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import file_mode, make_dirs
+from dp_ops.engine.files import file_mode, make_dirs, pending_path, read_as_recorded
 from dp_ops.errors import BadRequest, NoiseNotStored, NoiseRecordConflict, NoiseTampered
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
+from dp_ops.privacy.ledger import (
+    ALL_REGIONS,
+    ApprovalRequest,
+    Ledger,
+    Slot,
+    Spend,
+    SpendRequest,
+)
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.privacy.plan import MetricBudget
 from dp_ops.steps.ledger_binding import open_ledger, require_sound
@@ -94,15 +100,6 @@ def noise_file(root: DataRoot, spend: Spend) -> Path:
     return root.noise_dir(spend.slot.report, spend.slot.day) / f"spend-{spend.id:09d}.parquet"
 
 
-PENDING = ".pending"
-
-
-def _pending_noise(path: Path) -> list[Path]:
-    """Drawn values of ``path``'s spend waiting to be moved into place (a draw between its
-    record and its move, live or crashed)."""
-    return sorted(path.parent.glob(f".{path.name}.*{PENDING}"))
-
-
 def file_digest(path: Path) -> tuple[str, int]:
     """(sha256, cell count) of a stored noise file."""
     return _digest(path.read_bytes())
@@ -128,19 +125,9 @@ def read_stored(path: Path, spend: Spend) -> pa.Table:
                              f"at {path} is never read unrecorded. Rerun the noise step for "
                              f"{spend.slot.day} (it reuses the spend and costs nothing more)")
     recorded = (spend.stored_sha256, spend.stored_cells)
-    data = _read_or_none(path)
-    if data is None or _digest(data) != recorded:
-        # the recorded draw may still be pending (its writer is between the ledger record
-        # and the move, or crashed there): move it into place over whatever is there
-        for pending in _pending_noise(path):
-            candidate = _read_or_none(pending)
-            if candidate is not None and _digest(candidate) == recorded:
-                try:
-                    os.replace(pending, path)
-                except FileNotFoundError:
-                    pass  # its writer moved it meanwhile: the same bytes
-                data = candidate
-                break
+    # the recorded draw may still be pending (its writer is between the ledger record and
+    # the move, or crashed there): then it is moved into place over whatever is there
+    data = read_as_recorded(path, lambda b: _digest(b) == recorded)
     if data is None:
         raise NoiseTampered(f"{what}: its stored noise {path} is missing; {remedy}")
     digest, cells = _digest(data)
@@ -156,13 +143,6 @@ def verify_stored(path: Path, spend: Spend) -> None:
     """The stored noise of ``spend`` is the file the ledger recorded (see
     :func:`read_stored`)."""
     read_stored(path, spend)
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
 
 
 def region_chain(regions: pd.DataFrame, region_id: str) -> list[tuple[int, str]]:
@@ -190,6 +170,14 @@ def plan_requests(plan: NoisePlan, regions: pd.DataFrame, day: date,
     return [SpendRequest(Slot(plan.report, day, level, b.name, scope),
                          plan.ledger_epsilons[b.name])
             for level, scope in scopes for b in plan.budgets]
+
+
+def renoise_request(plan: NoisePlan, day: date, region: str, reason: str,
+                    repeat: bool) -> ApprovalRequest:
+    """A re-noise as its approver approves it and as :func:`noise_day` reserves it (the
+    approval task and the noise step build it here, so their digests agree)."""
+    return ApprovalRequest(report=plan.report, kind="renoise", days=(day,), reason=reason,
+                           region=region, repeat=repeat, method_version=plan.method_version)
 
 
 # The day's true cell sums by (level, metric), then region id: the noise step looks its
@@ -254,7 +242,7 @@ def draw_and_store(root: DataRoot, ledger: Ledger, plan: NoisePlan, regions: pd.
     fault_point("noise.after_draw")
     target = noise_file(root, spend)
     make_dirs(target.parent)
-    pending = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}{PENDING}")
+    pending = pending_path(target)
     try:
         pq.write_table(table, pending)
         os.chmod(pending, file_mode(target))
@@ -295,7 +283,9 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
     A re-noise (one region, with a reason) is refused before anything is spent when the
     day is never published (before ``plan.first_public_date``), or when the region was
     already re-noised that day by another run, unless ``repeat_renoise`` (recorded in the
-    ledger's reason). Reads the day's bounded aggregates file, which must be whole: a
+    ledger's reason), and when the ledger holds no approval of this run's request
+    (:func:`renoise_request`; the approval task or the CLI's ``--approved-by`` records
+    it). Reads the day's bounded aggregates file, which must be whole: a
     report's noise task calls :func:`dp_ops.steps.bound.finish_bounding` first."""
     from dp_ops.regions import read_regions
 
@@ -312,6 +302,9 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
     regions = read_regions(root.regions_csv)
     if region is not None:
         region_chain(regions, region)  # validates the region id
+    # a re-noise spends only with a recorded approval of exactly this request
+    approval = (renoise_request(plan, day, region, reason, repeat_renoise)
+                if renoise and region is not None else None)
     ledger = open_ledger(root, ledger_url)
     try:
         # nothing is spent while the ledger fails verification or a release in the data
@@ -324,7 +317,8 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
             run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
             terms=plan.policy_terms,
             method_version=plan.method_version, reason=reason,
-            refuse_repeat_of=region if renoise and not repeat_renoise else None)
+            refuse_repeat_of=region if renoise and not repeat_renoise else None,
+            approval=approval)
         fault_point("noise.after_reserve")
         recorded = {s.id: s for s in ledger.spends(plan.report, day)}
         to_draw = []

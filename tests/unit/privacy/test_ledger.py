@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 # The race workers are spawned interpreters that import their target by module name and
 # inherit sys.path; pytest.ini puts tests/support on it.
+from approvals import approve, request_of, reserve_approved
 from ledger_race_worker import RacePool
 
 from dp_ops.errors import BudgetExceeded
@@ -162,8 +163,9 @@ def test_noise_reserve_spends_only_the_slots_not_yet_noised(ledger: Ledger) -> N
 def test_renoise_spends_a_new_generation(ledger: Ledger, ledger_url: str) -> None:
     original = reserve_noise(ledger, [SpendRequest(slot(), 0.2)]).spends[0]
     rows = raw_rows(ledger_url)
-    res = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
-                         cap=CAP, method_version="v2", reason="raw data of EE-37 corrected")
+    res = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+                           kind="renoise", cap=CAP, method_version="v2",
+                           reason="raw data of EE-37 corrected")
     (renoised,) = res.spends
     assert res.new_ids == {renoised.id} and renoised.id != original.id
     assert renoised.slot == original.slot
@@ -174,8 +176,8 @@ def test_renoise_spends_a_new_generation(ledger: Ledger, ledger_url: str) -> Non
     assert raw_rows(ledger_url)[:1] == rows  # generation 0 untouched
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.35)
 
-    second = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-2", kind="renoise",
-                            cap=CAP, method_version="v2", reason="again")
+    second = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-2",
+                              kind="renoise", cap=CAP, method_version="v2", reason="again")
     assert second.spends[0].generation == 2
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.5)
     # a plain noise reservation of the slot still reuses, and spends nothing
@@ -188,18 +190,19 @@ def test_a_retry_of_the_same_renoise_run_reuses_its_spend(ledger: Ledger) -> Non
     """An Airflow retry keeps the run id: a renoise task killed between its reservation and
     the store must not pay again when it is retried; a new run does pay again."""
     reserve_noise(ledger, [SpendRequest(slot(), 0.2)])
-    first = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
-                           cap=CAP, method_version=VERSION, reason="fix")
-    retry = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
-                           cap=CAP, method_version=VERSION, reason="fix")
+    first = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+                             kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
+    retry = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+                             kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
     assert retry.new_ids == frozenset() and retry.spends == first.spends
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.35)
-    other = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-2", kind="renoise",
-                           cap=CAP, method_version=VERSION, reason="fix again")
+    other = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-2",
+                             kind="renoise", cap=CAP, method_version=VERSION,
+                             reason="fix again")
     assert other.spends[0].generation == 2 and len(other.new_ids) == 1
     # the retry reuses only the slot's latest spend, never an older generation
-    late = ledger.reserve([SpendRequest(slot(), 0.15)], run_id="oncall-1", kind="renoise",
-                          cap=CAP, method_version=VERSION, reason="fix")
+    late = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+                            kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
     assert late.spends[0].generation == 3
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.65)
 
@@ -208,8 +211,8 @@ def test_renoise_is_capped(ledger: Ledger, ledger_url: str) -> None:
     reserve_noise(ledger, [SpendRequest(slot(), 0.9)])
     rows = raw_rows(ledger_url)
     with pytest.raises(BudgetExceeded):
-        ledger.reserve([SpendRequest(slot(), 0.2)], run_id="oncall", kind="renoise", cap=CAP,
-                       method_version=VERSION, reason="fix")
+        reserve_approved(ledger, [SpendRequest(slot(), 0.2)], run_id="oncall", kind="renoise",
+                         cap=CAP, method_version=VERSION, reason="fix")
     assert raw_rows(ledger_url) == rows
 
 
@@ -327,12 +330,12 @@ def test_rows_are_only_ever_appended(ledger: Ledger, ledger_url: str) -> None:
     attempt(reserve_noise, ledger, [a, b], run_id="retry")
     attempt(reserve_noise, ledger, [a], run_id="r")  # already noised: reused, no row
     attempt(reserve_noise, ledger, [c], run_id="r")
-    attempt(ledger.reserve, [a], run_id="oncall", kind="renoise", cap=CAP,
+    attempt(reserve_approved, ledger, [a], run_id="oncall", kind="renoise", cap=CAP,
             method_version=VERSION, reason="fix")
-    attempt(ledger.reserve, [b], run_id="update", kind="method_update", cap=CAP,
+    attempt(reserve_approved, ledger, [b], run_id="update", kind="method_update", cap=CAP,
             method_version="v2", reason="new baseline")
     attempt(reserve_noise, ledger, [SpendRequest(slot("grocery"), 0.5)])  # refused by the cap
-    attempt(ledger.reserve, [a], run_id="oncall", kind="renoise", cap=CAP,
+    attempt(reserve_approved, ledger, [a], run_id="oncall", kind="renoise", cap=CAP,
             method_version=VERSION)  # refused
     assert len(history) == 5
     assert [r.generation for r in ledger.spends()] == [0, 0, 0, 1, 1]
@@ -351,8 +354,9 @@ def test_format_ledger_lists_spends_and_composed_epsilon_per_report_and_date(
     day2 = date(2020, 3, 2)
     reserve_noise(ledger, [SpendRequest(slot("retail"), 0.1), SpendRequest(slot("parks"), 0.2)],
                   run_id="scheduled__2020-03-03")
-    ledger.reserve([SpendRequest(slot("parks", region="EE-37"), 0.05)], run_id="oncall-7",
-                   kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
+    reserve_approved(ledger, [SpendRequest(slot("parks", region="EE-37"), 0.05)],
+                     run_id="oncall-7", kind="renoise", cap=CAP, method_version=VERSION,
+                     reason="fix")
     reserve_noise(ledger, [SpendRequest(slot("retail", day=day2), 0.3)])
     reserve_noise(ledger, [SpendRequest(slot("fever", report="symptoms"), 0.5)])
     spends = ledger.spends()
@@ -414,6 +418,14 @@ def _op(method: str, **kw: Any) -> dict[str, Any]:
     return {"method": method, "cap": CAP, "method_version": VERSION, **kw}
 
 
+def _approved_op(led: Ledger, **kw: Any) -> dict[str, Any]:
+    """A reserve op of a spend that needs an approval, recorded here before the race."""
+    kw["reason"] = kw.get("reason") or "test spend"
+    request = request_of(kw["requests"], kind=kw["kind"], reason=kw["reason"],
+                         method_version=VERSION)
+    return _op("reserve", approval=approve(led, request, kw["run_id"]), **kw)
+
+
 @pytest.mark.slow
 def test_race_for_one_slot_noises_it_once(race_pool: RacePool, ledger: Ledger,
                                           ledger_url: str) -> None:
@@ -443,8 +455,9 @@ def test_race_for_the_last_of_the_budget_has_one_winner(race_pool: RacePool, led
         day = date(2020, 6, 1 + rnd)
         reserve_noise(ledger, [SpendRequest(slot("retail", day=day), 0.7)])
         results = race_pool.race(ledger_url, [
-            _op("reserve", kind="renoise", run_id=f"oncall-{i}", reason="corrected",
-                requests=[SpendRequest(slot("retail", day=day, region=f"EE-{i}"), 0.2)])
+            _approved_op(ledger, kind="renoise", run_id=f"oncall-{i}", reason="corrected",
+                         requests=[SpendRequest(slot("retail", day=day, region=f"EE-{i}"),
+                                                0.2)])
             for i in range(N_WORKERS)])
         report = _describe(results)
         winners = [r for r in results if r["ok"]]
@@ -465,7 +478,7 @@ def test_racing_renoises_of_one_slot_get_distinct_generations(
         req = SpendRequest(slot("transit", day=day), 0.1)
         reserve_noise(ledger, [req])
         results = race_pool.race(ledger_url, [
-            _op("reserve", requests=[req], kind="renoise", run_id=f"oncall-{i}")
+            _approved_op(ledger, requests=[req], kind="renoise", run_id=f"oncall-{i}")
             for i in range(N_WORKERS)])
         report = _describe(results)
         assert all(r["ok"] for r in results), report
@@ -495,9 +508,10 @@ def test_ledger_summary_groups_dates_and_composes_per_user_day(ledger: Ledger) -
         reserve_noise(ledger, [SpendRequest(slot("retail", day=d), 0.3),
                                SpendRequest(slot("parks", day=d, level=2), 0.2)])
     # a re-noise on 3 March breaks the run of identical days
-    ledger.reserve([SpendRequest(slot("parks", day=days[2], level=2, region="EE-37"), 0.2)],
-                   run_id="oncall", kind="renoise", cap=CAP, method_version=VERSION,
-                   reason="fix")
+    reserve_approved(ledger,
+                     [SpendRequest(slot("parks", day=days[2], level=2, region="EE-37"), 0.2)],
+                     run_id="oncall", kind="renoise", cap=CAP, method_version=VERSION,
+                     reason="fix")
     text = format_ledger_summary(ledger.spends(), caps={REPORT: 0.6})
     lines = text.splitlines()
     totals = lines[lines.index(next(ln for ln in lines if ln.startswith("composed"))) + 1:]

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from approvals import reserve_approved
 from sqlalchemy.engine import Connection
 
 from dp_ops.errors import BadRequest, BudgetExceeded, LedgerSchemaError, PolicyMismatch
@@ -45,15 +46,15 @@ def slot(metric: str, *, day: date = DAY, region: str = ALL_REGIONS) -> Slot:
 
 
 def populate(led: Ledger) -> None:
-    """A little of everything the pipeline writes: noise, a re-noise, stored-noise
-    records, derived-state versions and a policy change."""
+    """A little of everything the pipeline writes: noise, an approved re-noise,
+    stored-noise records, derived-state versions and a policy change."""
     res = led.reserve([SpendRequest(slot("places"), 0.5), SpendRequest(slot("workplaces"), 0.25)],
                       run_id="daily", kind="noise", cap=CAP, method_version="v1", terms=TERMS)
     for s in res.spends:
         led.record_stored(s.id, f"{s.id:064x}", 10)
-    (again,) = led.reserve([SpendRequest(slot("places", region="R1"), 0.5)], run_id="oncall",
-                           kind="renoise", cap=CAP, method_version="v1", reason="fix",
-                           terms=TERMS).spends
+    (again,) = reserve_approved(led, [SpendRequest(slot("places", region="R1"), 0.5)],
+                                run_id="oncall", kind="renoise", cap=CAP,
+                                method_version="v1", reason="fix", terms=TERMS).spends
     led.record_stored(again.id, "f" * 64, 1)
     led.record_derived("mobility", "baseline", "a" * 64)
     led.record_derived("symptoms", "scaling_factors", "b" * 64)
@@ -202,9 +203,9 @@ def test_ids_are_never_reused(used: Ledger, ledger_url: str) -> None:
             conn.execute(sa.text("DELETE FROM budget_spend WHERE id = :i"), {"i": last})
     finally:
         engine.dispose()
-    res = used.reserve([SpendRequest(slot("places", region="R2"), 0.1)], run_id="oncall-2",
-                       kind="renoise", cap=2.5, method_version="v1", reason="again",
-                       terms=TERMS)
+    res = reserve_approved(used, [SpendRequest(slot("places", region="R2"), 0.1)],
+                           run_id="oncall-2", kind="renoise", cap=2.5, method_version="v1",
+                           reason="again", terms=TERMS)
     assert min(res.new_ids) > last
     assert not used.verify().ok  # and the deletion itself is on record
 

@@ -130,14 +130,15 @@ def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification
     key of their own, or as plain sha256 links) and restores the guards. The chain looks
     whole, but its links are not MACs under the ledger key: verification fails, and the
     next write is refused before anything is written."""
+    from approvals import reserve_approved
     from ledger_attacks import own_key_link, plain_link, recompute_chain
 
     from dp_ops.privacy.ledger_schema import APPEND_ONLY, install_guards
 
     led = Ledger(ledger_url)
     _spend(led)
-    (renoise,) = led.reserve(
-        [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"), 0.1)],
+    (renoise,) = reserve_approved(
+        led, [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"), 0.1)],
         run_id="oncall", kind="renoise", cap=2.0, method_version="v1", reason="fix").spends
     led.record_stored(renoise.id, "f" * 64, 1)
     led.dispose()
@@ -170,9 +171,10 @@ def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification
         assert not check.ok and "chain entry 1" in str(check.problem)
         head = led.head()
         with pytest.raises(LedgerKeyMissing, match="does not verify"):
-            led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"),
-                                      0.1)], run_id="oncall-2", kind="renoise", cap=2.0,
-                        method_version="v1", reason="again")
+            reserve_approved(
+                led, [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"),
+                                   0.1)], run_id="oncall-2", kind="renoise", cap=2.0,
+                method_version="v1", reason="again")
         assert led.head() == head
     finally:
         led.dispose()

@@ -34,11 +34,18 @@ def test_upgrade_from_empty_equals_the_models(ledger_url: str) -> None:
         ledger.dispose()
 
 
+def _create_first_tables(conn: sa.Connection) -> None:
+    """What `Ledger`'s create_all made before Alembic: the tables of revision 0001 (later
+    revisions add tables, e.g. 0003's spend_approval)."""
+    metadata.create_all(conn, tables=[metadata.tables[t]
+                                      for t in sorted(ledger_migrations.FIRST_TABLES)])
+
+
 def test_a_ledger_from_before_the_migrations_is_stamped_and_kept(ledger_url: str) -> None:
     """What `Ledger` did before Alembic: create_all, the guards, the first chained row."""
     engine = sa.create_engine(ledger_url)
     with engine.begin() as conn:
-        metadata.create_all(conn)
+        _create_first_tables(conn)
         install_guards(conn)
         append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000001",
                                      "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"},
@@ -58,14 +65,40 @@ def test_a_ledger_from_before_the_migrations_is_stamped_and_kept(ledger_url: str
         ledger.dispose()
 
 
-def test_the_first_migration_is_todays_schema() -> None:
-    """0001 creates exactly the models' tables (a later change needs a new revision)."""
+def test_the_migrations_make_todays_schema() -> None:
+    """0001 creates the tables of a ledger from before the migrations, 0002 adds triggers
+    only, 0003 the approvals (a later change needs a new revision)."""
     engine = sa.create_engine("sqlite://")
     with engine.begin() as conn:
         ledger_migrations.upgrade(conn)
         tables = set(sa.inspect(conn).get_table_names())
     assert tables == set(metadata.tables) | {ledger_migrations.VERSION_TABLE}
-    assert ledger_migrations.head() == "0002"  # 0002 adds triggers only, no table
+    assert tables - ledger_migrations.FIRST_TABLES == {"spend_approval",
+                                                        ledger_migrations.VERSION_TABLE}
+    assert ledger_migrations.head() == "0003"
+
+
+def test_a_ledger_at_0002_gets_the_approvals_table_and_its_guards(ledger_url: str) -> None:
+    """A ledger written by the previous version (at 0002, with spends) is upgraded to 0003
+    in place: spend_approval and its append-only guards appear, the chain is kept."""
+    from alembic import command
+
+    engine = sa.create_engine(ledger_url)
+    with engine.begin() as conn:
+        command.upgrade(ledger_migrations._config(conn), "0002")
+        append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000003",
+                                     "schema_version": 2, "created_at": "2026-12-05T00:00:00Z"},
+               ledger_key.load_key(create=True))
+        assert "spend_approval" not in sa.inspect(conn).get_table_names()
+    engine.dispose()
+    ledger = Ledger(ledger_url)
+    try:
+        with ledger.engine.connect() as conn:
+            assert ledger_migrations.current(conn) == "0003"
+            assert _diff(conn) == [] and missing_guards(conn) == []
+        assert ledger.verify().ok and ledger.head()[0] == 1
+    finally:
+        ledger.dispose()
 
 
 def test_migrations_never_go_backwards() -> None:
@@ -89,19 +122,19 @@ def test_the_pipeline_role_waits_for_the_owners_migration(pg_schema: tuple[str, 
     owner_url, _ = pg_schema
     engine = sa.create_engine(owner_url)
     with engine.begin() as conn:
-        metadata.create_all(conn)
+        _create_first_tables(conn)
         install_guards(conn)
         append(conn, "ledger_meta", {"ledger_id": "0f0e0d0c-0000-4000-8000-000000000002",
                                      "schema_version": 2, "created_at": "2026-11-01T00:00:00Z"},
                ledger_key.load_key(create=True))
         role = sa.make_url(app_url).username
         conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA "{pg_schema[1]}" TO "{role}"')
-        for tbl in metadata.tables:
+        for tbl in ledger_migrations.FIRST_TABLES:
             conn.exec_driver_sql(f'GRANT SELECT, INSERT ON {tbl} TO "{role}"')
     engine.dispose()
     with pytest.raises(LedgerSchemaError,
                        match=r"is at schema migration none \(written before them\), this "
-                             r"version needs 0002.*ledger init"):
+                             r"version needs 0003.*ledger init"):
         Ledger(app_url)
     owner = Ledger(owner_url)
     with owner.engine.begin() as conn:

@@ -7,6 +7,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from approvals import reserve_approved
 
 from dp_ops.errors import BudgetExceeded
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
@@ -64,10 +65,10 @@ def test_the_preview_agrees_with_the_ledgers_refusal(ledger: Ledger, extra: floa
     request = [_request(D1, extra)]
     p = preview("re-noise", request, {D1: ledger.spent("mobility", D1)}, CAP)
     if p.fits:
-        ledger.reserve(request, run_id="oncall", kind="renoise", cap=CAP,
-                       method_version="v1", reason="test")
+        reserve_approved(ledger, request, run_id="oncall", kind="renoise", cap=CAP,
+                         method_version="v1", reason="test")
     else:
         with pytest.raises(BudgetExceeded):
-            ledger.reserve(request, run_id="oncall", kind="renoise", cap=CAP,
-                           method_version="v1", reason="test")
+            reserve_approved(ledger, request, run_id="oncall", kind="renoise", cap=CAP,
+                             method_version="v1", reason="test")
     assert p.fits == (extra <= 0.25)

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Ledger, Spend, SpendRequest
+from dp_ops.privacy.ledger import ApprovalRequest, Ledger, Spend, SpendRequest
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
@@ -143,6 +143,17 @@ def _check_stored(path: Path, update: MethodUpdate) -> None:
             f"effective_date, categories, method = {have}, not {want}; use a new version")
 
 
+def approval_request(cfg: MobilityConfig, update: MethodUpdate) -> ApprovalRequest:
+    """The update as its approver approves it and as :func:`run_method_update` reserves it
+    (the approval task and this step build it here, so their digests agree)."""
+    return ApprovalRequest(
+        report=REPORT, kind=KIND, days=tuple(comparison_window(update.effective_date)),
+        reason=update.reason, method_version=update.method_version,
+        parameters=(("categories", ",".join(update.categories)),
+                    ("effective_date", update.effective_date.isoformat()),
+                    ("method", update.method.describe())))
+
+
 def _reserved_before(ledger: Ledger, cfg: MobilityConfig, update: MethodUpdate,
                      requests: list[SpendRequest]) -> list[Spend] | None:
     """Spends of this version already in the ledger (a crash before the store), if any."""
@@ -196,13 +207,19 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
                 raise FileNotFoundError(
                     f"no bounded aggregates for {len(missing)} comparison-window day(s) "
                     f"(first {missing[0]}): rerun the bound step for them first")
+            approval = approval_request(cfg, update)
             spends = _reserved_before(ledger, cfg, update, requests)
             if spends is None:
                 reservation = ledger.reserve(
                     requests, run_id=run_id, kind=KIND, cap=cfg.cap, terms=cfg.policy_terms,
-                    method_version=update.method_version, reason=update.reason)
+                    method_version=update.method_version, reason=update.reason,
+                    approval=approval)
                 spends = list(reservation.spends)
                 spent_now = reservation.spent_now
+            else:
+                # paid by an earlier run of this version (which crashed before the store):
+                # this run draws s_n afresh only with an approval of its own
+                ledger.require_approval(approval, run_id=run_id)
         finally:
             ledger.dispose()
         regions = read_regions(root.regions_csv)

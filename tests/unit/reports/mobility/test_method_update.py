@@ -12,10 +12,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from approvals import approve_method_update, approve_renoise
 from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import (
+    ApprovalMissing,
     BadRequest,
     BudgetExceeded,
     DerivedStateTampered,
@@ -252,6 +254,13 @@ def noised_window(noised_template: Path, tmp_path: Path) -> dict[str, object]:
             "url": f"sqlite:///{base / 'ledger.sqlite'}"}
 
 
+def _approved_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate, *,
+                     run_id: str, url: str) -> object:
+    """``run_method_update`` with an approval of this run's update recorded first."""
+    approve_method_update(root, url, cfg, update, run_id=run_id)
+    return run_method_update(root, cfg, update, run_id=run_id, ledger_url=url)
+
+
 def _unpack(env: dict[str, object]) -> tuple[DataRoot, MobilityConfig, str]:
     root, cfg, url = env["root"], env["cfg"], env["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
@@ -263,7 +272,7 @@ def test_update_spends_method_update_on_every_window_date_and_stores_factors(
         noised_window: dict[str, object]) -> None:
     root, cfg, url = _unpack(noised_window)
     ledger = Ledger(url)
-    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    _approved_update(root, cfg, parks_update(), run_id="mu", url=url)
     window = comparison_window(EFFECTIVE)
     for day in window:
         spends = [s for s in ledger.spends("mobility", day) if s.kind == "method_update"]
@@ -302,7 +311,7 @@ def test_rerun_reuses_the_stored_factors_and_spends_nothing(
         noised_window: dict[str, object]) -> None:
     root, cfg, url = _unpack(noised_window)
     ledger = Ledger(url)
-    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    _approved_update(root, cfg, parks_update(), run_id="mu", url=url)
     before = ledger.spends()
     stored = root.method_update_file("mobility", "v2").read_bytes()
     result = run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
@@ -324,12 +333,16 @@ def test_a_crash_before_the_store_reuses_the_reserved_spends(
 
     monkeypatch.setattr(method_update_step, "store_recorded", die)
     with pytest.raises(SystemExit):
-        run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+        _approved_update(root, cfg, parks_update(), run_id="mu", url=url)
     monkeypatch.undo()
     before = ledger.spends()
     assert any(s.kind == "method_update" for s in before)
     assert not root.method_update_file("mobility", "v2").exists()
-    run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
+    # another run draws s_n for the paid spends only with an approval of its own
+    with pytest.raises(ApprovalMissing, match="no approval is recorded"):
+        run_method_update(root, cfg, parks_update(), run_id="mu-retry", ledger_url=url)
+    assert not root.method_update_file("mobility", "v2").exists()
+    _approved_update(root, cfg, parks_update(), run_id="mu-retry", url=url)
     assert ledger.spends() == before
     assert root.method_update_file("mobility", "v2").is_file()
 
@@ -338,7 +351,7 @@ def test_a_deleted_or_edited_method_update_is_refused(noised_window: dict[str, o
     """Finding 6 (derived state): a method update's stored factors are recorded in the
     ledger; deleting or rewriting them is refused, never silently recomputed."""
     root, cfg, url = _unpack(noised_window)
-    run_method_update(root, cfg, parks_update(), run_id="mu", ledger_url=url)
+    _approved_update(root, cfg, parks_update(), run_id="mu", url=url)
     target = root.method_update_file("mobility", "v2")
     table = pq.read_table(target).to_pandas()
     table["factor"] = table["factor"] * 10
@@ -356,6 +369,7 @@ def test_refused_past_the_cap_with_nothing_stored(noised_window: dict[str, objec
     root, cfg, url = _unpack(noised_window)
     ledger = Ledger(url)
     tight = MobilityConfig(cap_override=cfg.run_epsilon + 0.1)  # less than the 0.528 needed
+    approve_method_update(root, url, tight, parks_update(), run_id="mu")
     before = ledger.spends()
     # a configured cap alone changes nothing: the ledger's recorded policy rules
     with pytest.raises(PolicyMismatch, match="cap: recorded"):
@@ -407,7 +421,10 @@ def test_the_demo_method_says_it_is_a_demo() -> None:
 
 def _renoise(env: dict[str, object], day: date, *, run_id: str, repeat: bool = False,
              cfg: MobilityConfig | None = None) -> str:
+    """A re-noise of DM-01 on ``day`` by ``run_id``, approved."""
     root, default, url = _unpack(env)
+    approve_renoise(root, url, noising.noise_plan(cfg or default), day, "DM-01",
+                    "test: bad source file", run_id=run_id, repeat=repeat)
     return noising.noise_day(root, cfg or default, day, run_id=run_id, ledger_url=url,
                              region="DM-01",
                              renoise=True, repeat_renoise=repeat,

@@ -1,0 +1,188 @@
+"""Approval recorded, not implied (issue 31, point 4), at the ledger, on SQLite and
+PostgreSQL: a ``renoise`` or ``method_update`` reservation needs an approval of its run and
+its exact request in the ledger (``spend_approval``, chained and append-only), by someone
+other than the requester; without one it is refused before anything is written.
+
+No test here is statistical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date
+from typing import TYPE_CHECKING
+
+import pytest
+
+from dp_ops.errors import ApprovalMissing
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
+
+if TYPE_CHECKING:  # (imported where used: the code before approvals has no such class)
+    from dp_ops.privacy.ledger import ApprovalRequest
+
+DAY = date(2020, 3, 1)
+CAP = 2.0
+VERSION = "v1"
+
+
+def slot(metric: str = "places", *, region: str = ALL_REGIONS, day: date = DAY) -> Slot:
+    return Slot("mobility", day, 1, metric, region)
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    led = Ledger(ledger_url)
+    yield led
+    led.dispose()
+
+
+def _renoise(region: str = "R1", *, reason: str = "raw data corrected", day: date = DAY,
+             repeat: bool = False) -> ApprovalRequest:
+    from dp_ops.privacy.ledger import ApprovalRequest
+
+    return ApprovalRequest(report="mobility", kind="renoise", days=(day,), reason=reason,
+                           region=region, repeat=repeat, method_version=VERSION)
+
+
+def _written(led: Ledger) -> tuple[int, int]:
+    """(chain entries, spends): what a refused call must leave as it was."""
+    return led.head()[0], len(led.spends())
+
+
+@pytest.mark.parametrize("kind", ["renoise", "method_update"])
+def test_an_extra_spend_without_an_approval_is_refused_before_anything_is_written(
+        ledger: Ledger, kind: str) -> None:
+    """Row 8 at the ledger: the order of tasks was the only approval. Now a reservation of
+    these kinds that names no approved request is refused, and on a fresh ledger not even
+    the first-use policy row is written."""
+    before = _written(ledger)
+    with pytest.raises(ApprovalMissing, match="without the request its approver approved"):
+        ledger.reserve([SpendRequest(slot(region="R1"), 0.1)], run_id="oncall", kind=kind,
+                       cap=CAP, method_version=VERSION, reason="fix")
+    assert _written(ledger) == before
+    assert ledger.policy("mobility") is None
+
+
+def test_an_unrecorded_approval_is_refused_before_anything_is_written(ledger: Ledger) -> None:
+    """A request passed along but never approved (nobody answered Approve): refused,
+    naming the run, the request and how an approval gets recorded."""
+    before = _written(ledger)
+    with pytest.raises(ApprovalMissing, match=r"re-noise of mobility 2020-03-01 region R1 by "
+                       r"run 'oncall': no approval is recorded .* marked successful by hand "
+                       r"approves nothing\. Nothing was spent"):
+        ledger.reserve([SpendRequest(slot(region="R1"), 0.1)], run_id="oncall",
+                       kind="renoise", cap=CAP, method_version=VERSION,
+                       reason="raw data corrected", refuse_repeat_of="R1",
+                       approval=_renoise())
+    assert _written(ledger) == before
+
+
+def test_nobody_approves_their_own_spend(ledger: Ledger) -> None:
+    """Row 9 at the ledger: an approver equal to the requester (in any case), an empty
+    approver and an unknown (empty) requester are refused; nothing is recorded."""
+    from dp_ops.privacy.ledger import VIA_AIRFLOW
+
+    before = _written(ledger)
+    for requester, approver, match in (
+            ("alice", "alice", "is the requester"), ("alice", "Alice ", "is the requester"),
+            ("alice", "", "no approver"), ("alice", None, "no approver"),
+            (None, "bob", "no known requester"), ("  ", "bob", "no known requester")):
+        with pytest.raises(ApprovalMissing, match=match):
+            ledger.record_approval(_renoise(), run_id="oncall",
+                                   requester=requester, approver=approver, via=VIA_AIRFLOW)
+    assert _written(ledger) == before
+    assert ledger.approvals() == []
+
+
+def test_an_approval_covers_its_run_and_exact_request_only(ledger: Ledger) -> None:
+    """Approved: a re-noise of R1 on DAY by run oncall-1, reason "raw data corrected", no
+    repeat. Another run, reason, region, date or repeat flag is refused, nothing spent;
+    the approved reservation spends, and a retry of the run finds the same approval."""
+    from dp_ops.privacy.ledger import VIA_AIRFLOW
+
+    approved = _renoise()
+    ledger.reserve([SpendRequest(slot(), 0.5)], run_id="daily", kind="noise", cap=CAP,
+                   method_version=VERSION)
+    ledger.record_approval(approved, run_id="oncall-1",
+                           requester="alice", approver="bob", via=VIA_AIRFLOW)
+    r1 = [SpendRequest(slot(region="R1"), 0.1)]
+    base = {"kind": "renoise", "cap": CAP, "method_version": VERSION,
+            "reason": "raw data corrected", "refuse_repeat_of": "R1"}
+    before = _written(ledger)
+    for requests, changes, match in (
+            (r1, {"run_id": "oncall-2", "approval": approved}, "no approval is recorded"),
+            (r1, {"approval": _renoise(reason="another reason"),
+                  "reason": "another reason"}, "no approval is recorded"),
+            ([SpendRequest(slot(region="R2"), 0.1)], {"refuse_repeat_of": "R2"},
+             "approved region 'R1'"),
+            ([SpendRequest(slot(region="R1", day=date(2020, 3, 2)), 0.1)], {},
+             "approved dates"),
+            (r1, {"refuse_repeat_of": None}, "no repeat re-noise"),
+            (r1, {"reason": "something else"}, "approved reason 'raw data corrected'"),
+            (r1, {"method_version": "v2"}, "method version"),
+            (r1, {"kind": "method_update", "refuse_repeat_of": None}, "kind 'renoise'")):
+        kw = {**base, "run_id": "oncall-1", "approval": approved, **changes}
+        with pytest.raises(ApprovalMissing, match=match):
+            ledger.reserve(requests, **kw)
+        assert _written(ledger) == before
+    first = ledger.reserve(r1, run_id="oncall-1", approval=approved, **base)
+    assert len(first.new_ids) == 1 and first.spends[0].kind == "renoise"
+    retry = ledger.reserve(r1, run_id="oncall-1", approval=approved, **base)
+    assert retry.spends == first.spends and not retry.new_ids
+
+
+def test_an_approval_is_a_chained_append_only_record(ledger: Ledger,
+                                                     ledger_url: str) -> None:
+    """The row names the run, the request (its digest and text), both people and how the
+    names were vouched for; recording it again returns it; the chain verifies, and the
+    database refuses to change it."""
+    import sqlalchemy as sa
+
+    from dp_ops.privacy.ledger import VIA_CLI, _make_engine
+
+    request = _renoise(repeat=True)
+    recorded = ledger.record_approval(request, run_id="cli__1",
+                                      requester="alice", approver="bob", via=VIA_CLI,
+                                      decided_at="2026-12-08T10:00:00+00:00")
+    assert (recorded.run_id, recorded.report, recorded.kind) == ("cli__1", "mobility",
+                                                                 "renoise")
+    assert recorded.request_sha256 == request.sha256()
+    assert recorded.request == request.canonical()
+    assert '"repeat":true' in recorded.request and '"region":"R1"' in recorded.request
+    assert (recorded.requester, recorded.approver, recorded.via) == ("alice", "bob", "cli")
+    assert recorded.decided_at == "2026-12-08T10:00:00+00:00"
+    head = ledger.head()
+    again = ledger.record_approval(request, run_id="cli__1",
+                                   requester="alice", approver="carol", via=VIA_CLI)
+    assert again == recorded and ledger.head() == head
+    assert ledger.approvals() == [recorded] and ledger.approvals("other") == []
+    assert ledger.approval(request, run_id="cli__1") == recorded
+    assert ledger.verify().ok
+    engine = _make_engine(ledger_url)
+    try:
+        for statement in ("UPDATE spend_approval SET approver = 'alice'",
+                          "DELETE FROM spend_approval"):
+            with pytest.raises(sa.exc.DBAPIError, match="append-only"):
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+def test_the_request_digest_is_canonical() -> None:
+    """Same request, same digest (dates in any order, parameters as pairs in any order);
+    any field changed, another digest."""
+    from dp_ops.privacy.ledger import ApprovalRequest
+
+    days = (date(2020, 3, 2), date(2020, 3, 1))
+    a = ApprovalRequest(report="mobility", kind="method_update", days=days, reason="r",
+                        method_version="v2", parameters=(("x", "1"), ("a", "2")))
+    b = ApprovalRequest(report="mobility", kind="method_update", days=days[::-1],
+                        reason="r", method_version="v2", parameters=(("a", "2"), ("x", "1")))
+    assert a.sha256() == b.sha256()
+    for change in ({"reason": "r2"}, {"method_version": "v3"}, {"days": days[:1]},
+                   {"parameters": (("x", "1.0"), ("a", "2"))}, {"report": "symptoms"}):
+        other = ApprovalRequest(**{**a.__dict__, **change})
+        assert other.sha256() != a.sha256(), change
+    with pytest.raises(ValueError, match="only"):
+        ApprovalRequest(report="mobility", kind="noise", days=days, reason="r")
