@@ -8,7 +8,9 @@ jump at that date against the frozen baseline (mobility paper, section 5).
 - `approve_spend`: the run waits for another person's approval (Browse > Required
   Actions; the approvers are `DP_SPEND_APPROVERS`, never the user who triggered the run),
   which shows the spend on every date of the comparison window and the headroom under the
-  cap. Reject skips the rest: nothing is spent.
+  cap. Reject skips the rest: nothing is spent. Approve records the approval in the
+  ledger; `method_update` spends only against that record (the task marked successful by
+  hand approves nothing), and a run whose requester is not an Airflow user is refused.
 - `method_update`: for each (level, region, category, weekday) over the 4 weeks before
   `effective_date`, sums the stored noisy metrics (s_g) and the same metrics recomputed
   with the new method from the bounded data (s_n), noised with 10% of the cell epsilon

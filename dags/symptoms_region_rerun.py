@@ -9,10 +9,12 @@ gates and publishes it again:
 - `renoise` on: the run first waits in `approve_spend` for another person's approval
   (Browse > Required Actions; the approvers are `DP_SPEND_APPROVERS`, never the user who
   triggered the run), which shows what it will spend and the headroom under the cap;
-  Reject skips the rest and spends nothing. Approved, that region's cells are noised again
-  **through the privacy ledger**, which spends budget again and records
-  `reason`; it is refused (task fails, no retry) if the region's user-days would go past
-  the cap.
+  Reject skips the rest and spends nothing. Approved, the approval is recorded in the
+  ledger, and that region's cells are noised again **through the privacy ledger**, which
+  spends budget again and records `reason`; it is refused (task fails, no retry) if the
+  region's user-days would go past the cap, or if the ledger holds no approval of this
+  run's request (`approve_spend` marked successful by hand approves nothing). A run whose
+  requester is not an Airflow user (`airflow dags trigger` records the OS user) is refused.
 
 Only that region and the levels above it get fresh values and fresh daily/weekly
 decisions; every other region keeps the decisions of the current release, and every
@@ -72,7 +74,7 @@ def symptoms_region_rerun() -> None:
     # the spend and the headroom; Reject skips everything below, so nothing is spent
     approve_spend = SpendApprovalOperator(
         task_id="approve_spend", report=REPORT, spend="renoise", day=DAY, region=REGION,
-        renoise=RENOISE, reason=REASON)
+        renoise=RENOISE, repeat_renoise=RERUN_REPEAT_RENOISE, reason=REASON)
     ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound_contributions = ReportStepOperator.partial(

@@ -14,13 +14,18 @@ three public report days from 02-15; 12,000 users):
 1. ``airflow backfill create --dag-id mobility_report`` over the range, executed by a real
    ``airflow scheduler``: every run succeeds, a release with a manifest is published, the
    ledger has exactly one spend per slot, paid by that day's backfill run.
-2. ``mobility_region_rerun`` triggered with ``airflow dags trigger --conf`` for one level-2
-   region on 02-17, three times: reuse of the stored noise (nothing spent, release
-   unchanged), ``renoise`` with a reason, approved by the approver through the REST API
-   (15 spends for the region's chain, recorded with the reason, only the chain's rows may
-   change), ``renoise`` again (refused by the cap before anyone is asked:
-   ``approve_spend`` fails on its first try with the ledger's documented message; nothing
-   changes).
+2. ``mobility_region_rerun`` for one level-2 region on 02-17, three times: reuse of the
+   stored noise (triggered with ``airflow dags trigger --conf``; nothing spent, release
+   unchanged), ``renoise`` with a reason, triggered by the requester and approved by the
+   approver through the REST API (15 spends for the region's chain, recorded with the
+   reason, only the chain's rows may change), ``renoise`` again (refused by the cap before
+   anyone is asked: ``approve_spend`` fails on its first try with the ledger's documented
+   message; nothing changes).
+   Then the two attacks of issue 31's rows 8 and 9, on days with room for a re-noise:
+   the requester marks ``approve_spend`` successful through the REST API instead of
+   waiting for an approval (row 8), and a re-noise triggered with ``airflow dags
+   trigger`` (requester: the OS user) is approved by the approver, who asked for it
+   (row 9). Both end in a refusal: nothing spent, nothing published.
 3. The leak scan (rules in ``leak_scan.py``): every row of every table of the metadata DB
    (XCom, rendered template fields, DAG-run conf, task instances, audit log, notes, ...),
    every file under ``$AIRFLOW_HOME/logs`` (task logs and the services' logs) and every file
@@ -75,7 +80,7 @@ USERS = 12_000
 SEED = 11
 SHARDS = 2
 DAILY_DAG, RERUN_DAG = "mobility_report", "mobility_region_rerun"
-APPROVER = "approver"
+APPROVER, REQUESTER = "approver", "requester"
 MAX_ACTIVE_RUNS = 4
 RUN_TIMEOUT_S = 300
 
@@ -168,23 +173,60 @@ class Deployment:
     def task_log(self, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
         return self.demo.task_log(self.home, dag_id, run_id, task_id, attempt)
 
+    def api(self, user: str) -> Any:
+        """Airflow's REST API as ``user`` (scripts/topology.py's client)."""
+        topo = load_script("topology")
+        passwords = json.loads(
+            (self.home / "simple_auth_manager_passwords.json.generated").read_text())
+        return topo.Api(f"http://127.0.0.1:{self.api_port}", user, passwords[user]).login()
+
+    def _call(self, user: str, method: str, path: str, body: Any) -> Any:
+        """A REST call as ``user``, retried while the SQLite metadata DB is locked (the
+        api-server answers 500 then)."""
+        api = self.api(user)
+        for attempt in range(1, 7):
+            self.services.check_alive()
+            try:
+                return api.call(method, path, body)
+            except load_script("topology").ApiError as exc:
+                if exc.status < 500 or attempt == 6:
+                    raise
+            time.sleep(2 * attempt)
+        raise AssertionError("unreachable")
+
+    def trigger_as(self, user: str, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
+        """Trigger a run through the REST API as ``user`` (its requester)."""
+        if self.run_state(dag_id, run_id) is None:
+            self._call(user, "POST", f"/dags/{dag_id}/dagRuns",
+                       {"dag_run_id": run_id, "logical_date": None, "conf": conf})
+
+    def mark_success(self, user: str, dag_id: str, run_id: str, task_id: str) -> None:
+        """What the UI's "Mark as success" does: PATCH the task instance's state."""
+        self._call(user, "PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}",
+                   {"new_state": "success"})
+
+    def wait_for_task(self, dag_id: str, run_id: str, task_id: str,
+                      states: tuple[str, ...], timeout: float = RUN_TIMEOUT_S) -> str:
+        deadline = time.monotonic() + timeout
+        while (state := self.task_states(dag_id, run_id).get(task_id, (None, 0))[0]) \
+                not in states:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{dag_id} {run_id}: {task_id} is {state}, not one of "
+                                     f"{states} after {timeout:.0f} s")
+            self.services.check_alive()
+            time.sleep(1)
+        return str(state)
+
     def approve(self, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT_S) -> int:
         """Approve the run's spend through the REST API as the approver, as often as it
         asks (scripts/topology.py, answer_approvals); 0 when it never asks (refused
         before, or nothing to approve)."""
         topo = load_script("topology")
-        passwords = json.loads(
-            (self.home / "simple_auth_manager_passwords.json.generated").read_text())
-        approver = topo.Api(f"http://127.0.0.1:{self.api_port}", APPROVER,
-                            passwords[APPROVER]).login()
-        deadline = time.monotonic() + timeout
-        while self.task_states(dag_id, run_id).get("approve_spend", ("", 0))[0] in (
-                "", None, "scheduled", "queued", "running"):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{dag_id} {run_id}: approve_spend never ran")
-            self.services.check_alive()
-            time.sleep(1)
-        if self.task_states(dag_id, run_id)["approve_spend"][0] == "failed":
+        approver = self.api(APPROVER)
+        state = self.wait_for_task(dag_id, run_id, "approve_spend",
+                                   ("awaiting_input", "success", "failed", "skipped",
+                                    "upstream_failed"), timeout)
+        if state == "failed":
             return 0  # refused before asking
         return int(topo.answer_approvals(approver, dag_id, run_id,
                                          self.services.check_alive, timeout=timeout))
@@ -224,9 +266,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         env = demo.airflow_env(args, home, data_root, api_port, demo.free_port(0))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["DP_BOUNDING_SHARDS"] = str(SHARDS)
-    # an approver besides the admin (the CLI's triggering user is the OS user): re-noises
-    # wait for the approver's answer through the REST API
-    env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = f"admin:admin,{APPROVER}:user"
+    # a requester and an approver besides the admin: re-noises are triggered by the
+    # requester and wait for the approver's answer, both through the REST API (the CLI's
+    # triggering user is the OS user, who is no Airflow user)
+    env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = (
+        f"admin:admin,{APPROVER}:user,{REQUESTER}:user")
     env["DP_SPEND_APPROVERS"] = APPROVER
     # the first noise task to draw noise dies with SIGKILL before storing it (once: the
     # retry Airflow schedules inherits the same environment and runs through)
@@ -455,8 +499,9 @@ def _rerun_region(root: Path) -> tuple[str, frozenset[str]]:
 
 @pytest.fixture(scope="module")
 def reruns(deployment: Deployment) -> dict[str, RerunOutcome]:
-    """``mobility_region_rerun`` triggered three times through the CLI for the same region
-    and day, each run awaited: reuse, renoise, renoise again (refused)."""
+    """``mobility_region_rerun`` triggered three times for the same region and day, each
+    run awaited: reuse (through the CLI), renoise, renoise again (refused; both through
+    the REST API as the requester)."""
     root = deployment.data_root
     region, chain = _rerun_region(root)
     outcomes: dict[str, RerunOutcome] = {}
@@ -468,9 +513,11 @@ def reruns(deployment: Deployment) -> dict[str, RerunOutcome]:
                 "reason": f"integration test {name}: raw data corrected, INC-{SEED}"}
         run_id = f"ops_test__{name}"
         before = _snapshot(root)
-        deployment.trigger(RERUN_DAG, run_id, conf)
         if renoise:
+            deployment.trigger_as(REQUESTER, RERUN_DAG, run_id, conf)
             deployment.approve(RERUN_DAG, run_id)
+        else:
+            deployment.trigger(RERUN_DAG, run_id, conf)
         state = deployment.wait_for_run(RERUN_DAG, run_id)
         outcomes[name] = RerunOutcome(
             region=region, chain=chain, conf=conf, run_id=run_id, state=state,
@@ -568,6 +615,129 @@ def test_second_renoise_is_refused_past_the_cap(deployment: Deployment,
     assert not deployment.task_log(RERUN_DAG, outcome.run_id, "approve_spend", 2).exists()
     unchanged = outcome.after == outcome.before
     assert unchanged, "the refused rerun changed the ledger, the noise store or the release"
+
+
+# ------------------------------------------------- issue 31, rows 8 and 9: approval --
+ROW8_DAY, ROW9_DAY = date(2020, 2, 16), date(2020, 2, 15)  # each with room for a re-noise
+
+
+@dataclass(frozen=True)
+class AttackOutcome:
+    run_id: str
+    state: str
+    tasks: dict[str, tuple[str | None, int]]
+    asked: int  # approval requests the approver answered
+    before: Snapshot
+    after: Snapshot
+
+
+def _approvals(root: Path, run_id: str) -> list[Any]:
+    from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
+
+    ledger = Ledger(ledger_url(DataRoot(root)))
+    try:
+        return ledger.approvals(run_id)
+    finally:
+        ledger.dispose()
+
+
+@pytest.fixture(scope="module")
+def attacks(deployment: Deployment, reruns: dict[str, RerunOutcome]) -> dict[str, AttackOutcome]:
+    """The two attacks, each on a day with room for one re-noise of the reruns' region:
+
+    - row 8: the requester triggers a re-noise through the REST API and, instead of
+      waiting for an approval, marks ``approve_spend`` successful (PATCH of the task
+      instance, what the UI's "Mark as success" does);
+    - row 9: a re-noise triggered with ``airflow dags trigger`` (its requester is the OS
+      user, no Airflow user), answered Approve by the approver, who is the person who
+      asked for it."""
+    import getpass
+
+    root = deployment.data_root
+    region = next(iter(reruns.values())).region
+    assert getpass.getuser() not in {"admin", APPROVER, REQUESTER}  # the CLI's requester
+    out: dict[str, AttackOutcome] = {}
+    for name, day in (("row8", ROW8_DAY), ("row9", ROW9_DAY)):
+        conf = {"date": day.isoformat(), "region": region, "renoise": True,
+                "repeat_renoise": False, "reason": f"integration test {name}, INC-{SEED}"}
+        run_id = f"ops_test__{name}"
+        before = _snapshot(root)
+        asked = 0
+        if name == "row8":
+            deployment.trigger_as(REQUESTER, RERUN_DAG, run_id, conf)
+            deployment.wait_for_task(RERUN_DAG, run_id, "approve_spend", ("awaiting_input",))
+            # as a person would, seconds later (answer_approvals: an earlier change races
+            # the executor's report of the parked attempt)
+            time.sleep(load_script("topology").SETTLE_S)
+            deployment.mark_success(REQUESTER, RERUN_DAG, run_id, "approve_spend")
+        else:
+            deployment.trigger(RERUN_DAG, run_id, conf)
+            asked = deployment.approve(RERUN_DAG, run_id)
+        state = deployment.wait_for_run(RERUN_DAG, run_id)
+        out[name] = AttackOutcome(run_id=run_id, state=state,
+                                  tasks=deployment.task_states(RERUN_DAG, run_id),
+                                  asked=asked, before=before, after=_snapshot(root))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_row8_approve_spend_marked_successful_by_hand_spends_nothing(
+        deployment: Deployment, attacks: dict[str, AttackOutcome]) -> None:
+    """Issue 31, row 8: the approval was enforced by the order of tasks only, so marking
+    ``approve_spend`` successful let the noise task spend and the run publish. Now the
+    noise task spends only against an approval the ledger records when an approver
+    answers Approve: it fails on its first try (no retry), naming the missing approval;
+    nothing is spent, nothing published."""
+    outcome = attacks["row8"]
+    assert outcome.tasks["approve_spend"][0] == "success"  # as the attacker set it
+    assert outcome.state == "failed", outcome.tasks
+    assert outcome.tasks["noise"] == ("failed", 1), outcome.tasks
+    assert {outcome.tasks[t][0] for t in ("report", "gate", "publish")} == {
+        "upstream_failed"}, outcome.tasks
+    text = deployment.task_log(RERUN_DAG, outcome.run_id, "noise", 1).read_text()
+    assert "no approval is recorded in the ledger for this run and this exact request" in text
+    assert "marked successful by hand approves nothing" in text
+    assert not deployment.task_log(RERUN_DAG, outcome.run_id, "noise", 2).exists()
+    assert outcome.after.n_spends == outcome.before.n_spends, "the re-noise spent budget"
+    assert (outcome.after.csv_bytes, outcome.after.release_id) == (
+        outcome.before.csv_bytes, outcome.before.release_id), "the re-noise was published"
+    assert _approvals(deployment.data_root, outcome.run_id) == []
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_row9_a_cli_triggered_renoise_cannot_be_approved(
+        deployment: Deployment, attacks: dict[str, AttackOutcome]) -> None:
+    """Issue 31, row 9: ``airflow dags trigger`` records the OS user as the requester, so
+    the person who asked could approve their own re-noise. Now a run whose requester is
+    not an Airflow user is refused before anyone is asked (``approve_spend`` fails on its
+    first try): nothing is ingested, spent or published."""
+    outcome = attacks["row9"]
+    assert outcome.state == "failed", outcome.tasks
+    assert outcome.tasks["approve_spend"] == ("failed", 1), outcome.tasks
+    assert outcome.asked == 0
+    assert {outcome.tasks[t][0] for t in ("ingest", "noise", "report", "gate",
+                                          "publish")} == {"upstream_failed"}, outcome.tasks
+    text = deployment.task_log(RERUN_DAG, outcome.run_id, "approve_spend", 1).read_text()
+    assert "not a known Airflow user" in text and "airflow dags trigger" in text
+    assert outcome.after.n_spends == outcome.before.n_spends, "the re-noise spent budget"
+    assert (outcome.after.csv_bytes, outcome.after.release_id) == (
+        outcome.before.csv_bytes, outcome.before.release_id), "the re-noise was published"
+    assert _approvals(deployment.data_root, outcome.run_id) == []
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_an_approved_renoise_is_recorded_with_both_people(
+        deployment: Deployment, reruns: dict[str, RerunOutcome]) -> None:
+    """The approval the approver gave through the REST API is in the ledger: the run, the
+    requester (the Airflow user who triggered it), the approver, how it was vouched for."""
+    (approval,) = _approvals(deployment.data_root, reruns["renoise"].run_id)
+    assert (approval.requester, approval.approver, approval.via) == (
+        REQUESTER, APPROVER, "airflow_hitl")
+    assert approval.kind == "renoise" and reruns["renoise"].region in approval.request
 
 
 # --------------------------------------------------------------------------- leak scan --

@@ -57,8 +57,11 @@ def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("DP_DATA_ROOT", str(root))
         mp.delenv("DP_LEDGER_URL", raising=False)
         mp.delenv("DP_MOBILITY_CONFIG", raising=False)
-        # who may approve re-noises and method updates (the runs here have no requester)
+        # who may approve re-noises and method updates (never the requester)
         mp.setenv("DP_SPEND_APPROVERS", "approver")
+        # dag.test() records its runs as requested by "dag_test": an Airflow user here
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
+                  "dag_test:user,approver:user")
         yield root
 
 

@@ -55,7 +55,10 @@ class MethodUpdateOperator(BaseOperator):
     A budget refusal (``BudgetExceeded``) or a bad request (``MethodUpdateError``, or
     ``BadRequest`` from parsing the form) fails the task *without* retry: retrying changes neither.
     A retry after any other error reuses what the ledger and the stored file already hold,
-    so it spends nothing more.
+    so it spends nothing more. The spend needs an approval of this run's exact request in
+    the ledger, recorded by the run's ``approve_spend`` task when an approver answers
+    Approve; without it (the task marked successful by hand) the ledger refuses
+    (``ApprovalMissing``) and the task fails without retry, nothing spent.
 
     :param method_version: the new method version (templated).
     :param effective_date: first day computed with the new method, ``YYYY-MM-DD`` (templated).

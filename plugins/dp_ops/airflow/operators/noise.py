@@ -30,6 +30,13 @@ class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
     retrying cannot make budget appear, and the refusal needs a human decision. Any other
     error fails normally and the task's retries apply.
 
+    A re-noise spends only against an approval the ledger holds for this run and exactly
+    this request, which the run's ``approve_spend`` task records when an approver answers
+    Approve (:class:`~dp_ops.airflow.operators.approval.SpendApprovalOperator`). The order
+    of the tasks grants nothing: without that record (``approve_spend`` marked successful
+    by hand, say) the ledger refuses (``dp_ops.errors.ApprovalMissing``) and the task fails
+    without retry, nothing spent.
+
     :param report: which report (required).
     :param day: the day to noise, ``YYYY-MM-DD`` (templated).
     :param region: only this region's cells (on-call rerun), or ``None`` for all (templated).
