@@ -155,6 +155,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Exit 0 when the hash chain, the append-only guards and the data root's identity
     record all check; else 1, naming the first problem."""
+    from dp_ops.errors import LedgerMismatch
+    from dp_ops.privacy import ledger_key
     from dp_ops.privacy.ledger import Ledger, safe_url
     from dp_ops.steps.ledger_binding import (
         IDENTITY_FILE,
@@ -166,10 +168,17 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     root = settings.data_root()
     url = settings.ledger(root)
     ledger = Ledger(url)
+    older: str | None = None
+    recorded: str | None = None
     try:
         check = ledger.verify()
-        recorded = recorded_ledger_id(root)
-        older = head_problem(root, ledger) if recorded == ledger.ledger_id else None
+        try:
+            # the data root's records, their MACs checked under the ledger key
+            recorded = recorded_ledger_id(root, ledger_key.load_key())
+            if check.ok and recorded == ledger.ledger_id:
+                older = head_problem(root, ledger)
+        except LedgerMismatch as exc:
+            older = str(exc)
         if older is None and check.ok:
             older = next(iter(release_problems(root, ledger)), None)
     finally:

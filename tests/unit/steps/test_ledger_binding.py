@@ -153,3 +153,19 @@ def test_row7_a_whole_rollback_is_caught_by_what_was_announced(tmp_path: Path) -
         require_sound(root, led)  # outside a host that keeps them: the data root's view
     finally:
         led.dispose()
+
+
+def test_verify_fails_on_an_identity_record_written_without_the_key(tmp_path: Path) -> None:
+    """`ledger --verify` checks the data root's records under the ledger key: an identity
+    record rewritten by someone without it (here its MAC zeroed) exits 1, naming it."""
+    root = DataRoot(tmp_path / "data")
+    root.root.mkdir()
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    open_ledger(root, url).dispose()
+    record = json.loads((root.root / IDENTITY_FILE).read_text())
+    (root.root / IDENTITY_FILE).write_text(json.dumps({**record, "mac": "0" * 64}))
+    env = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(root.root)}
+    res = subprocess.run([sys.executable, "-m", "dp_ops", "ledger", "--verify"], env=env,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "ledger_identity.json: its MAC does not verify" in res.stdout
