@@ -180,7 +180,9 @@ def test_asset_events_only_when_something_changed(dags: dict, backfilled: Path) 
     assert releases[-1] == {
         "release_id": latest.name, "last_date": manifest["last_date"],
         "manifest_sha256": sha256_file(latest / "manifest.json"),
-        "epsilon_per_user_day_max": manifest["epsilon"]["per_user_day_max"]}
+        "epsilon_per_user_day_max": manifest["epsilon"]["per_user_day_max"],
+        # what lets later runs there check the ledger holds it (issue 31, attack 7)
+        "report": "mobility", "data_root": str(backfilled.resolve())}
     _delete_runs("mobility_report")
     _run_day(dags["mobility_report"], END)  # reproduces the same release
     assert len(_asset_events("mobility_release")) == len(releases)

@@ -67,6 +67,19 @@ def ledger_url_from_connection() -> str | None:
     return rendered
 
 
+def _in_task() -> bool:
+    """Whether a task is executing in this process now: the providers below are registered
+    process-wide by :func:`load`, and must do nothing once the task is over (``dag.test()``
+    runs tasks inside the test process; the steps that test runs afterwards are no task)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        get_current_context()
+    except Exception:  # the SDK raises AirflowException when no task context is active
+        return False
+    return True
+
+
 def ledger_key_from_connection() -> bytes | None:
     """The ledger key from the Airflow Connection ``dp_ledger_key`` (its password: 64 hex
     digits; served by the secrets backend, masked in every log), or None when there is no
@@ -78,6 +91,8 @@ def ledger_key_from_connection() -> bytes | None:
 
     from dp_ops.privacy.ledger_key import parse_key
 
+    if not _in_task():
+        return None
     try:
         conn = Connection.get(LEDGER_KEY_CONN_ID)
     except AirflowNotFoundException:
@@ -96,6 +111,8 @@ def announced_releases() -> list[Mapping[str, Any]]:
 
     from dp_ops.airflow.assets import MOBILITY_RELEASE, SYMPTOMS_RELEASE
 
+    if not _in_task():
+        return []
     out: list[Mapping[str, Any]] = []
     for asset in (MOBILITY_RELEASE, SYMPTOMS_RELEASE):
         for event in InletEventsAccessor(asset_name=asset.name, asset_uri=asset.uri):

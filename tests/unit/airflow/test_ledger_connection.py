@@ -68,3 +68,26 @@ def test_the_connection_is_looked_up_only_when_a_step_needs_the_ledger(
     assert report.ledger_url == f"sqlite:///{tmp_path}/conn.sqlite"
     assert report.ledger_url == f"sqlite:///{tmp_path}/conn.sqlite"
     assert calls == [1]  # once, then cached
+
+
+def test_the_task_only_providers_do_nothing_outside_a_task(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load()`` registers, process-wide, where a task finds the ledger key (the
+    Connection ``dp_ledger_key``) and what Airflow announced (the release asset events).
+    Outside a task (``dag.test()`` runs tasks inside the test process; later in-process
+    steps are no task) both step aside: the key comes from the environment, nothing is
+    announced, and nothing raises."""
+    from dp_ops.airflow import runtime
+    from dp_ops.privacy import ledger_key
+    from dp_ops.steps import ledger_binding
+
+    monkeypatch.setenv("AIRFLOW_CONN_DP_LEDGER_KEY", "generic://:" + "cd" * 32 + "@")
+    monkeypatch.setenv("DP_DATA_ROOT", str(tmp_path))
+    load("mobility")
+    try:
+        assert runtime.ledger_key_from_connection() is None
+        assert runtime.announced_releases() == []
+        assert ledger_key.load_key(create=True) != bytes.fromhex("cd" * 32)
+    finally:
+        ledger_key.use_provider(None)
+        ledger_binding.use_announcements(None)
