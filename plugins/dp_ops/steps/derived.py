@@ -22,16 +22,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import file_mode, make_dirs
+from dp_ops.engine.files import PENDING_SUFFIX, file_mode, make_dirs, pending_path
 from dp_ops.errors import DerivedStateConflict, DerivedStateTampered
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.steps.release import sha256_file
 
-PENDING = ".pending"
-
 
 def _pending_files(target: Path) -> list[Path]:
-    return sorted(target.parent.glob(f".{target.name}.*{PENDING}"))
+    return sorted(target.parent.glob(f".{target.name}.*{PENDING_SUFFIX}"))
 
 
 def verify_recorded(ledger: Ledger, report: str, name: str, target: Path, *,
@@ -107,7 +105,7 @@ def store_recorded(ledger: Ledger, report: str, name: str, table: pa.Table, targ
         verify_recorded(ledger, report, name, target, writer=True)
     current = ledger.derived_sha256(report, name)
     make_dirs(target.parent)
-    pending = target.with_name(f".{target.name}.{os.getpid()}{PENDING}")
+    pending = pending_path(target)
     pq.write_table(table, pending)
     os.chmod(pending, file_mode(target))
     with open(pending, "rb") as fh:
