@@ -16,7 +16,8 @@
 #      refuses to run as root); otherwise to the calling user.
 # With 3., DP_TEST_POSTGRES_APP_URL is set too: a second role of the same database, for the
 # tests that check what the pipeline's role may not do (with 1. set it yourself; with 2.
-# those tests create it as the superuser).
+# those tests create it as the superuser). The role of DP_TEST_POSTGRES_URL must be allowed
+# to create databases (CREATEDB) for the pipeline-level attack tests.
 # With none of these, the PostgreSQL cases are skipped with one line saying how to enable
 # them, except under CI (CI set, not false/0), where that is an error: CI must never
 # silently skip them. The wrapped command's exit status is this script's.
@@ -190,11 +191,12 @@ if ! as_owner "$pg_bin/pg_ctl" -D "$pgdata" -l "$dir/server.log" -w -t 60 -o \
     no_server "the PostgreSQL server did not start" "$@"
 fi
 app_pw=$(secret)
-# dp_test owns the test database (the ledger's owner role); dp_test_app is a second role
-# with no rights of its own, which the role tests grant what the pipeline's role gets
-# (SELECT and INSERT) and then try UPDATE and DELETE as
+# dp_test owns the test database (the ledger's owner role) and may create databases (the
+# pipeline-level attack tests copy a ledger as a database made from a template); dp_test_app
+# is a second role with no rights of its own, which the role tests grant what the
+# pipeline's role gets (SELECT and INSERT) and then try UPDATE and DELETE as
 as_owner "$pg_bin/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 \
-    -c "CREATE ROLE dp_test LOGIN PASSWORD '$test_pw'" \
+    -c "CREATE ROLE dp_test LOGIN CREATEDB PASSWORD '$test_pw'" \
     -c "CREATE ROLE dp_test_app LOGIN PASSWORD '$app_pw'" \
     -c "CREATE DATABASE dp_test OWNER dp_test" >/dev/null
 export DP_TEST_POSTGRES_URL="postgresql+psycopg://dp_test:$test_pw@127.0.0.1:$port/dp_test"

@@ -1,14 +1,14 @@
 """What an attacker who can write the SQLite ledger file (it lives in the data root by
-default) but does not hold the ledger key can do to it: drop the append-only triggers,
-edit or delete rows, recompute the whole chain (with a key of their own, or as plain
-sha256 links as before links were keyed), put the triggers back. Issue 31, attacks 4-6."""
+default), or who holds the PostgreSQL ledger's owner role, but does not hold the ledger key
+can do to it: drop (disable) the append-only triggers, edit or delete rows, recompute the
+whole chain (with a key of their own, or as plain sha256 links as before links were keyed),
+put the triggers back. Issue 31, attacks 4-6."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,10 +28,23 @@ from dp_ops.privacy.ledger_schema import (
 )
 
 
-def _drop_triggers(conn: Connection) -> None:
-    for name in conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'trigger'").scalars().all():
-        conn.exec_driver_sql(f"DROP TRIGGER {name}")
+def _drop_guards(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        for name in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger'").scalars().all():
+            conn.exec_driver_sql(f"DROP TRIGGER {name}")
+        return
+    for tbl in (*APPEND_ONLY, VERSION_TABLE):
+        conn.exec_driver_sql(f"ALTER TABLE {tbl} DISABLE TRIGGER USER")
+
+
+def _restore_guards(conn: Connection) -> None:
+    if conn.dialect.name == "sqlite":
+        install_guards(conn)
+        install_version_guards(conn)
+        return
+    for tbl in (*APPEND_ONLY, VERSION_TABLE):
+        conn.exec_driver_sql(f"ALTER TABLE {tbl} ENABLE TRIGGER USER")
 
 
 def recompute_chain(conn: Connection, link: Callable[[str, int, str, int, str], str]) -> None:
@@ -64,18 +77,17 @@ def own_key_link() -> Callable[[str, int, str, int, str], str]:
     return lambda *parts: link_sha256(key, *parts)  # type: ignore[arg-type]
 
 
-def tamper(ledger_file: Path, edit: Callable[[Connection], Any],
+def tamper(ledger_url: str, edit: Callable[[Connection], Any],
            link: Callable[[str, int, str, int, str], str] | None = None) -> None:
-    """Drop the guards, ``edit``, recompute the chain with ``link`` (default: a key of the
-    attacker's own), restore the guards."""
-    engine = sa.create_engine(f"sqlite:///{ledger_file}")
+    """Drop (on PostgreSQL: disable) the guards, ``edit``, recompute the chain with ``link``
+    (default: a key of the attacker's own), restore the guards; one transaction."""
+    engine = sa.create_engine(ledger_url)
     try:
         with engine.begin() as conn:
-            _drop_triggers(conn)
+            _drop_guards(conn)
             edit(conn)
             recompute_chain(conn, link or own_key_link())
-            install_guards(conn)
-            install_version_guards(conn)
+            _restore_guards(conn)
     finally:
         engine.dispose()
 

@@ -70,10 +70,10 @@ def cli(root: Path, *args: str, fault: str | None = None,
                           capture_output=True, text=True, timeout=600)
 
 
-def run_day(root: Path, report: str, day: date, *more: str,
-            fault: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_day(root: Path, report: str, day: date, *more: str, fault: str | None = None,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return cli(root, "run", report, "--start", day.isoformat(), "--end", day.isoformat(),
-               *more, fault=fault)
+               *more, fault=fault, extra_env=extra_env)
 
 
 def ok(res: subprocess.CompletedProcess[str]) -> None:
@@ -81,16 +81,18 @@ def ok(res: subprocess.CompletedProcess[str]) -> None:
 
 
 def build_previous(tmp_path_factory: pytest.TempPathFactory,
-                   reports: tuple[str, ...] = ("mobility", "symptoms")) -> dict[str, Path]:
+                   reports: tuple[str, ...] = ("mobility", "symptoms"),
+                   extra_env: dict[str, str] | None = None) -> dict[str, Path]:
     """Per report, a data root with a release through ``LAST_BEFORE`` and the input of
-    the next three days (built once, copied by every test)."""
+    the next three days (built once, copied by every test). ``extra_env`` is the CLI's
+    (``DP_LEDGER_URL`` for a ledger outside the data root)."""
     bases = {}
     for report in reports:
         last = LAST_BEFORE[report]
         path = tmp_path_factory.mktemp(f"previous-{report}") / "data"
         generate(DataRoot(path), START, last + timedelta(days=3), users=USERS[report], seed=7)
         ok(cli(path, "run", report, "--start", START.isoformat(), "--end", last.isoformat(),
-               "--run-id", "previous"))
+               "--run-id", "previous", extra_env=extra_env))
         bases[report] = path
     return bases
 
