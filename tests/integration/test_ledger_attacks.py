@@ -286,7 +286,8 @@ def test_row7_an_older_ledger_beside_newer_releases_is_refused(home: Home,
     kept: fresh noise was drawn for days consumers already held. Now every release in the
     data root must be recorded in the ledger: refused before anything is spent.
     (Restoring the older ``published/`` too is caught only outside the data root, by the
-    release Asset events, which a CLI run cannot see: see the threat model in PRIVACY.md.)"""
+    release asset events, which a CLI run cannot see: tested through Airflow in
+    test_symptoms_dag_e2e.py::test_row7_a_whole_rollback_is_refused_by_what_airflow_announced.)"""
     root = home.root
     backup = home.backup(tmp_path / "backup")
     try:

@@ -126,6 +126,48 @@ def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
     assert {s.slot.region_scope for s in new} == {"DM-02-001", "DM-02", "DM"}
 
 
+def test_row7_a_whole_rollback_is_refused_by_what_airflow_announced(
+        dags: dict, backfilled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 31, attack 7 through Airflow: the whole data root (ledger, records and
+    ``published/``) restored from a backup taken before a release. Nothing in the data
+    root remembers that release; the release asset event Airflow stored when it was
+    published does, and the next run's noise task refuses before spending. (The data root
+    is put back as it was afterwards, for the tests that follow.)"""
+    import shutil
+
+    from dp_ops.layout import DataRoot
+
+    backup, after = tmp_path / "backup", tmp_path / "after"
+    shutil.copytree(backfilled, backup, symlinks=True)
+    with responder("symptoms_region_rerun", user="approver"):
+        dag_run = dags["symptoms_region_rerun"].test(
+            logical_date=None,
+            run_conf={"date": date(2020, 1, 12).isoformat(), "region": "DM-02-001",
+                      "renoise": True, "reason": "integration test: before a rollback"})
+    assert dag_run.state == "success", _task_states(dag_run)
+    announced = _asset_events("symptoms_release")[-1]
+    assert announced["release_id"] == DataRoot(backfilled).latest_release(
+        "symptoms").resolve().name
+    shutil.copytree(backfilled, after, symlinks=True)
+    try:
+        shutil.rmtree(backfilled)
+        shutil.copytree(backup, backfilled, symlinks=True)
+        spent, latest = _spends(backfilled), DataRoot(backfilled).latest_release(
+            "symptoms").resolve()
+        assert latest.name != announced["release_id"]
+        _delete_runs("symptoms_dataset")
+        dag_run = dags["symptoms_dataset"].test(logical_date=_logical_date(END))
+        states = _task_states(dag_run)
+        assert dag_run.state == "failed" and states["noise"] == ("failed", 1), states
+        assert f"symptoms/{announced['release_id']} was announced" in capsys.readouterr().out
+        assert _spends(backfilled) == spent
+        assert DataRoot(backfilled).latest_release("symptoms").resolve() == latest
+    finally:
+        shutil.rmtree(backfilled)
+        shutil.copytree(after, backfilled, symlinks=True)
+        _delete_runs("symptoms_dataset")
+
+
 def test_region_rerun_rejects_a_day_not_noised_yet(dags: dict, backfilled: Path) -> None:
     dag_run = dags["symptoms_region_rerun"].test(
         logical_date=None,
