@@ -71,6 +71,16 @@ def exact_threshold(sampler: ExactSampler, k: int) -> int:
     return lo
 
 
+def exact_geometric_threshold(sampler: ExactSampler, j: int) -> int:
+    """floor(2^64 (1 - a^(j+1))), the geometric tail's CDF at ``j``, from rational
+    enclosures; fails if they cannot decide it."""
+    a_lo, a_hi = exp_enclosure(Fraction(sampler.y))
+    p_lo, p_hi = power_enclosure(a_lo, a_hi, j + 1)
+    lo, hi = math.floor((1 - p_hi) * 2 ** 64), math.floor((1 - p_lo) * 2 ** 64)
+    assert lo == hi, f"enclosure too wide at j={j}"
+    return lo
+
+
 @pytest.mark.parametrize(("epsilon", "sensitivity"), PARAMETERS)
 def test_thresholds_match_exact_rational_arithmetic(epsilon: float, sensitivity: int) -> None:
     sampler = exact_sampler(epsilon, sensitivity)
@@ -91,12 +101,9 @@ def test_thresholds_match_exact_rational_arithmetic(epsilon: float, sensitivity:
 def test_geometric_thresholds_match_exact_rational_arithmetic(epsilon: float,
                                                               sensitivity: int) -> None:
     sampler = exact_sampler(epsilon, sensitivity)
-    a_lo, a_hi = exp_enclosure(Fraction(sampler.y))
     table = sampler.geometric
     for j in sorted({0, 1, 2, table.thresholds.size // 3, table.thresholds.size - 1}):
-        p_lo, p_hi = power_enclosure(a_lo, a_hi, j + 1)
-        lo, hi = math.floor((1 - p_hi) * 2 ** 64), math.floor((1 - p_lo) * 2 ** 64)
-        assert lo == hi and int(table.thresholds[j]) == lo
+        assert int(table.thresholds[j]) == exact_geometric_threshold(sampler, j), (epsilon, j)
 
 
 class ScriptedBits:
@@ -168,6 +175,57 @@ def test_both_tails_continue_exactly_past_the_table() -> None:
     z = sampler.sample(1, ScriptedRng([0, 0]))  # type: ignore[arg-type]
     assert z.tolist() == [sampler.low - 0]
     assert sampler.high + 1 + g_table.size > 82  # beyond the old float sampler's cap
+
+
+def draw_one(sampler: ExactSampler, words: list[int]) -> tuple[list[int], list[int]]:
+    """One draw from scripted ``words``: (Z, the words it left unused)."""
+    rng = ScriptedRng(words)
+    z = sampler.sample(1, rng)  # type: ignore[arg-type]
+    return z.tolist(), rng.bit_generator.words
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), PARAMETERS)
+def test_both_ends_of_the_table_are_drawn_exactly(epsilon: float, sensitivity: int) -> None:
+    """Z = high and Z = low + 1 come from the table's end thresholds (computed here with
+    rational arithmetic, not by the sampler): a word just under floor(2^64 F(high)) gives
+    high and no tail draw, one above it goes past the table (high + 1 + G); a word just
+    above floor(2^64 F(low)) gives low + 1, one under it goes below (low - G, G = 0 from a
+    zero word), wherever it lies under F(low). Guards against a table one short at either
+    end (Z = high never drawn: an unbounded likelihood ratio). Not statistical."""
+    sampler = exact_sampler(epsilon, sensitivity)
+    low, high = sampler.low, sampler.high
+    top, under_top = exact_threshold(sampler, high), exact_threshold(sampler, high - 1)
+    bottom, above_bottom = exact_threshold(sampler, low), exact_threshold(sampler, low + 1)
+    below_bottom = exact_threshold(sampler, low - 1)
+    assert under_top + 1 < top - 1 and top + 1 < 2 ** 64
+    assert below_bottom + 1 < bottom - 1 and bottom + 1 < above_bottom
+    # the trailing 0 would be the tail's geometric word: left unused inside the table
+    assert draw_one(sampler, [top - 1, 0]) == ([high], [0])
+    assert draw_one(sampler, [under_top + 1, 0]) == ([high], [0])
+    assert draw_one(sampler, [top + 1, 0]) == ([high + 1], [])
+    assert draw_one(sampler, [bottom + 1, 0]) == ([low + 1], [0])
+    for word in (bottom - 1, below_bottom + 1, below_bottom, 0):
+        assert draw_one(sampler, [word, 0]) == ([low], [])
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), PARAMETERS)
+@pytest.mark.parametrize("g", [1, 2])
+def test_both_tails_step_away_from_the_table_by_the_geometric_draw(
+        epsilon: float, sensitivity: int, g: int) -> None:
+    """Past the table Z = low - G below it and high + 1 + G above it, G drawn from the
+    geometric table: a word strictly between its thresholds floor(2^64 (1 - a^g)) and
+    floor(2^64 (1 - a^(g+1))) (rational arithmetic here) gives G = g. Guards the tails'
+    sign and offset for G >= 1 (G = 0 cannot tell low - G from low + G). Not
+    statistical."""
+    sampler = exact_sampler(epsilon, sensitivity)
+    under_low = exact_threshold(sampler, sampler.low) - 1
+    over_high = exact_threshold(sampler, sampler.high) + 1
+    before = exact_geometric_threshold(sampler, g - 1)
+    after = exact_geometric_threshold(sampler, g)
+    assert before + 1 < after - 1
+    for word in (before + 1, after - 1):
+        assert draw_one(sampler, [under_low, word]) == ([sampler.low - g], [])
+        assert draw_one(sampler, [over_high, word]) == ([sampler.high + 1 + g], [])
 
 
 def test_far_tail_frequency_matches_the_law() -> None:

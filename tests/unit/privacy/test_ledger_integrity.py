@@ -116,6 +116,42 @@ def test_the_database_refuses_update_and_delete(used: Ledger, ledger_url: str, t
     assert used.verify().ok
 
 
+def test_the_database_refuses_a_second_spend_of_a_slot_generation(ledger_url: str) -> None:
+    """UNIQUE (report, day, level, metric, region_scope, generation) of budget_spend: a copy
+    of a spend's row (a new id, the same slot and generation) inserted behind the ledger's
+    back is refused by the database itself, not only kept out by the ledger's write lock
+    (which keeps every test through the API green without the constraint). The same row one
+    generation on is accepted: the refusal is the constraint's, not the guards' (they refuse
+    UPDATE and DELETE only) nor another column's."""
+    led = Ledger(ledger_url)
+    try:
+        led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily", kind="noise", cap=CAP,
+                    method_version="v1", terms=TERMS)
+    finally:
+        led.dispose()
+    engine = _make_engine(ledger_url)
+    try:
+        with engine.connect() as conn:
+            (row,) = [dict(r._mapping) for r in conn.exec_driver_sql("SELECT * FROM budget_spend")]
+        copy = {col: value for col, value in row.items() if col != "id"}
+        insert = sa.text(f"INSERT INTO budget_spend ({', '.join(copy)}) "
+                         f"VALUES ({', '.join(':' + col for col in copy)})")
+        with engine.connect() as conn:  # rolled back when it closes
+            conn.execute(insert, {**copy, "generation": row["generation"] + 1})
+        refused = (r"UNIQUE constraint failed: budget_spend\.report, budget_spend\.day, "
+                   r"budget_spend\.level, budget_spend\.metric, budget_spend\.region_scope, "
+                   r"budget_spend\.generation"  # SQLite
+                   r'|duplicate key value violates unique constraint '
+                   r'"uq_budget_spend_slot_generation"')  # PostgreSQL
+        with pytest.raises(sa.exc.IntegrityError, match=refused):
+            with engine.begin() as conn:
+                conn.execute(insert, copy)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM budget_spend").scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
 def test_every_single_row_edit_or_deletion_fails_verification(used: Ledger,
                                                               ledger_url: str) -> None:
     """Any one row of any table changed in any one column, or deleted: verification fails

@@ -1,16 +1,19 @@
-"""Reading the current noisy values after a crashed re-noise (``load_noisy_cells``)."""
+"""Reading the current noisy values (``load_noisy_cells``): after a crashed re-noise, and
+only from the very files the ledger recorded. No test here is statistical."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dp_ops.engine.files import store_first_wins
-from dp_ops.errors import NoiseNotStored
+from dp_ops.errors import NoiseNotStored, NoiseTampered
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
 from dp_ops.steps.noising import NOISE_SCHEMA, file_digest, load_noisy_cells, noise_file
@@ -67,4 +70,22 @@ def test_an_unrecorded_file_is_never_read(tmp_path: Path) -> None:
     base = spend(1, ALL_REGIONS, 0, "noise")
     store(root, base, ["R1", "R2"], 0)  # on disk, but `base` carries no record
     with pytest.raises(NoiseNotStored, match="never read unrecorded"):
+        values(root, [base])
+
+
+def test_an_edited_value_is_refused_though_the_cell_count_is_kept(tmp_path: Path) -> None:
+    """A stored noise file with one value edited (a zero would publish a true value) and its
+    cell count kept is refused by its sha256: the cell count alone would let it through."""
+    root = DataRoot(tmp_path)
+    base = store(root, spend(1, ALL_REGIONS, 0, "noise"), ["R1", "R2"], 10)
+    path = noise_file(root, base)
+    table = pq.read_table(path)
+    at = table.schema.get_field_index("noisy_value")
+    edited = path.with_name("edited.parquet")
+    pq.write_table(table.set_column(at, "noisy_value", pa.array([10, 0], pa.int64())), edited)
+    os.replace(edited, path)
+    digest, cells = file_digest(path)
+    assert cells == base.stored_cells == 2 and digest != base.stored_sha256
+    with pytest.raises(NoiseTampered, match=r"ledger spend 1 \(.*is not the file stored for "
+                                            r"it \(sha256 [0-9a-f]{16}\.\.\., 2 cells"):
         values(root, [base])
