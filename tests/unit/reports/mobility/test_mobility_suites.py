@@ -185,6 +185,39 @@ def test_published_region_day_under_100_contributors_fails(shared_gx: Path) -> N
     assert "1 of 12 rows unexpected" in message
 
 
+def _at_the_thresholds(below: bool) -> Release:
+    """A valid release with one published region of ``min_area_km2`` and one published
+    region-day of ``min_contributors``, or (``below``) just under each: 0.01 km^2 and one
+    contributor less."""
+    release = make_release()
+    step_area, step_users = (0.01, 1) if below else (0.0, 0)
+    release.internal.loc[release.internal["region_id"] == "EE-2", "area_km2"] = (
+        CFG.min_area_km2 - step_area)
+    release.internal.loc[5, "noisy_contributors"] = CFG.min_contributors - step_users
+    assert release.internal["publish_row"].all()
+    return release
+
+
+def test_area_and_contributor_gates_fail_just_below_their_thresholds(shared_gx: Path) -> None:
+    """Issue 35: the gate's own boundaries (2.99 km^2, 99 contributors at the defaults),
+    not a value far under them: a gate letting 2 km^2 or 99 users through fails here."""
+    result = run_gate(_at_the_thresholds(below=True), shared_gx)
+    assert not result.success
+    between = "mobility_release_internal: expect_column_values_to_be_between"
+    area = [f for f in result.failed if f.startswith(f"{between} [area_km2 ")]
+    users = [f for f in result.failed if f.startswith(f"{between} [noisy_contributors ")]
+    assert len(area) == 1 and "4 of 12 rows unexpected" in area[0], result.failed
+    assert len(users) == 1 and "1 of 12 rows unexpected" in users[0], result.failed
+    assert len(result.failed) == 2, result.failed
+
+
+def test_area_and_contributor_gates_pass_at_their_thresholds(shared_gx: Path) -> None:
+    """Issue 35: a published region of exactly ``min_area_km2`` (3.00 km^2) and a region-day
+    of exactly ``min_contributors`` (100) pass: the thresholds are inclusive."""
+    result = run_gate(_at_the_thresholds(below=False), shared_gx)
+    assert result.success, result.failed
+
+
 def test_residential_hours_over_24_fails(shared_gx: Path) -> None:
     release = make_release()
     release.internal.loc[3, "residential_hours"] = 25.0

@@ -25,7 +25,13 @@ from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 from dp_ops.regions import write_regions
 from dp_ops.reports.symptoms import release
-from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, build_candidate, complete_weeks, header
+from dp_ops.reports.symptoms.assemble import (
+    KEY_COLUMNS,
+    Candidate,
+    build_candidate,
+    complete_weeks,
+    header,
+)
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.suites import validate_symptoms_release
@@ -231,6 +237,54 @@ def test_gx_gate_passes_a_good_release_and_blocks_a_bad_one(
     with pytest.raises(GateFailed, match="Data Docs"):
         require_pass(result)
     assert result.data_docs_index and Path(result.data_docs_index).is_file()
+
+
+def _gate_at_the_thresholds(candidate: Candidate, regions: pd.DataFrame, gx_dir: Path,
+                            below: bool) -> list[str]:
+    """Validate ``candidate`` with one published value moved to the gate's numeric limits
+    (or just past them, ``below``) and return what failed: its region's area at
+    ``min_area_km2`` (or 0.01 km^2 under it), its hull's ends at (1 -/+ t) R moved 0.001 R
+    inside the band (or 0.001 R outside it). The band's limits themselves are not hit
+    exactly: (1 - t) R / R need not round back to 1 - t."""
+    t = CFG.reliability_tolerance
+    inside = -0.001 if below else 0.001
+    values = candidate.values.copy()
+    row = values.index[values["published"]][0]
+    ratio = values.at[row, "ratio"]
+    values.at[row, "lower"] = (1 - t + inside) * ratio
+    values.at[row, "upper"] = (1 + t - inside) * ratio
+    moved = regions.copy()
+    moved.loc[moved["region_id"] == values.at[row, "region_id"], "area_km2"] = (
+        CFG.min_area_km2 - (0.01 if below else 0.0))
+    days = [d.isoformat() for d in _days(26)]
+    mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
+    result = validate_symptoms_release(
+        type(candidate)(**{**candidate.__dict__, "values": values}), moved, SYMPTOMS,
+        days=days, mondays=mondays, gx_dir=gx_dir, cfg=CFG, run_name=f"limits-{below}")
+    assert result.success is not bool(result.failed)
+    return list(result.failed)
+
+
+def test_gx_gate_fails_just_past_its_area_and_band_limits(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame, tmp_path: Path) -> None:
+    """Issue 35: the gate's own boundaries, not values far past them: a published region of
+    2.99 km^2 (at the defaults) and a hull reaching 0.1% of R past the +/-25% band each
+    fail their expectation (the symptoms gate has no minimum-users check: the count a
+    value needs is the reliability rule's, checked through ``reliable`` and the band)."""
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    failed = _gate_at_the_thresholds(candidate, regions, tmp_path / "gx", below=True)
+    between = "symptoms_release_values: expect_column_values_to_be_between"
+    for column in ("area_km2", "lower_over_ratio", "upper_over_ratio"):
+        assert sum(f.startswith(f"{between} [{column}]") for f in failed) == 1, (column, failed)
+    assert len(failed) == 3, failed
+
+
+def test_gx_gate_passes_at_its_area_and_band_limits(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame, tmp_path: Path) -> None:
+    """Issue 35: a published region of exactly ``min_area_km2`` (3.00 km^2) and a hull
+    0.1% of R inside the band pass: the area limit is inclusive."""
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    assert _gate_at_the_thresholds(candidate, regions, tmp_path / "gx", below=False) == []
 
 
 def test_budget_split_sums_to_the_configured_total() -> None:
