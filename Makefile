@@ -52,9 +52,12 @@ run: generate
 # in CI) and stops it afterwards; DP_TEST_POSTGRES_URL=... uses an existing server.
 # The browser test drives Debian's chromium: install_test_browser.sh installs it when
 # missing and we are root (as in CI); elsewhere it prints the command and the test skips.
+# Then the critical mutants (tests/mutation/critical_mutants.toml): each small bug that
+# would break the privacy guarantee or the published numbers must fail the fast tests.
 test: venv
 	bash scripts/install_test_browser.sh
 	bash scripts/with_test_postgres.sh $(PY) -m pytest -q --durations=15
+	$(PY) scripts/critical_mutants.py
 
 # docker-compose.yaml's stack (PostgreSQL with its roles, Redis, airflow-init, api-server,
 # dag-processor, scheduler, triggerer, Celery worker) as local processes, without Docker,

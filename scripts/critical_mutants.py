@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""Apply each critical mutant of ``tests/mutation/critical_mutants.toml`` alone to a copy of
+the repository and check that its tests fail: a small, realistic bug in the code whose
+failure would break the privacy guarantee or the published numbers must never pass the
+fast test suite. Part of ``make test`` (and so of CI).
+
+    python scripts/critical_mutants.py [--only ID ...] [--list]
+
+The repository's tracked files are copied once to a temporary directory; for each mutant
+its edits are applied there (each ``old`` text must occur exactly once in its file, so a
+mutant that no longer matches the code fails the run instead of passing silently), the
+mutant's tests run in a child pytest (fast tier, first failure stops it) with the copy's
+``plugins`` first on ``PYTHONPATH``, and the file is restored. First the union of all the
+mutants' tests runs once on the unmutated copy: it must pass, else nothing is proven.
+
+A mutant is *killed* when pytest reports failed tests (exit status 1). Any other outcome
+fails the run: survived (exit 0), or a mutant that broke collection or import (exit 2-5:
+such a mutant proves nothing about the tests, rewrite it). Prints one line per mutant and
+writes ``benchmarks/results/critical_mutants.{md,json}``, stamped with commit and date.
+Exit status 0 only when every mutant is killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MUTANTS = REPO / "tests" / "mutation" / "critical_mutants.toml"
+RESULTS = REPO / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class Edit:
+    file: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    why: str
+    edits: tuple[Edit, ...]
+    tests: tuple[str, ...]
+
+
+def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
+    """The mutants of ``path``; each names its edits (``file``/``old``/``new`` inline, or a
+    list ``edits``) and the tests that must kill it."""
+    data = tomllib.loads(path.read_text())
+    out, seen = [], set()
+    for i, entry in enumerate(data.get("mutant", []), 1):
+        where = f"{path.name}, mutant {i} ({entry.get('id', '?')})"
+        try:
+            raw = entry.get("edits") or [{k: entry[k] for k in ("file", "old", "new")}]
+            edits = tuple(Edit(str(e["file"]), str(e["old"]), str(e["new"])) for e in raw)
+            mutant = Mutant(str(entry["id"]), str(entry["why"]), edits,
+                            tuple(str(t) for t in entry["tests"]))
+        except KeyError as exc:
+            raise SystemExit(f"{where}: missing {exc.args[0]!r}") from None
+        if mutant.id in seen:
+            raise SystemExit(f"{where}: duplicate id")
+        if not mutant.tests or any(e.old == e.new for e in edits):
+            raise SystemExit(f"{where}: needs tests and edits that change something")
+        seen.add(mutant.id)
+        out.append(mutant)
+    return out
+
+
+def copy_repository(dst: Path) -> None:
+    """The tracked files (the working tree's versions) under ``dst``."""
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        src = REPO / name
+        if src.is_file():
+            target = dst / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[int, float, str]:
+    """pytest's exit status on ``tests`` in ``copy`` (fast tier, stop at the first failure),
+    its wall time, and the failing test (``FAILED ...``) or else the last lines of its
+    output."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    started = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow",
+                          "-p", "no:cacheprovider", "--no-header", *tests], cwd=copy, env=env,
+                         capture_output=True, text=True, timeout=900)
+    lines = (res.stdout + res.stderr).strip().splitlines()
+    failed = [line for line in lines if line.startswith("FAILED ")]
+    tail = failed[0][:160] if failed else "\n".join(lines[-3:])
+    return res.returncode, time.perf_counter() - started, tail
+
+
+def apply(copy: Path, mutant: Mutant) -> dict[Path, bytes]:
+    """Apply ``mutant``'s edits in ``copy``; return the originals to restore."""
+    originals: dict[Path, bytes] = {}
+    for edit in mutant.edits:
+        path = copy / edit.file
+        if not path.is_file():
+            raise SystemExit(f"mutant {mutant.id}: no file {edit.file}")
+        originals.setdefault(path, path.read_bytes())
+        text = path.read_text()
+        found = text.count(edit.old)
+        if found != 1:
+            raise SystemExit(f"mutant {mutant.id}: {edit.old!r} occurs {found} times in "
+                             f"{edit.file} (must be exactly once: update the mutant)")
+        path.write_text(text.replace(edit.old, edit.new))
+    return originals
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="+", metavar="ID", help="run these mutants only")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = p.parse_args(argv)
+    mutants = load_mutants()
+    if args.only:
+        unknown = set(args.only) - {m.id for m in mutants}
+        if unknown:
+            raise SystemExit(f"--only: no mutant {sorted(unknown)}")
+        mutants = [m for m in mutants if m.id in args.only]
+    if args.list:
+        for m in mutants:
+            print(f"{m.id}: {m.why}")
+        return 0
+    started = time.perf_counter()
+    rows: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="critical_mutants_") as tmp:
+        copy = Path(tmp)
+        copy_repository(copy)
+        everything = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
+        status, seconds, tail = run_tests(copy, everything)
+        print(f"unmutated: pytest exit {status} in {seconds:.1f} s")
+        if status != 0:
+            print(f"the mutants' tests fail on the unmutated code, so no mutant proves "
+                  f"anything:\n{tail}")
+            return 1
+        for mutant in mutants:
+            originals = apply(copy, mutant)
+            try:
+                status, seconds, tail = run_tests(copy, mutant.tests)
+            finally:
+                for path, data in originals.items():
+                    path.write_bytes(data)
+            outcome = {0: "SURVIVED", 1: "killed"}.get(status, f"BROKEN (pytest exit {status})")
+            print(f"{outcome:>8}  {mutant.id}  ({seconds:.1f} s)")
+            if status == 1:
+                print(f"          by {tail.removeprefix('FAILED ')}")
+            else:
+                print(f"          {mutant.why}\n          " + tail.replace("\n", "\n          "))
+            rows.append({"id": mutant.id, "outcome": outcome, "seconds": round(seconds, 1),
+                         "why": mutant.why, "tests": list(mutant.tests),
+                         "killed_by": tail.removeprefix("FAILED ") if status == 1 else None})
+    total = time.perf_counter() - started
+    killed = sum(r["outcome"] == "killed" for r in rows)
+    print(f"{killed} of {len(rows)} critical mutants killed in {total:.0f} s")
+    write_results(rows, total)
+    return 0 if killed == len(rows) else 1
+
+
+def write_results(rows: list[dict[str, object]], total: float) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    killed = sum(r["outcome"] == "killed" for r in rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "critical_mutants.json").write_text(json.dumps(
+        {"commit": commit, "date": stamp, "seconds": round(total, 1), "killed": killed,
+         "mutants": rows}, indent=2) + "\n")
+    lines = [f"Critical mutants, commit {commit}, {stamp}: {killed} of {len(rows)} killed "
+             f"in {total:.0f} s (`python scripts/critical_mutants.py`)", "",
+             "| mutant | outcome | s | what it breaks |", "|---|---|---:|---|"]
+    lines += [f"| {r['id']} | {r['outcome']} | {r['seconds']} | {r['why']} |" for r in rows]
+    (RESULTS / "critical_mutants.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
