@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export GX_ANALYTICS_ENABLED := false
 export DP_DATA_ROOT ?= $(CURDIR)/data
 
-.PHONY: venv demo generate run test test-fast lint constraints clean topology
+.PHONY: venv demo generate run test test-fast lint constraints clean topology mutation
 
 venv: $(VENV)/.installed
 
@@ -68,6 +68,12 @@ TOPOLOGY_ARGS ?=
 topology: venv
 	$(PY) scripts/topology.py $(TOPOLOGY_ARGS)
 
+# Mutation testing of the privacy kernel, the noise step, the gate suites and the reliability
+# rules (scripts/mutation.py): score and survivors in benchmarks/results/mutation.md.
+mutation: venv
+	$(PY) -m pip install -q -r requirements-mutation.txt -c constraints.txt
+	$(PY) scripts/mutation.py
+
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
 
@@ -79,7 +85,7 @@ constraints: venv
 	$(PY) -m pip freeze --exclude-editable > constraints.txt
 
 clean:
-	rm -rf data airflow_home topology .pytest_cache .hypothesis
+	rm -rf data airflow_home topology .pytest_cache .hypothesis .mutation
 
 # Benchmark (benchmarks/README.md): our public-places step against PipelineDP, OpenDP and a
 # non-private DuckDB floor on one synthetic day of 1M, 4M and 16M stays, plus the noise
