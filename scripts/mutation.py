@@ -77,6 +77,11 @@ def stage(modules: list[str]) -> None:
         "also_copy": ["pytest.ini", "include/", "scripts/", "dags/"],
         "pytest_add_cli_args": ["-m", "not slow", "-p", "no:cacheprovider"],
         "pytest_add_cli_args_test_selection": TESTS,
+        # workers forked from a server that has only collected the tests: forked from the
+        # process that ran them (mutmut's default), they would inherit its caches (the
+        # samplers of exact_sampler, built by unmutated code) and the mutants of
+        # everything cached would survive untested
+        "process_isolation": "forkserver",
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     pyproject = (REPO / "pyproject.toml").read_text() + "\n".join(lines) + "\n"
