@@ -255,3 +255,33 @@ def test_small_sample_fits_the_pmf_at_the_residential_sum() -> None:
     stat = float(((observed - expected) ** 2 / expected).sum())
     # 29 degrees of freedom: P(chi2 > 70) < 3e-5
     assert stat < 70, stat
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), PARAMETERS)
+def test_the_exact_fallbacks_give_the_rational_words(epsilon: float, sensitivity: int) -> None:
+    """The certified fallbacks used when the table's fixed-point bounds cannot decide a
+    word (and to settle ties bit by bit) give exactly floor(2^64 F(k)) and
+    floor(2^64 (1 - a^(j+1))) from rational arithmetic, at either end of the table and
+    past it. They are reached by chance only (probability ~2^-64 per draw), so they are
+    checked directly."""
+    from dp_ops.privacy.noise import _exact_cdf_word, _exact_geometric_word
+
+    sampler = exact_sampler(epsilon, sensitivity)
+    for k in (sampler.low - 3, sampler.low, -1, 0, 1, sampler.high, sampler.high + 2):
+        word = exact_threshold(sampler, k)
+        assert _exact_cdf_word(k, sampler.y, 128) == word, k
+        assert sampler._cdf_bits(k, 64) == word, k
+    for j in (0, 1, 7, sampler.high + 3):
+        word = exact_geometric_threshold(sampler, j)
+        assert _exact_geometric_word(j, sampler.y, 128) == word, j
+        assert sampler._geometric_bits(j, 64) == word, j
+
+
+def test_prepare_samplers_builds_each_pair_once() -> None:
+    """Preparing samplers builds (and caches) one per distinct (epsilon, sensitivity)."""
+    from dp_ops.privacy.noise import prepare_samplers
+
+    assert prepare_samplers([(0.44, 1), (0.44, 1), (0.22, 2)]) == 2
+    before = exact_sampler.cache_info().hits
+    exact_sampler(0.22, 2)
+    assert exact_sampler.cache_info().hits == before + 1
