@@ -14,9 +14,10 @@ reruns only what changed, so a second run after adding tests is quick;
 ``cd .mutation && ../.venv/bin/mutmut browse`` shows each mutant's diff.
 
 Score = killed / (mutants - listed equivalent), where killed includes timeouts (the mutant
-made the tests hang) and everything else (survived, or reached by no fast test) counts
-against it. ``tests/mutation/equivalent.toml`` lists mutants that change no behaviour,
-each with its reason; a listed name that no longer exists is reported.
+made the tests hang) and everything else (survived, reached by no fast test, or not
+checked yet when a run was stopped) counts against it. The results are stamped with the
+commit staged for the run. ``tests/mutation/equivalent.toml`` lists mutants that change no
+behaviour, each with its reason; a listed name that no longer exists is reported.
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ def stage(modules: list[str]) -> None:
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     pyproject = (REPO / "pyproject.toml").read_text() + "\n".join(lines) + "\n"
     (STAGE / "pyproject.toml").write_text(pyproject)
+    # the results are of the code staged now: stamp them with this commit (and whether
+    # the working tree differed from it)
+    head = _git("rev-parse", "--short", "HEAD")
+    dirty = "+changes" if _git("status", "--porcelain", "--untracked-files=no") else ""
+    (STAGE / "staged_commit").write_text(head + dirty + "\n")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def outcomes(modules: list[str]) -> dict[str, dict[str, str]]:
@@ -127,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds: float) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    staged = STAGE / "staged_commit"
+    commit = staged.read_text().strip() if staged.is_file() else "unknown"
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     rows, survivors = [], []
     for module, statuses in by_module.items():
@@ -138,7 +149,7 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
         scored = len(statuses) - listed
         rows.append({"module": MODULES[module], "mutants": len(statuses), "killed": killed,
                      "equivalent": listed, "survived": counts["survived"],
-                     "no_tests": counts["no tests"],
+                     "no_tests": counts["no tests"], "not_checked": counts["not checked"],
                      "score": round(killed / scored, 4) if scored else None})
         survivors += [{"mutant": k, "status": s} for k, s in sorted(statuses.items())
                       if s not in KILLED and k not in known]
@@ -154,10 +165,10 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
     lines = [f"Mutation score, commit {commit}, {stamp} (`make mutation`, mutmut, fast tests):"
              f" {killed} of {total - listed} killed = {score:.1%} ({listed} listed "
              f"equivalent; {seconds:.0f} s)", "",
-             "| module | mutants | killed | equivalent | survived | no fast test | score |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| module | mutants | killed | equivalent | survived | no fast test | not checked "
+             "| score |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
-              f"{r['survived']} | {r['no_tests']} | "
+              f"{r['survived']} | {r['no_tests']} | {r['not_checked']} | "
               f"{'' if r['score'] is None else format(r['score'], '.1%')} |" for r in rows]
     lines += ["", f"Surviving mutants ({len(survivors)}; `cd .mutation && ../.venv/bin/mutmut "
               "show NAME` prints one):", ""] + [f"- {s['mutant']} ({s['status']})"
