@@ -54,7 +54,9 @@ run: generate
 # missing and we are root (as in CI); elsewhere it prints the command and the test skips.
 # Then the critical mutants (tests/mutation/critical_mutants.toml): each small bug that
 # would break the privacy guarantee or the published numbers must fail the fast tests.
+# mypy (strict) runs first: a mutant it rejects counts as caught in make mutation.
 test: venv
+	$(VENV)/bin/mypy --config-file mypy.ini -p dp_ops -p dp_demo
 	bash scripts/install_test_browser.sh
 	bash scripts/with_test_postgres.sh $(PY) -m pytest -q --durations=15
 	$(PY) scripts/critical_mutants.py

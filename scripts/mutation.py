@@ -8,16 +8,22 @@ writes the score per module and the surviving mutants to
     python scripts/mutation.py [--module noise ...] [--max-children N]
 
 mutmut expects the package under ``src/`` (it names a mutant's module from its path), so
-the run happens in a staging copy, ``.mutation/``: the repository's tracked files with
-``plugins/`` as ``src/``. mutmut keeps its results there (``.mutation/mutants/``) and
-reruns only what changed, so a second run after adding tests is quick;
-``cd .mutation && ../.venv/bin/mutmut browse`` shows each mutant's diff.
+each group of modules (``GROUPS``) is run in a staging copy, ``.mutation/<group>/``: the
+repository's tracked files with ``plugins/`` as ``src/``, and the fast tests of the folders
+next to that code. mutmut keeps its results there and reruns only what changed, so a run
+can be stopped and resumed, and a second run after adding tests is quick;
+``cd .mutation/privacy && ../../.venv/bin/mutmut show NAME`` prints a mutant's diff.
+
+Before any test, mypy (strict, as ``make test`` runs it) checks every mutant: one it
+rejects is "caught by type check". A test that hangs is failed by pytest-timeout after
+``TEST_TIMEOUT_S``, and mutmut stops a mutant whose tests use far more CPU than unmutated.
 
 Score = killed / (mutants - listed equivalent), where killed includes timeouts (the mutant
-made the tests hang) and everything else (survived, reached by no fast test, or not
-checked yet when a run was stopped) counts against it. The results are stamped with the
-commit staged for the run. ``tests/mutation/equivalent.toml`` lists mutants that change no
-behaviour, each with its reason; a listed name that no longer exists is reported.
+made the tests hang) and mutants mypy rejects; everything else (survived, reached by no
+fast test, or not checked yet when a run was stopped) counts against it. The results are
+stamped with the commit staged for the run. ``tests/mutation/equivalent.toml`` lists
+mutants that change no behaviour, each with its reason; a listed name that no longer exists
+is reported.
 """
 
 from __future__ import annotations
@@ -35,12 +41,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STAGE = REPO / ".mutation"
+STAGES = REPO / ".mutation"
 RESULTS = REPO / "benchmarks" / "results"
 EQUIVALENT = REPO / "tests" / "mutation" / "equivalent.toml"
 
-# module (short name) -> its file under plugins/; the fast tests of tests/unit/{privacy,
-# steps,reports} run once to find which tests reach which function
+# module (short name) -> its file under plugins/
 MODULES = {
     "noise": "dp_ops/privacy/noise.py",
     "inference": "dp_ops/privacy/inference.py",
@@ -53,31 +58,72 @@ MODULES = {
     "mobility_estimates": "dp_ops/reports/mobility/estimates.py",
     "symptoms_reliability": "dp_ops/reports/symptoms/reliability.py",
 }
-TESTS = ["tests/unit/privacy", "tests/unit/steps", "tests/unit/reports"]
+# Each group is one mutmut run in its own folder (.mutation/<group>/) with the fast tests
+# in the folders of its code: a mutant counts as killed only by a test next to the code it
+# breaks, and a survivor costs those tests, not the whole suite that happens to call it.
+GROUPS = {
+    "privacy": (["noise", "ledger", "ledger_schema", "ledger_key"], ["tests/unit/privacy"]),
+    "steps": (["noising"], ["tests/unit/steps", "tests/unit/reports/mobility/test_estimates.py"]),
+    "reports": (["inference", "mobility_suites", "symptoms_suites", "mobility_estimates",
+                 "symptoms_reliability"], ["tests/unit/reports"]),
+}
 KILLED = {"killed", "timeout", "caught by type check"}
+# a test that runs longer than this under a mutant has been made to hang (the slowest fast
+# test takes well under a tenth of it); pytest-timeout fails it, which kills the mutant
+TEST_TIMEOUT_S = 120
+# mutmut's CPU-time limit per mutant: (the tests' own time + 1 s) x 2 x this
+TIMEOUT_MULTIPLIER = 3
+
+# mypy as `make test` runs it, on the mutated copy: a mutant it rejects never reaches a test
+MYPY_INI = """[mypy]
+python_version = 3.11
+mypy_path = src
+strict = True
+# mutmut's trampolines carry `type: ignore` comments that strict mode would report
+warn_unused_ignores = False
+[mypy-pandas.*]
+ignore_missing_imports = True
+[mypy-pyarrow.*]
+ignore_missing_imports = True
+[mypy-randomgen.*]
+ignore_missing_imports = True
+[mypy-great_expectations.*]
+implicit_reexport = True
+"""
 
 
-def stage(modules: list[str]) -> None:
-    """``.mutation/``: the tracked files, ``plugins/`` as ``src/``, and mutmut's settings.
-    mutmut's own results (``mutants/``) are kept between runs."""
+def group_of(module: str) -> str:
+    return next(g for g, (mods, _) in GROUPS.items() if module in mods)
+
+
+def stage(group: str, modules: list[str]) -> Path:
+    """``.mutation/<group>/``: the tracked files, ``plugins/`` as ``src/``, and mutmut's
+    settings. mutmut's own results (``mutants/``) are kept between runs."""
+    where = STAGES / group
     names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
                            capture_output=True).stdout.decode().split("\0")
-    STAGE.mkdir(exist_ok=True)
+    where.mkdir(parents=True, exist_ok=True)
     for name in filter(None, names):
         src = REPO / name
         if not src.is_file():
             continue
         rel = Path("src", *Path(name).parts[1:]) if name.startswith("plugins/") else Path(name)
-        target = STAGE / rel
+        target = where / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_bytes() != src.read_bytes():
             shutil.copy2(src, target)
+    (where / "mypy-mutants.ini").write_text(MYPY_INI)
     settings = {
         "source_paths": ["src"],
         "only_mutate": [f"src/{MODULES[m]}" for m in modules],
-        "also_copy": ["pytest.ini", "include/", "scripts/", "dags/"],
-        "pytest_add_cli_args": ["-m", "not slow", "-p", "no:cacheprovider"],
-        "pytest_add_cli_args_test_selection": TESTS,
+        "also_copy": ["pytest.ini", "include/", "scripts/", "dags/", "mypy-mutants.ini"],
+        "pytest_add_cli_args": ["-m", "not slow", "-p", "no:cacheprovider",
+                                f"--timeout={TEST_TIMEOUT_S}"],
+        "pytest_add_cli_args_test_selection": GROUPS[group][1],
+        "timeout_multiplier": TIMEOUT_MULTIPLIER,
+        # mutmut recognises mypy's JSON by the word "mypy" in the command
+        "type_check_command": [sys.executable, "-m", "mypy", "--config-file",
+                               "mypy-mutants.ini", "--output", "json", "-p", "dp_ops"],
         # workers forked from a server that has only collected the tests: forked from the
         # process that ran them (mutmut's default), they would inherit its caches (the
         # samplers of exact_sampler, built by unmutated code) and the mutants of
@@ -86,12 +132,13 @@ def stage(modules: list[str]) -> None:
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
     pyproject = (REPO / "pyproject.toml").read_text() + "\n".join(lines) + "\n"
-    (STAGE / "pyproject.toml").write_text(pyproject)
+    (where / "pyproject.toml").write_text(pyproject)
     # the results are of the code staged now: stamp them with this commit (and whether
     # the working tree differed from it)
     head = _git("rev-parse", "--short", "HEAD")
     dirty = "+changes" if _git("status", "--porcelain", "--untracked-files=no") else ""
-    (STAGE / "staged_commit").write_text(head + dirty + "\n")
+    (where / "staged_commit").write_text(head + dirty + "\n")
+    return where
 
 
 def _git(*args: str) -> str:
@@ -105,7 +152,7 @@ def outcomes(modules: list[str]) -> dict[str, dict[str, str]]:
 
     out = {}
     for m in modules:
-        meta = STAGE / "mutants" / "src" / f"{MODULES[m]}.meta"
+        meta = STAGES / group_of(m) / "mutants" / "src" / f"{MODULES[m]}.meta"
         data = json.loads(meta.read_text()) if meta.is_file() else {"exit_code_by_key": {}}
         out[m] = {k: status_by_exit_code[v] for k, v in data["exit_code_by_key"].items()}
     return out
@@ -124,22 +171,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="summarise the last run without running mutmut")
     args = p.parse_args(argv)
     started = time.perf_counter()
+    chosen = [m for m in MODULES if m in args.module]
     if not args.report_only:
-        stage(args.module)
         mutmut = Path(sys.executable).with_name("mutmut")
-        res = subprocess.run([str(mutmut), "run", "--max-children", str(args.max_children)],
-                             cwd=STAGE)
-        if res.returncode not in (0, 1):
-            print(f"mutmut run exited {res.returncode}", file=sys.stderr)
-            return res.returncode
+        for group, (mods, _) in GROUPS.items():
+            mine = [m for m in mods if m in chosen]
+            if not mine:
+                continue
+            where = stage(group, mine)
+            print(f"== mutmut over {', '.join(mine)} ({where.relative_to(REPO)})", flush=True)
+            res = subprocess.run([str(mutmut), "run", "--max-children",
+                                  str(args.max_children)], cwd=where)
+            if res.returncode not in (0, 1):
+                print(f"mutmut run exited {res.returncode}", file=sys.stderr)
+                return res.returncode
     seconds = time.perf_counter() - started
-    report(outcomes(args.module), equivalent(), seconds)
+    report(outcomes(chosen), equivalent(), seconds)
     return 0
 
 
 def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds: float) -> None:
-    staged = STAGE / "staged_commit"
-    commit = staged.read_text().strip() if staged.is_file() else "unknown"
+    commits = set()
+    for module in by_module:
+        staged = STAGES / group_of(module) / "staged_commit"
+        commits.add(staged.read_text().strip() if staged.is_file() else "unknown")
+    commit = ", ".join(sorted(commits))
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     rows, survivors = [], []
     for module, statuses in by_module.items():
@@ -170,9 +226,9 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
     lines += [f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
               f"{r['survived']} | {r['no_tests']} | {r['not_checked']} | "
               f"{'' if r['score'] is None else format(r['score'], '.1%')} |" for r in rows]
-    lines += ["", f"Surviving mutants ({len(survivors)}; `cd .mutation && ../.venv/bin/mutmut "
-              "show NAME` prints one):", ""] + [f"- {s['mutant']} ({s['status']})"
-                                               for s in survivors]
+    lines += ["", f"Surviving mutants ({len(survivors)}; `cd .mutation/GROUP && "
+              "../../.venv/bin/mutmut show NAME` prints one):", ""]
+    lines += [f"- {s['mutant']} ({s['status']})" for s in survivors]
     if stale:
         lines += ["", "Listed as equivalent but no longer a mutant: " + ", ".join(stale)]
     (RESULTS / "mutation.md").write_text("\n".join(lines) + "\n")
