@@ -1,0 +1,308 @@
+"""The noise step itself (dp_ops.steps.noising.noise_day), in a throwaway data root with a
+SQLite ledger and no report around it: what it spends, exactly what it draws (a keyed
+generator replaces the secure one so every noisy value can be recomputed), what it stores,
+what a rerun reuses and what a re-noise is refused. The reports' pipelines run it too
+(tests/integration); these are the fast, exact checks next to its code. No test here is
+statistical."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from approvals import approve_renoise
+from dp_demo.geography import demo_regions
+
+from dp_ops.errors import BadRequest, NoiseNotStored, NoiseRecordConflict, NoiseTampered
+from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
+from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
+from dp_ops.privacy.plan import MetricBudget
+from dp_ops.regions import write_regions
+from dp_ops.steps import noising
+from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
+from dp_ops.steps.noising import NoisePlan
+
+DAY = date(2020, 3, 2)
+KEY = 5  # the keyed generator standing in for the secure one
+PLAN = NoisePlan(
+    report="mobility",
+    budgets=(MetricBudget("a", 0.5, 1, 2), MetricBudget("b", 0.25, 3)),
+    group_cells={"a": ("x", "y"), "b": ("z",)},
+    ledger_epsilons={"a": 1.0, "b": 0.25},
+    levels=(0, 1, 2),
+    cap=10.0,
+    method_version="v1",
+    first_public_date=date(2020, 2, 15),
+)
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[DataRoot, str]:
+    """A data root with the demo's regions and one day's bounded sums; the noise step's
+    generator keyed (each call the same stream, as a fresh secure one would be fresh)."""
+    root = DataRoot(tmp_path / "data")
+    root.regions_csv.parent.mkdir(parents=True)
+    write_regions(demo_regions(), root.regions_csv)
+    bounded = root.bounded_file("mobility", DAY)
+    bounded.parent.mkdir(parents=True)
+    # a few cells only: every other cell of the domain is a true zero
+    pq.write_table(pa.table({
+        "level": pa.array([0, 1, 2, 2], pa.int8()),
+        "region_id": ["DM", "DM-01", "DM-01-001", "DM-01-002"],
+        "metric": ["x", "z", "y", "x"],
+        "value": pa.array([1000, 40, 7, None], pa.int64()),
+    }), bounded)
+    monkeypatch.setattr(noising, "noise_generator", lambda: noise_generator(key=KEY))
+    return root, f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+
+
+def _spends(root: DataRoot, url: str) -> list[Spend]:
+    with closing_ledger(open_ledger(root, url)) as led:
+        return led.spends("mobility", DAY)
+
+
+def _true(level: int, region: str, metric: str) -> int:
+    return {(0, "DM", "x"): 1000, (1, "DM-01", "z"): 40,
+            (2, "DM-01-001", "y"): 7}.get((level, region, metric), 0)
+
+
+def test_a_day_spends_each_slot_once_and_stores_exactly_its_draw(
+        home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    result = noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    spends = _spends(root, url)
+    # every level x metric group, whole day, in that order; each costs its ledger epsilon
+    assert [(s.slot.level, s.slot.metric, s.slot.region_scope, s.kind, s.epsilon)
+            for s in spends] == [(lvl, m, ALL_REGIONS, "noise", e) for lvl in (0, 1, 2)
+                                 for m, e in (("a", 1.0), ("b", 0.25))]
+    assert result.summary == (f"noise for {DAY}: 6 slot(s) spent (epsilon 3.7500), 0 reused; "
+                              f"composed epsilon per user-day for {DAY} is now 3.7500 "
+                              "(cap 10.0000)")
+    assert result.paths == tuple(str(noising.noise_file(root, s)) for s in spends)
+    regions = demo_regions()
+    rng = noise_generator(key=KEY)  # the draws, recomputed in the step's order
+    for s in spends:
+        table = pq.read_table(noising.noise_file(root, s))
+        assert table.schema == noising.NOISE_SCHEMA
+        assert (s.stored_sha256, s.stored_cells) == noising.file_digest(
+            noising.noise_file(root, s))
+        ids = regions.loc[regions["level"] == s.slot.level, "region_id"].tolist()
+        metrics = list(PLAN.group_cells[s.slot.metric])
+        # the public domain, region-major, zeros included
+        assert table["region_id"].to_pylist() == [r for r in ids for _ in metrics]
+        assert table["metric"].to_pylist() == metrics * len(ids)
+        assert set(table["level"].to_pylist()) == {s.slot.level}
+        b = PLAN.budget(s.slot.metric)
+        true = np.array([_true(s.slot.level, r, m) for r in ids for m in metrics], np.int64)
+        expected = add_discrete_laplace(true, epsilon=b.cell_epsilon,
+                                        sensitivity=b.sensitivity, rng=rng)
+        assert table["noisy_value"].to_pylist() == expected.tolist()
+        assert set(table["cell_epsilon"].to_pylist()) == {b.cell_epsilon}
+        assert set(table["sensitivity"].to_pylist()) == {b.sensitivity}
+        assert set(table["spend_id"].to_pylist()) == {s.id}
+
+
+def test_a_rerun_reuses_every_spend_and_never_redraws(home: tuple[DataRoot, str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    before = {p: p.read_bytes() for p in root.noise_dir("mobility", DAY).iterdir()}
+
+    def no_draw() -> np.random.Generator:
+        raise AssertionError("a stored spend was drawn again")
+
+    monkeypatch.setattr(noising, "noise_generator", no_draw)
+    result = noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url)
+    assert result.summary.startswith(f"noise for {DAY}: 0 slot(s) spent (epsilon 0.0000), "
+                                     "6 reused;")
+    assert {p: p.read_bytes() for p in root.noise_dir("mobility", DAY).iterdir()} == before
+
+
+def test_a_rerun_refuses_an_edited_stored_file(home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    victim = noising.noise_file(root, _spends(root, url)[2])
+    table = pq.read_table(victim)
+    zeros = table.set_column(3, "noisy_value", pa.array([0] * len(table), pa.int64()))
+    pq.write_table(zeros, victim)
+    with pytest.raises(NoiseTampered, match=r"ledger spend 3 .* is not the file stored"):
+        noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url)
+
+
+def test_a_file_planted_before_the_draw_is_replaced_not_adopted(
+        home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    with closing_ledger(open_ledger(root, url)) as led:  # spent, then the run died
+        led.reserve(noising.plan_requests(PLAN, demo_regions(), DAY), run_id="run-1",
+                    kind="noise", cap=PLAN.cap, method_version="v1")
+        spends = led.spends("mobility", DAY)
+    planted = noising.noise_file(root, spends[0])
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    keys = noising.domain_keys(PLAN, demo_regions(), spends[0])
+    cells = noising.domain_table(*keys)
+    n = len(cells)
+    pq.write_table(pa.table({**{c: cells[c] for c in cells.column_names},
+                             "noisy_value": pa.array(np.zeros(n, np.int64)),
+                             "cell_epsilon": pa.array(np.full(n, 0.5)),
+                             "sensitivity": pa.array(np.ones(n, np.int64)),
+                             "spend_id": pa.array(np.full(n, spends[0].id))},
+                            schema=noising.NOISE_SCHEMA), planted)
+    planted_bytes = planted.read_bytes()
+    result = noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    assert "0 slot(s) spent" in result.summary and "6 reused" in result.summary
+    assert planted.read_bytes() != planted_bytes  # drawn, recorded, moved over it
+    assert _spends(root, url)[0].stored_sha256 == noising.file_digest(planted)[0]
+    assert list(planted.parent.glob("*.pending*")) == []
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"renoise": True}, "renoise=True needs a region: re-noising a whole day is a new "
+                        "release of it; rerun one region at a time"),
+    ({"renoise": True, "region": "DM-01", "reason": "  "},
+     "renoise=True needs a reason; it is recorded in the ledger"),
+])
+def test_a_renoise_without_region_or_reason_is_refused(home: tuple[DataRoot, str],
+                                                       kw: dict[str, object],
+                                                       message: str) -> None:
+    root, url = home
+    with pytest.raises(BadRequest) as err:
+        noising.noise_day(root, PLAN, DAY, run_id="r", ledger_url=url, **kw)
+    assert str(err.value) == message
+    assert not Path(url.removeprefix("sqlite:///")).exists()  # refused before the ledger
+
+
+def test_a_renoise_of_an_unpublished_day_is_refused(home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    day = date(2020, 2, 14)
+    with pytest.raises(BadRequest) as err:
+        noising.noise_day(root, PLAN, day, run_id="r", ledger_url=url, region="DM-01",
+                          renoise=True, reason="why")
+    assert str(err.value).startswith(
+        "date=2020-02-14: before the first public date 2020-02-15; its values are never "
+        "published")
+    # the first public date itself may be re-noised (refused later, for want of approval)
+    with pytest.raises(Exception) as later:
+        noising.noise_day(root, PLAN, date(2020, 2, 15), run_id="r", ledger_url=url,
+                          region="DM-01", renoise=True, reason="why")
+    assert not isinstance(later.value, BadRequest)
+
+
+def test_an_unknown_region_is_refused_before_the_ledger(home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    with pytest.raises(ValueError, match=r"^region='XX': not in the region table$"):
+        noising.noise_day(root, PLAN, DAY, run_id="r", ledger_url=url, region="XX")
+    assert not Path(url.removeprefix("sqlite:///")).exists()
+
+
+def test_an_approved_renoise_redraws_one_region_and_its_ancestors(
+        home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    approve_renoise(root, url, PLAN, DAY, "DM-01-001", "outlier", run_id="run-2")
+    result = noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url,
+                               region="DM-01-001", renoise=True, reason="outlier")
+    new = [s for s in _spends(root, url) if s.kind == "renoise"]
+    assert [(s.slot.level, s.slot.region_scope, s.slot.metric, s.reason) for s in new] == [
+        (lvl, rid, m, "outlier") for lvl, rid in ((2, "DM-01-001"), (1, "DM-01"), (0, "DM"))
+        for m in ("a", "b")]
+    assert result.summary.startswith(f"noise for {DAY}: 6 slot(s) spent (epsilon 3.7500), "
+                                     "0 reused;")
+    for s in new:  # each re-noise covers its one region only
+        assert set(pq.read_table(noising.noise_file(root, s))["region_id"].to_pylist()) == {
+            s.slot.region_scope}
+
+
+def test_a_repeated_renoise_is_marked_in_the_ledger(home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    approve_renoise(root, url, PLAN, DAY, "DM", "first", run_id="run-2")
+    noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url, region="DM",
+                      renoise=True, reason="first")
+    approve_renoise(root, url, PLAN, DAY, "DM", "again", run_id="run-3", repeat=True)
+    noising.noise_day(root, PLAN, DAY, run_id="run-3", ledger_url=url, region="DM",
+                      renoise=True, reason="again", repeat_renoise=True)
+    assert [s.reason for s in _spends(root, url) if s.run_id == "run-3"] == [
+        "[repeat re-noise] again"] * 2
+
+
+def test_missing_bounded_sums_are_named(home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    path = root.bounded_file("mobility", DAY)
+    path.unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        noising.noise_day(root, PLAN, DAY, run_id="r", ledger_url=url)
+    assert str(err.value) == (f"no bounded aggregates for {DAY} at {path}: run the "
+                              "bound_contributions step first")
+
+
+def test_a_draw_that_loses_the_record_race_leaves_the_winner(
+        home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    spend = _spends(root, url)[0]
+    target = noising.noise_file(root, spend)
+    winner = target.read_bytes()
+    with closing_ledger(open_ledger(root, url)) as led:
+        with pytest.raises(NoiseRecordConflict):
+            led.record_stored(spend.id, "0" * 64, 1)
+        noising.draw_and_store(root, led, PLAN, demo_regions(), spend, {},
+                               noise_generator(key=9))
+    assert target.read_bytes() == winner
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+        noising.noise_file(root, s).name for s in _spends(root, url))
+
+
+def test_the_domain_and_its_true_values() -> None:
+    assert noising.domain_table(2, ["r1", "r2"], ["m", "n"]).to_pydict() == {
+        "level": [2, 2, 2, 2], "region_id": ["r1", "r1", "r2", "r2"],
+        "metric": ["m", "n", "m", "n"]}
+    true = {(2, "m"): {"r2": 5}, (2, "n"): {"r1": 3}, (1, "m"): {"r1": 9}}
+    assert noising.domain_true_values(2, ["r1", "r2"], ["m", "n"], true).tolist() == [
+        0, 3, 5, 0]
+    spend = Spend(1, Slot("mobility", DAY, 1, "a", "DM-02"), 0, 1.0, "renoise", "v1", "r",
+                  "", "t")
+    assert noising.domain_keys(PLAN, demo_regions(), spend) == (1, ["DM-02"], ["x", "y"])
+
+
+def test_region_chain_and_plan_requests() -> None:
+    regions = demo_regions()
+    assert noising.region_chain(regions, "DM-01-003") == [(2, "DM-01-003"), (1, "DM-01"),
+                                                          (0, "DM")]
+    two_levels = NoisePlan(**{**PLAN.__dict__, "levels": (1, 2)})
+    assert [(r.slot.level, r.slot.region_scope, r.slot.metric, r.epsilon)
+            for r in noising.plan_requests(two_levels, regions, DAY, "DM-01-003")] == [
+        (2, "DM-01-003", "a", 1.0), (2, "DM-01-003", "b", 0.25),
+        (1, "DM-01", "a", 1.0), (1, "DM-01", "b", 0.25)]
+    with pytest.raises(KeyError, match="unknown metric group 'c' for report 'mobility'"):
+        PLAN.budget("c")
+
+
+def test_load_noisy_cells_keeps_the_latest_value_of_the_day(
+        home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    approve_renoise(root, url, PLAN, DAY, "DM", "why", run_id="run-2")
+    noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url, region="DM",
+                      renoise=True, reason="why")
+    spends = _spends(root, url)
+    cells = noising.load_noisy_cells(root, "mobility", DAY, spends)
+    assert len(cells) == len(cells.drop_duplicates(["level", "region_id", "metric"]))
+    by_cell = cells.set_index(["level", "region_id", "metric"])["spend_id"]
+    renoised = {s.slot.metric: s.id for s in spends if s.kind == "renoise"}
+    assert by_cell[(0, "DM", "x")] == renoised["a"] and by_cell[(0, "DM", "z")] == renoised["b"]
+    assert by_cell[(1, "DM-01", "z")] == spends[3].id  # not re-noised: the day's draw
+    # another day's or another report's spends are not read (and need no file)
+    other = [Spend(99, Slot("mobility", date(2020, 3, 3), 0, "a"), 0, 1.0, "noise", "v1",
+                   "r", "", "t"),
+             Spend(98, Slot("symptoms", DAY, 0, "a"), 0, 1.0, "noise", "v1", "r", "", "t")]
+    pd.testing.assert_frame_equal(noising.load_noisy_cells(root, "mobility", DAY,
+                                                           spends + other), cells)
+    with pytest.raises(NoiseNotStored) as err:
+        noising.load_noisy_cells(root, "mobility", DAY, other)
+    assert str(err.value) == f"no noisy values for {DAY}: run the noise step first"
