@@ -285,3 +285,99 @@ def test_prepare_samplers_builds_each_pair_once() -> None:
     before = exact_sampler.cache_info().hits
     exact_sampler(0.22, 2)
     assert exact_sampler.cache_info().hits == before + 1
+
+
+def _fraction_words(sampler: ExactSampler, k: int, n: int) -> list[int]:
+    """The n 64-bit words after the first 64 bits of 2^64 F(k)."""
+    bits = sampler._cdf_bits(k, 64 * (n + 1))
+    return [(bits >> (64 * (n - 1 - i))) & (2 ** 64 - 1) for i in range(n)]
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_a_tie_over_two_words_is_settled_by_the_third(odd: bool) -> None:
+    """U equals the threshold and the next word equals the fraction's first word: the
+    third word decides against the fraction's second (the comparison accumulates words,
+    it does not restart). Run for a k whose threshold is even and one where it is odd (the
+    fraction is masked to exactly the bits drawn)."""
+    sampler = exact_sampler(0.44, 1)
+    table = sampler.two_sided
+    mid = table.thresholds.size // 2
+    i = next(j for j in range(mid, table.thresholds.size)
+             if int(table.thresholds[j]) % 2 == int(odd))
+    k, tie = table.first + i, int(table.thresholds[i])
+    f1, f2 = _fraction_words(sampler, k, 2)
+    assert 0 < f2 < 2 ** 64 - 1
+    assert draw_one(sampler, [tie, f1, f2 - 1]) == ([k], [])
+    assert draw_one(sampler, [tie, f1, f2 + 1]) == ([k + 1], [])
+    # one word decides when it differs from the fraction's first word
+    assert draw_one(sampler, [tie, f1 + 1, 0]) == ([k + 1], [0])
+    assert draw_one(sampler, [tie, f1 - 1, 0]) == ([k], [0])
+
+
+def test_undecided_table_entries_are_settled_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the fixed-point bounds of a threshold straddle a word boundary (rare: about
+    2^-128 per entry), the entry is recomputed at twice the precision. Here every bound at
+    the table's own precision is widened past a word so that every entry takes that path;
+    the tables must come out identical to the ordinary build. Not statistical."""
+    from dp_ops.privacy import noise
+
+    ordinary = ExactSampler(0.22, 1)
+    wide = 1 << (noise._FIXED_BITS - noise._WORD_BITS + 1)
+    real_cdf, real_pow = noise._cdf_scaled_bounds, noise._fixed_power_bounds
+    fallbacks = {"cdf": 0, "geometric": 0}
+
+    def cdf_bounds(k: int, lo_pow: list[int], hi_pow: list[int], a_lo: int, a_hi: int,
+                   bits: int) -> tuple[int, int]:
+        lo, hi = real_cdf(k, lo_pow, hi_pow, a_lo, a_hi, bits)
+        if bits == noise._FIXED_BITS:
+            fallbacks["cdf"] += 1
+            return lo - wide, hi + wide
+        return lo, hi
+
+    def pow_bounds(y: object, count: int, bits: int) -> tuple[list[int], list[int]]:
+        lo, hi = real_pow(y, count, bits)  # type: ignore[arg-type]
+        if bits == noise._FIXED_BITS:
+            fallbacks["geometric"] += 1
+            return [lo[0]] + [v - wide for v in lo[1:]], [hi[0]] + [v + wide for v in hi[1:]]
+        return lo, hi
+
+    monkeypatch.setattr(noise, "_cdf_scaled_bounds", cdf_bounds)
+    monkeypatch.setattr(noise, "_fixed_power_bounds", pow_bounds)
+    settled = ExactSampler(0.22, 1)
+    assert fallbacks["cdf"] == ordinary.two_sided.thresholds.size and fallbacks["geometric"]
+    assert settled.two_sided.thresholds.tolist() == ordinary.two_sided.thresholds.tolist()
+    assert settled.geometric.thresholds.tolist() == ordinary.geometric.thresholds.tolist()
+    assert (settled.low, settled.high) == (ordinary.low, ordinary.high)
+
+
+@pytest.mark.parametrize("y", ["0.44", "0.000305555555555555555", "1.7"])
+def test_fixed_power_bounds_bracket_and_are_tight(y: str) -> None:
+    """lo[m] <= 2^bits exp(-m y) <= hi[m] against rational enclosures, each bound within
+    few units per power of the truth (the base itself: floor - 1 and ceil + 1)."""
+    from decimal import Decimal
+
+    from dp_ops.privacy.noise import _fixed_power_bounds
+
+    bits, count = 192, 40
+    lo, hi = _fixed_power_bounds(Decimal(y), count, bits)
+    assert len(lo) == len(hi) == count + 1 and lo[0] == hi[0] == 1 << bits
+    a_lo, a_hi = exp_enclosure(Fraction(y))
+    for m in (1, 2, 3, count):
+        p_lo, p_hi = power_enclosure(a_lo, a_hi, m)
+        assert lo[m] <= p_lo * 2 ** bits and p_hi * 2 ** bits <= hi[m], m
+        assert hi[m] - lo[m] <= 4 * m, m
+    exact = a_lo * 2 ** bits
+    assert math.floor(exact) - 1 == lo[1] and math.ceil(exact) + 1 == hi[1]
+
+
+def test_the_table_reaches_forty_bits_into_each_tail() -> None:
+    """The table covers k while a^|k| >= 2^-40 (exactly: reach = ceil(40 ln 2 / y)), and the
+    geometric table as far."""
+    for epsilon, sensitivity in PARAMETERS:
+        sampler = ExactSampler(epsilon, sensitivity)
+        reach = math.ceil(40 * math.log(2) / (epsilon / sensitivity))
+        assert (sampler.low, sampler.high) == (-reach, reach), (epsilon, sensitivity)
+        assert sampler.two_sided.first == -reach
+        assert sampler.two_sided.thresholds.size == 2 * reach + 1
+        assert sampler.geometric.first == 0 and sampler.geometric.thresholds.size == reach
+    assert ExactSampler(100.0, 1).high == 1  # at least one entry each side, however large y
