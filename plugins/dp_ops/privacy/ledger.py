@@ -994,17 +994,6 @@ def format_ledger(spends: Sequence[Spend]) -> str:
     return "\n".join(lines)
 
 
-def _date_runs(days: list[date]) -> list[tuple[date, date]]:
-    """Consecutive dates grouped into (first, last) runs."""
-    runs: list[tuple[date, date]] = []
-    for d in sorted(days):
-        if runs and (d - runs[-1][1]).days == 1:
-            runs[-1] = (runs[-1][0], d)
-        else:
-            runs.append((d, d))
-    return runs
-
-
 def _label(first: date, last: date) -> str:
     return first.isoformat() if first == last else f"{first.isoformat()}..{last.isoformat()}"
 
@@ -1045,8 +1034,10 @@ def format_ledger_summary(spends: Sequence[Spend],
                 lines.append(f"  {report:<10} {label:<22} {level:>3} {metric:<18} {scope:<12} "
                              f"{kind:<13} {len(eps):>6} {math.fsum(eps):>8.4f}")
             total = math.fsum(math.fsum(e) for e in rows.values())
+            # at the cap within float rounding: no headroom, printed as 0.0000, not -0.0000
+            headroom = 0.0 if cap is None or abs(cap - total) <= _EPS_TOLERANCE else cap - total
             cap_text = "" if cap is None else (
-                f"  cap {cap:.4f}, headroom {cap - total:.4f}"
+                f"  cap {cap:.4f}, headroom {headroom:.4f}"
                 + ("  OVER THE CAP" if total > cap + _EPS_TOLERANCE else ""))
             totals.append(f"  {report:<10} {label:<22} {total:>8.4f}{cap_text}")
     lines.append("")

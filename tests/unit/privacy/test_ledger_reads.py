@@ -1,0 +1,176 @@
+"""What the ledger gives back (dp_ops.privacy.ledger): the derived-file records a release is
+verified against, the chain head, approvals, and the two texts an operator reads
+(``ledger`` and ``ledger --summary``), pinned exactly. On SQLite and, with a server, on
+PostgreSQL (conftest.py). No test here is statistical."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date
+
+import pytest
+from approvals import approve, request_of
+
+from dp_ops.errors import ApprovalMissing
+from dp_ops.privacy.ledger import (
+    ALL_REGIONS,
+    Ledger,
+    Slot,
+    Spend,
+    SpendRequest,
+    format_ledger,
+    format_ledger_summary,
+    safe_url,
+)
+from dp_ops.privacy.ledger_schema import GENESIS
+
+SHA = [f"{i:x}" * 64 for i in range(1, 6)]
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    led = Ledger(ledger_url)
+    yield led
+    led.dispose()
+
+
+def test_derived_records_are_read_per_report_name_and_version(ledger: Ledger) -> None:
+    ledger.record_derived("mobility", "x_1", SHA[0])
+    ledger.record_derived("mobility", "x_1", SHA[1], replaces=SHA[0])
+    ledger.record_derived("mobility", "xy1", SHA[2])   # "_" is no wildcard in the prefix
+    ledger.record_derived("mobility", "base", SHA[3])
+    ledger.record_derived("symptoms", "x_1", SHA[4])
+    assert ledger.derived_versions("mobility", "x_1") == [SHA[0], SHA[1]]
+    assert ledger.derived_sha256("mobility", "x_1") == SHA[1]
+    assert ledger.derived_sha256("mobility", "nothing") is None
+    assert ledger.derived_names("mobility") == ["base", "x_1", "xy1"]
+    assert ledger.derived_names("other") == []
+    assert ledger.derived_current("mobility", "x_") == {"x_1": SHA[1]}
+    assert ledger.derived_current("mobility", "x") == {"x_1": SHA[1], "xy1": SHA[2]}
+    assert ledger.derived_current("symptoms", "") == {"x_1": SHA[4]}
+
+
+def test_the_head_and_each_link_of_the_chain(ledger: Ledger) -> None:
+    seq, head = ledger.head()
+    assert seq >= 0 and (seq > 0 or head == GENESIS)
+    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
+                   run_id="r", kind="noise", cap=1.0, method_version="v1")
+    after, tip = ledger.head()
+    assert after > seq and tip != head and len(tip) == 64
+    assert ledger.chain_sha256(after) == tip
+    assert ledger.chain_sha256(after + 1) is None
+    if seq:
+        assert ledger.chain_sha256(seq) == head
+
+
+def test_an_approval_is_required_of_exactly_its_run_and_request(ledger: Ledger) -> None:
+    requests = [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a", "R1"), 0.1)]
+    request = request_of(requests, kind="renoise", reason="why", method_version="v1")
+    with pytest.raises(ApprovalMissing) as err:
+        ledger.require_approval(request, run_id="run-1")
+    assert "by run 'run-1': no approval is recorded in the ledger for this run and this " \
+        "exact request (sha256 " + request.sha256()[:16] + "...)" in str(err.value)
+    assert str(err.value).endswith("Nothing was spent")
+    approve(ledger, request, "run-1")
+    approve(ledger, request, "run-2")
+    found = ledger.require_approval(request, run_id="run-1")
+    assert (found.run_id, found.request_sha256) == ("run-1", request.sha256())
+    assert [a.run_id for a in ledger.approvals()] == ["run-1", "run-2"]
+    assert [a.run_id for a in ledger.approvals("run-2")] == ["run-2"]
+
+
+def test_spent_totals_and_policies(ledger: Ledger) -> None:
+    d1, d2 = date(2020, 3, 1), date(2020, 3, 2)
+    for report, day, eps in (("mobility", d1, 0.1), ("mobility", d1, 0.2),
+                             ("mobility", d2, 0.3), ("symptoms", d1, 0.5)):
+        ledger.reserve([SpendRequest(Slot(report, day, 1, f"m{eps}"), eps)], run_id="r",
+                       kind="noise", cap=1.0, method_version="v1")
+    assert ledger.spent("mobility", d1) == pytest.approx(0.3, abs=1e-15)
+    assert ledger.spent("mobility", date(2020, 3, 9)) == 0
+    assert ledger.totals("mobility") == {("mobility", d1): pytest.approx(0.3, abs=1e-15),
+                                         ("mobility", d2): 0.3}
+    assert list(ledger.totals()) == [("mobility", d1), ("mobility", d2), ("symptoms", d1)]
+    ledger.set_policy("mobility", reason="tighter", run_id="op", cap=0.9)
+    assert [(p.report, p.cap) for p in ledger.policies()] == [
+        ("mobility", 1.0), ("symptoms", 1.0), ("mobility", 0.9)]
+
+
+def _spend(i: int, report: str, day: int, level: int, metric: str, eps: float,
+           scope: str = ALL_REGIONS, kind: str = "noise") -> Spend:
+    return Spend(i, Slot(report, date(2020, 3, day), level, metric, scope), 0, eps, kind,
+                 "v1", f"run-{i}", "", "t")
+
+
+def test_the_ledger_text_exactly() -> None:
+    spends = [_spend(1, "mobility", 1, 1, "retail", 0.1),
+              _spend(2, "mobility", 1, 2, "parks", 0.25, "EE-37", "renoise"),
+              _spend(3, "symptoms", 1, 0, "fever", 0.5)]
+    assert format_ledger(spends).splitlines() == [
+        "    id report     date       lvl metric             scope        gen  epsilon "
+        "kind          version  run_id",
+        "     1 mobility   2020-03-01   1 retail             *              0   0.1000 "
+        "noise         v1       run-1",
+        "     2 mobility   2020-03-01   2 parks              EE-37          0   0.2500 "
+        "renoise       v1       run-2",
+        "     3 symptoms   2020-03-01   0 fever              *              0   0.5000 "
+        "noise         v1       run-3",
+        "",
+        "composed epsilon per user-day (basic composition over metrics and levels):",
+        "  mobility   2020-03-01  0.3500  (2 spends)",
+        "  symptoms   2020-03-01  0.5000  (1 spends)",
+    ]
+    assert format_ledger([]) == "(no spends)"
+
+
+def test_the_summary_text_exactly() -> None:
+    spends = [s for d in (1, 2, 3, 5) for s in (
+        _spend(10 * d, "mobility", d, 1, "retail", 0.3),
+        _spend(10 * d + 1, "mobility", d, 2, "parks", 0.2))]
+    spends.append(_spend(99, "mobility", 3, 2, "parks", 0.2, "EE-37", "renoise"))
+    spends.append(_spend(98, "symptoms", 1, 0, "fever", 0.5))
+    spends.append(_spend(97, "symptoms", 2, 0, "fever", 0.5))
+    assert format_ledger_summary(spends, caps={"mobility": 0.6}).splitlines() == [
+        "spent per report, date, level and metric (epsilon per user-day of the date):",
+        "  report     dates                  lvl metric             scope        kind         "
+        " spends  epsilon",
+        "  mobility   2020-03-01..2020-03-02   1 retail             *            noise        "
+        "      1   0.3000",
+        "  mobility   2020-03-01..2020-03-02   2 parks              *            noise        "
+        "      1   0.2000",
+        "  mobility   2020-03-03               1 retail             *            noise        "
+        "      1   0.3000",
+        "  mobility   2020-03-03               2 parks              *            noise        "
+        "      1   0.2000",
+        "  mobility   2020-03-03               2 parks              EE-37        renoise      "
+        "      1   0.2000",
+        "  mobility   2020-03-05               1 retail             *            noise        "
+        "      1   0.3000",
+        "  mobility   2020-03-05               2 parks              *            noise        "
+        "      1   0.2000",
+        "  symptoms   2020-03-01..2020-03-02   0 fever              *            noise        "
+        "      1   0.5000",
+        "",
+        "composed epsilon per user-day (basic composition over metrics and levels; delta = 0):",
+        "  mobility   2020-03-01..2020-03-02   0.5000  cap 0.6000, headroom 0.1000",
+        "  mobility   2020-03-03               0.7000  cap 0.6000, headroom -0.1000"
+        "  OVER THE CAP",
+        "  mobility   2020-03-05               0.5000  cap 0.6000, headroom 0.1000",
+        "  symptoms   2020-03-01..2020-03-02   0.5000",
+    ]
+    # at the cap (within float rounding) is not over it
+    at_cap = [_spend(1, "mobility", 1, 1, "a", 0.1), _spend(2, "mobility", 1, 1, "b", 0.2)]
+    assert format_ledger_summary(at_cap, caps={"mobility": 0.3}).splitlines()[-1] == (
+        "  mobility   2020-03-01               0.3000  cap 0.3000, headroom 0.0000")
+    # two spends of one slot add up in one line
+    twice = [_spend(1, "mobility", 1, 1, "a", 0.1), _spend(2, "mobility", 1, 1, "a", 0.2)]
+    assert format_ledger_summary(twice).splitlines()[2] == (
+        "  mobility   2020-03-01               1 a                  *            noise        "
+        "      2   0.3000")
+    assert format_ledger_summary([]) == "(no spends)"
+
+
+def test_a_url_is_shown_without_its_password() -> None:
+    assert safe_url("postgresql+psycopg://dp:s3cret@db:5432/ledger") == (
+        "postgresql+psycopg://dp:***@db:5432/ledger")
+    assert safe_url("sqlite:////data/ledger.sqlite") == "sqlite:////data/ledger.sqlite"
+    assert safe_url("not a url") == "(the configured ledger URL)"
