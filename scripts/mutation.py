@@ -14,7 +14,9 @@ next to that code. mutmut keeps its results there and reruns only what changed, 
 can be stopped and resumed, and a second run after adding tests is quick;
 ``cd .mutation/privacy && ../../.venv/bin/mutmut show NAME`` prints a mutant's diff.
 
-Before any test, mypy (strict, as ``make test`` runs it) checks every mutant: one it
+The tests run as in ``make test``: with a throwaway PostgreSQL server
+(``scripts/with_test_postgres.sh``), so the ledger's tests run on both backends. Before
+any test, mypy (strict, as ``make test`` runs it) checks every mutant: one it
 rejects is "caught by type check". A test that hangs is failed by pytest-timeout after
 ``TEST_TIMEOUT_S``, and mutmut stops a mutant whose tests use far more CPU than unmutated.
 
@@ -184,8 +186,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             where = stage(group, mine)
             print(f"== mutmut over {', '.join(mine)} ({where.relative_to(REPO)})", flush=True)
-            res = subprocess.run([str(mutmut), "run", "--max-children",
-                                  str(args.max_children)], cwd=where)
+            # with a throwaway PostgreSQL server, as make test: the ledger's tests run on
+            # both backends, so its PostgreSQL-only code has tests too
+            res = subprocess.run(["bash", str(REPO / "scripts" / "with_test_postgres.sh"),
+                                  str(mutmut), "run", "--max-children",
+                                  str(args.max_children)], cwd=where,
+                                 env={**os.environ, "PATH": f"{Path(sys.executable).parent}"
+                                      f":{os.environ.get('PATH', '')}"})
             if res.returncode not in (0, 1):
                 print(f"mutmut run exited {res.returncode}", file=sys.stderr)
                 return res.returncode
