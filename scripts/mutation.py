@@ -11,7 +11,8 @@ mutmut expects the package under ``src/`` (it names a mutant's module from its p
 each group of modules (``GROUPS``) is run in a staging copy, ``.mutation/<group>/``: the
 repository's tracked files with ``plugins/`` as ``src/``, and the fast tests of the folders
 next to that code. mutmut keeps its results there and reruns only what changed, so a run
-can be stopped and resumed, and a second run after adding tests is quick;
+can be stopped and resumed; ``--recheck`` then runs the survivors again (mutmut keeps a
+survivor's verdict when only tests changed);
 ``cd .mutation/privacy && ../../.venv/bin/mutmut show NAME`` prints a mutant's diff.
 
 The tests run as in ``make test``: with a throwaway PostgreSQL server
@@ -173,32 +174,44 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--module", nargs="+", choices=sorted(MODULES), default=sorted(MODULES))
     p.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--recheck", action="store_true",
+                   help="run the survivors of earlier runs again (after adding tests)")
     p.add_argument("--report-only", action="store_true",
                    help="summarise the last run without running mutmut")
     args = p.parse_args(argv)
     started = time.perf_counter()
     chosen = [m for m in MODULES if m in args.module]
     if not args.report_only:
-        mutmut = Path(sys.executable).with_name("mutmut")
         for group, (mods, _) in GROUPS.items():
             mine = [m for m in mods if m in chosen]
             if not mine:
                 continue
             where = stage(group, mine)
             print(f"== mutmut over {', '.join(mine)} ({where.relative_to(REPO)})", flush=True)
-            # with a throwaway PostgreSQL server, as make test: the ledger's tests run on
-            # both backends, so its PostgreSQL-only code has tests too
-            res = subprocess.run(["bash", str(REPO / "scripts" / "with_test_postgres.sh"),
-                                  str(mutmut), "run", "--max-children",
-                                  str(args.max_children)], cwd=where,
-                                 env={**os.environ, "PATH": f"{Path(sys.executable).parent}"
-                                      f":{os.environ.get('PATH', '')}"})
-            if res.returncode not in (0, 1):
-                print(f"mutmut run exited {res.returncode}", file=sys.stderr)
-                return res.returncode
+            code = run_mutmut(where, args.max_children)
+            # mutmut keeps a survivor's verdict when tests are added: check those again
+            again = [k for statuses in outcomes(mine).values()
+                     for k, s in statuses.items() if s in ("survived", "no tests")]
+            if args.recheck and again and code in (0, 1):
+                print(f"== {len(again)} survivors against the current tests", flush=True)
+                code = run_mutmut(where, args.max_children, again)
+            if code not in (0, 1):
+                print(f"mutmut run exited {code}", file=sys.stderr)
+                return code
     seconds = time.perf_counter() - started
     report(outcomes(chosen), equivalent(), seconds)
     return 0
+
+
+def run_mutmut(where: Path, max_children: int, names: list[str] | None = None) -> int:
+    """``mutmut run`` in ``where`` (only ``names``, when given), with a throwaway
+    PostgreSQL server as in make test: the ledger's tests run on both backends, so its
+    PostgreSQL-only code meets its tests too."""
+    mutmut = Path(sys.executable).with_name("mutmut")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", str(REPO / "scripts" / "with_test_postgres.sh"),
+                           str(mutmut), "run", "--max-children", str(max_children),
+                           *(names or [])], cwd=where, env=env).returncode
 
 
 def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds: float) -> None:
