@@ -381,3 +381,17 @@ def test_the_table_reaches_forty_bits_into_each_tail() -> None:
         assert sampler.two_sided.thresholds.size == 2 * reach + 1
         assert sampler.geometric.first == 0 and sampler.geometric.thresholds.size == reach
     assert ExactSampler(100.0, 1).high == 1  # at least one entry each side, however large y
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"),
+                         PARAMETERS + [(0.3, 7), (1 / 3, 1), (2.0, 3), (0.7, 9)])
+def test_y_is_the_exact_ratio_rounded_down_at_100_digits(epsilon: float,
+                                                          sensitivity: int) -> None:
+    """y = epsilon / sensitivity from the double's exact value, rounded down to 100
+    significant digits: never above the nominal ratio (a = exp(-y) is then never smaller
+    than exp(-epsilon / sensitivity)) and within one unit of the 100th digit of it."""
+    y = ExactSampler(epsilon, sensitivity).y
+    exact = Fraction(epsilon) / sensitivity
+    assert len(y.as_tuple().digits) <= 100
+    unit = Fraction(10) ** (y.adjusted() - 99)
+    assert Fraction(y) <= exact < Fraction(y) + unit
