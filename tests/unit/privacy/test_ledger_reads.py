@@ -37,16 +37,17 @@ def ledger(ledger_url: str) -> Iterator[Ledger]:
 def test_derived_records_are_read_per_report_name_and_version(ledger: Ledger) -> None:
     ledger.record_derived("mobility", "x_1", SHA[0])
     ledger.record_derived("mobility", "x_1", SHA[1], replaces=SHA[0])
+    ledger.record_derived("mobility", "x_1", SHA[0], replaces=SHA[1])  # back to a version
     ledger.record_derived("mobility", "xy1", SHA[2])   # "_" is no wildcard in the prefix
     ledger.record_derived("mobility", "base", SHA[3])
     ledger.record_derived("symptoms", "x_1", SHA[4])
-    assert ledger.derived_versions("mobility", "x_1") == [SHA[0], SHA[1]]
-    assert ledger.derived_sha256("mobility", "x_1") == SHA[1]
+    assert ledger.derived_versions("mobility", "x_1") == [SHA[0], SHA[1], SHA[0]]
+    assert ledger.derived_sha256("mobility", "x_1") == SHA[0]
     assert ledger.derived_sha256("mobility", "nothing") is None
     assert ledger.derived_names("mobility") == ["base", "x_1", "xy1"]
     assert ledger.derived_names("other") == []
-    assert ledger.derived_current("mobility", "x_") == {"x_1": SHA[1]}
-    assert ledger.derived_current("mobility", "x") == {"x_1": SHA[1], "xy1": SHA[2]}
+    assert ledger.derived_current("mobility", "x_") == {"x_1": SHA[0]}
+    assert ledger.derived_current("mobility", "x") == {"x_1": SHA[0], "xy1": SHA[2]}
     assert ledger.derived_current("symptoms", "") == {"x_1": SHA[4]}
 
 
@@ -123,50 +124,64 @@ def test_the_ledger_text_exactly() -> None:
 
 
 def test_the_summary_text_exactly() -> None:
-    spends = [s for d in (1, 2, 3, 5) for s in (
+    spends = [s for d in (1, 2, 3, 4, 6) for s in (
         _spend(10 * d, "mobility", d, 1, "retail", 0.3),
         _spend(10 * d + 1, "mobility", d, 2, "parks", 0.2))]
-    spends.append(_spend(99, "mobility", 3, 2, "parks", 0.2, "EE-37", "renoise"))
+    spends.append(_spend(99, "mobility", 4, 2, "parks", 0.2, "EE-37", "renoise"))
     spends.append(_spend(98, "symptoms", 1, 0, "fever", 0.5))
     spends.append(_spend(97, "symptoms", 2, 0, "fever", 0.5))
     assert format_ledger_summary(spends, caps={"mobility": 0.6}).splitlines() == [
         "spent per report, date, level and metric (epsilon per user-day of the date):",
         "  report     dates                  lvl metric             scope        kind         "
         " spends  epsilon",
-        "  mobility   2020-03-01..2020-03-02   1 retail             *            noise        "
+        "  mobility   2020-03-01..2020-03-03   1 retail             *            noise        "
         "      1   0.3000",
-        "  mobility   2020-03-01..2020-03-02   2 parks              *            noise        "
+        "  mobility   2020-03-01..2020-03-03   2 parks              *            noise        "
         "      1   0.2000",
-        "  mobility   2020-03-03               1 retail             *            noise        "
+        "  mobility   2020-03-04               1 retail             *            noise        "
         "      1   0.3000",
-        "  mobility   2020-03-03               2 parks              *            noise        "
+        "  mobility   2020-03-04               2 parks              *            noise        "
         "      1   0.2000",
-        "  mobility   2020-03-03               2 parks              EE-37        renoise      "
+        "  mobility   2020-03-04               2 parks              EE-37        renoise      "
         "      1   0.2000",
-        "  mobility   2020-03-05               1 retail             *            noise        "
+        "  mobility   2020-03-06               1 retail             *            noise        "
         "      1   0.3000",
-        "  mobility   2020-03-05               2 parks              *            noise        "
+        "  mobility   2020-03-06               2 parks              *            noise        "
         "      1   0.2000",
         "  symptoms   2020-03-01..2020-03-02   0 fever              *            noise        "
         "      1   0.5000",
         "",
         "composed epsilon per user-day (basic composition over metrics and levels; delta = 0):",
-        "  mobility   2020-03-01..2020-03-02   0.5000  cap 0.6000, headroom 0.1000",
-        "  mobility   2020-03-03               0.7000  cap 0.6000, headroom -0.1000"
+        "  mobility   2020-03-01..2020-03-03   0.5000  cap 0.6000, headroom 0.1000",
+        "  mobility   2020-03-04               0.7000  cap 0.6000, headroom -0.1000"
         "  OVER THE CAP",
-        "  mobility   2020-03-05               0.5000  cap 0.6000, headroom 0.1000",
+        "  mobility   2020-03-06               0.5000  cap 0.6000, headroom 0.1000",
         "  symptoms   2020-03-01..2020-03-02   0.5000",
     ]
-    # at the cap (within float rounding) is not over it
+    # at the cap (within float rounding: 0.1 + 0.2 > 0.3) is not over it, nor is a total
+    # exactly at the tolerance above it
     at_cap = [_spend(1, "mobility", 1, 1, "a", 0.1), _spend(2, "mobility", 1, 1, "b", 0.2)]
     assert format_ledger_summary(at_cap, caps={"mobility": 0.3}).splitlines()[-1] == (
         "  mobility   2020-03-01               0.3000  cap 0.3000, headroom 0.0000")
+    edge = [_spend(1, "mobility", 1, 1, "a", 0.5 + 1e-9)]
+    assert "OVER" not in format_ledger_summary(edge, caps={"mobility": 0.5})
     # two spends of one slot add up in one line
     twice = [_spend(1, "mobility", 1, 1, "a", 0.1), _spend(2, "mobility", 1, 1, "a", 0.2)]
     assert format_ledger_summary(twice).splitlines()[2] == (
         "  mobility   2020-03-01               1 a                  *            noise        "
         "      2   0.3000")
     assert format_ledger_summary([]) == "(no spends)"
+
+
+def test_dates_are_one_range_while_their_spends_agree_to_12_decimals() -> None:
+    def days(*eps: float) -> list[str]:
+        spends = [_spend(i, "mobility", i + 1, 1, "a", e) for i, e in enumerate(eps)]
+        return [ln.split()[1] for ln in format_ledger_summary(spends).splitlines()[2:]
+                if ln.strip() and "composed" not in ln][:len(eps)]
+
+    assert days(0.3, 0.3000000000004)[0] == "2020-03-01..2020-03-02"
+    assert days(0.3, 0.300000000002)[:2] == ["2020-03-01", "2020-03-02"]
+    assert days(0.3, 0.4)[:2] == ["2020-03-01", "2020-03-02"]
 
 
 def test_a_url_is_shown_without_its_password() -> None:
