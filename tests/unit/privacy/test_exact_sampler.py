@@ -395,3 +395,13 @@ def test_y_is_the_exact_ratio_rounded_down_at_100_digits(epsilon: float,
     assert len(y.as_tuple().digits) <= 100
     unit = Fraction(10) ** (y.adjusted() - 99)
     assert Fraction(y) <= exact < Fraction(y) + unit
+
+
+def test_the_geometric_tail_carries_on_past_its_own_table() -> None:
+    """Past the geometric table, G = table size + G' (memorylessness), G' >= 1 here."""
+    sampler = exact_sampler(0.44, 1)
+    size = sampler.geometric.thresholds.size
+    top = 2 ** 64 - 1
+    g1 = exact_geometric_threshold(sampler, 0) + 1   # G' = 1
+    assert draw_one(sampler, [top, top, g1]) == ([sampler.high + 1 + size + 1], [])
+    assert draw_one(sampler, [0, top, g1]) == ([sampler.low - size - 1], [])

@@ -355,3 +355,24 @@ def test_keyed_generator_is_reproducible_and_keys_differ() -> None:
 
     np.testing.assert_array_equal(draw(TEST_KEY), draw(TEST_KEY))
     assert not np.array_equal(draw(TEST_KEY), draw(TEST_KEY + 1))
+
+
+def test_add_discrete_laplace_adds_exactly_the_drawn_noise() -> None:
+    """The noisy values are the values plus the sampler's draws, in order and shape (a
+    keyed generator makes both sides the same stream; the noise being symmetric, no
+    statistical test could tell plus from minus). Not statistical."""
+    from dp_ops.privacy.noise import add_discrete_laplace, noise_generator, sample_discrete_laplace
+
+    values = np.arange(12, dtype=np.int32).reshape(3, 4) * 100
+    noisy = add_discrete_laplace(values, epsilon=0.3, sensitivity=2, rng=noise_generator(key=11))
+    z = sample_discrete_laplace(12, epsilon=0.3, sensitivity=2, rng=noise_generator(key=11))
+    assert noisy.dtype == np.int64 and noisy.shape == (3, 4)
+    assert noisy.tolist() == (values.astype(np.int64) + z.reshape(3, 4)).tolist()
+    unsigned = add_discrete_laplace(np.array([5], np.uint8), epsilon=0.3, sensitivity=2,
+                                    rng=noise_generator(key=11))
+    assert unsigned.tolist() == [5 + int(z[0])]
+    with pytest.raises(TypeError) as err:
+        add_discrete_laplace(np.array([0.5]), epsilon=0.3, sensitivity=2,
+                             rng=noise_generator(key=11))
+    assert str(err.value) == ("values must be integers (got dtype float64); put real values "
+                              "on an integer grid first")
