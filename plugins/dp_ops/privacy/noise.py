@@ -217,24 +217,27 @@ class ExactSampler:
 
     # exact bits of 2^64 F(k) beyond the word, for the undecided draws
     def _cdf_bits(self, k: int, bits: int) -> int:
-        """``floor(2^bits F(k))``."""
+        """``floor(2^bits F(k))``, computed with ``guard`` more bits until certain."""
+        guard = 64
         while True:
             m = abs(k) + 1
-            lo_pow, hi_pow = _fixed_power_bounds(self.y, m, bits + 64)
-            lo, hi = _cdf_scaled_bounds(k, lo_pow, hi_pow, lo_pow[1], hi_pow[1], bits + 64)
-            if lo >> 64 == hi >> 64:
-                return lo >> 64
-            bits += 64
+            lo_pow, hi_pow = _fixed_power_bounds(self.y, m, bits + guard)
+            lo, hi = _cdf_scaled_bounds(k, lo_pow, hi_pow, lo_pow[1], hi_pow[1], bits + guard)
+            if lo >> guard == hi >> guard:
+                return lo >> guard
+            guard += 64
 
     def _geometric_bits(self, j: int, bits: int) -> int:
-        """``floor(2^bits (1 - a^(j+1)))``."""
+        """``floor(2^bits (1 - a^(j+1)))``, computed with ``guard`` more bits until
+        certain."""
+        guard = 64
         while True:
-            lo_pow, hi_pow = _fixed_power_bounds(self.y, j + 1, bits + 64)
-            one = 1 << (bits + 64)
+            lo_pow, hi_pow = _fixed_power_bounds(self.y, j + 1, bits + guard)
+            one = 1 << (bits + guard)
             lo, hi = one - hi_pow[j + 1], one - lo_pow[j + 1]
-            if lo >> 64 == hi >> 64:
-                return lo >> 64
-            bits += 64
+            if lo >> guard == hi >> guard:
+                return lo >> guard
+            guard += 64
 
     def sample(self, size: int, rng: np.random.Generator) -> NDArray[np.int64]:
         if size < 0:

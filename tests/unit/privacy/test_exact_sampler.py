@@ -405,3 +405,46 @@ def test_the_geometric_tail_carries_on_past_its_own_table() -> None:
     g1 = exact_geometric_threshold(sampler, 0) + 1   # G' = 1
     assert draw_one(sampler, [top, top, g1]) == ([sampler.high + 1 + size + 1], [])
     assert draw_one(sampler, [0, top, g1]) == ([sampler.low - size - 1], [])
+
+
+@pytest.mark.parametrize("which", ["cdf_word", "geometric_word", "cdf_bits", "geometric_bits"])
+def test_each_exact_fallback_raises_its_precision_until_certain(
+        which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each exact computation retries at a higher precision while its bounds straddle the
+    answer's last bit. Here the first attempt's bounds are widened past it; the retry must
+    give the very word of an undisturbed computation. Not statistical."""
+    from dp_ops.privacy import noise
+
+    sampler = ExactSampler(0.44, 1)
+    k, j = 3, 2
+    compute = {
+        "cdf_word": lambda: noise._exact_cdf_word(k, sampler.y, 384),
+        "geometric_word": lambda: noise._exact_geometric_word(j, sampler.y, 384),
+        "cdf_bits": lambda: sampler._cdf_bits(k, 128),
+        "geometric_bits": lambda: sampler._geometric_bits(j, 128),
+    }[which]
+    undisturbed = compute()
+    real = noise._fixed_power_bounds
+    calls: list[int] = []
+
+    def first_one_wide(y: object, count: int, bits: int) -> tuple[list[int], list[int]]:
+        lo, hi = real(y, count, bits)  # type: ignore[arg-type]
+        calls.append(bits)
+        if len(calls) == 1:
+            wide = 1 << (bits - 60)
+            return [lo[0]] + [v - wide for v in lo[1:]], [hi[0]] + [v + wide for v in hi[1:]]
+        return lo, hi
+
+    monkeypatch.setattr(noise, "_fixed_power_bounds", first_one_wide)
+    assert compute() == undisturbed
+    assert len(calls) == 2 and calls[1] > calls[0]
+
+
+def test_an_inversion_table_must_not_decrease() -> None:
+    from dp_ops.privacy.noise import _Inversion
+
+    with pytest.raises(ValueError) as err:
+        _Inversion.build(0, [1, 5, 4, 9], None)
+    assert str(err.value) == "thresholds must be non-decreasing"
+    ok = _Inversion.build(-1, [1, 5, 5, 9], None)
+    assert ok.first == -1 and ok.thresholds.tolist() == [1, 5, 5, 9]

@@ -376,3 +376,32 @@ def test_add_discrete_laplace_adds_exactly_the_drawn_noise() -> None:
                              rng=noise_generator(key=11))
     assert str(err.value) == ("values must be integers (got dtype float64); put real values "
                               "on an integer grid first")
+
+
+@pytest.mark.parametrize(("epsilon", "sensitivity"), [(0.1, 1), (0.44, 1), (0.22, 720),
+                                                      (5.0, 1)])
+def test_margin_is_the_smallest_m_at_every_boundary(epsilon: float, sensitivity: int) -> None:
+    """discrete_laplace_margin(alpha) is the smallest m >= 0 with P(|Z| > m) <= alpha, found
+    here by counting up, for alpha exactly at each tail value and one float either side
+    (where the closed form's rounding sends it to its correcting loops, up or down)."""
+    from dp_ops.privacy.noise import discrete_laplace_margin, discrete_laplace_tail
+
+    def tail(m: int) -> float:
+        return float(discrete_laplace_tail(m, epsilon=epsilon, sensitivity=sensitivity))
+
+    def smallest(alpha: float, near: int) -> int:
+        m = max(0, near - 3)            # counting up from below the answer
+        assert m == 0 or tail(m - 1) > alpha
+        while tail(m) > alpha:
+            m += 1
+        return m
+
+    ms = range(0, 40) if sensitivity == 1 else range(0, 40 * 720, 719)
+    for m in ms:
+        t = tail(m)
+        for alpha in (t, math.nextafter(t, 0), math.nextafter(t, 1)):
+            if 0 < alpha < 1:
+                got = discrete_laplace_margin(alpha, epsilon=epsilon, sensitivity=sensitivity)
+                assert got == smallest(alpha, m), (m, alpha)
+    if epsilon == 5.0:  # a wide alpha: no margin at all
+        assert discrete_laplace_margin(0.9, epsilon=5.0, sensitivity=1) == 0
