@@ -145,3 +145,15 @@ def test_the_pipeline_role_waits_for_the_owners_migration(pg_schema: tuple[str, 
         assert app.ledger_id == "0f0e0d0c-0000-4000-8000-000000000002" and app.verify().ok
     finally:
         app.dispose()
+
+
+def test_roles_are_refused_on_sqlite(tmp_path: Any) -> None:
+    from dp_ops.privacy.ledger_schema import grant_pipeline_role
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/x.sqlite")
+    try:
+        with engine.connect() as conn, pytest.raises(ValueError) as err:
+            grant_pipeline_role(conn, "pipeline")
+    finally:
+        engine.dispose()
+    assert str(err.value) == "roles are a PostgreSQL matter; SQLite has none"
