@@ -189,3 +189,46 @@ def test_a_url_is_shown_without_its_password() -> None:
         "postgresql+psycopg://dp:***@db:5432/ledger")
     assert safe_url("sqlite:////data/ledger.sqlite") == "sqlite:////data/ledger.sqlite"
     assert safe_url("not a url") == "(the configured ledger URL)"
+
+
+def test_a_spend_carries_its_stored_record(ledger: Ledger) -> None:
+    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1),
+                    SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "b"), 0.1)],
+                   run_id="r", kind="noise", cap=1.0, method_version="v1")
+    first, second = ledger.spends()
+    ledger.record_stored(first.id, SHA[0], 7)
+    assert [(s.stored_sha256, s.stored_cells) for s in ledger.spends()] == [(SHA[0], 7),
+                                                                           (None, None)]
+
+
+def test_the_databases_refusals_say_what_was_refused(ledger_url: str) -> None:
+    import sqlalchemy as sa
+
+    from dp_ops.privacy.ledger_schema import VERSION_TABLE
+
+    led = Ledger(ledger_url)
+    led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
+                run_id="r", kind="noise", cap=1.0, method_version="v1")
+    led.dispose()
+    sqlite = ledger_url.startswith("sqlite")
+    forward = "the ledger migration version only moves forward: "
+    cases = [
+        ("UPDATE budget_spend SET epsilon = 0",
+         "the ledger is append-only: UPDATE of budget_spend refused"),
+        ("DELETE FROM budget_spend", "the ledger is append-only: DELETE of budget_spend refused"),
+        (f"DELETE FROM {VERSION_TABLE}", forward + "DELETE refused"),
+        (f"UPDATE {VERSION_TABLE} SET version_num = '0001'",
+         forward + ("UPDATE to an earlier or the same revision refused" if sqlite
+                    else "UPDATE refused")),
+        (f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('0003')",
+         forward + ("INSERT of a second row refused" if sqlite else "INSERT refused")),
+    ]
+    engine = sa.create_engine(ledger_url)
+    try:
+        for statement, message in cases:
+            with pytest.raises(sa.exc.DBAPIError) as err:
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(statement)
+            assert message in str(err.value), statement
+    finally:
+        engine.dispose()
