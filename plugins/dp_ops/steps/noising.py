@@ -124,19 +124,32 @@ def read_stored(path: Path, spend: Spend) -> pa.Table:
         raise NoiseNotStored(f"{what}: the ledger recorded no stored noise for it; a file "
                              f"at {path} is never read unrecorded. Rerun the noise step for "
                              f"{spend.slot.day} (it reuses the spend and costs nothing more)")
-    recorded = (spend.stored_sha256, spend.stored_cells)
     # the recorded draw may still be pending (its writer is between the ledger record and
-    # the move, or crashed there): then it is moved into place over whatever is there
-    data = read_as_recorded(path, lambda b: _digest(b) == recorded)
+    # the move, or crashed there): then it is moved into place over whatever is there.
+    # Compared by sha256 before anything is parsed: a pending file left half-written by a
+    # crash, or garbage planted at the path, is refused, never handed to the Parquet reader
+    data = read_as_recorded(path, lambda b: _sha256(b) == spend.stored_sha256)
     if data is None:
         raise NoiseTampered(f"{what}: its stored noise {path} is missing; {remedy}")
-    digest, cells = _digest(data)
-    if (digest, cells) != recorded:
+    digest = _sha256(data)
+    if digest != spend.stored_sha256:
         raise NoiseTampered(f"{what}: {path} is not the file stored for it (sha256 "
-                            f"{digest[:16]}..., {cells} cells; recorded "
-                            f"{str(spend.stored_sha256)[:16]}..., {spend.stored_cells}); "
-                            f"{remedy}")
+                            f"{digest[:16]}..., {_cells_text(data)}; recorded "
+                            f"{str(spend.stored_sha256)[:16]}..., {spend.stored_cells} "
+                            f"cells); {remedy}")
+    # the very bytes recorded (and parsed when they were): their cell count is the record's
     return pq.read_table(pa.BufferReader(data))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _cells_text(data: bytes) -> str:
+    try:
+        return f"{_digest(data)[1]} cells"
+    except (pa.ArrowInvalid, OSError):
+        return "not a Parquet file"
 
 
 def verify_stored(path: Path, spend: Spend) -> None:
@@ -195,12 +208,6 @@ def domain_keys(plan: NoisePlan, regions: pd.DataFrame, spend: Spend
     else:
         ids = [spend.slot.region_scope]
     return level, ids, list(plan.group_cells[spend.slot.metric])
-
-
-def domain_cells(plan: NoisePlan, regions: pd.DataFrame, spend: Spend) -> pa.Table:
-    """Every (level, region_id, metric) cell the spend covers: the public domain, which
-    does not depend on the data."""
-    return domain_table(*domain_keys(plan, regions, spend))
 
 
 def domain_table(level: int, ids: list[str], metrics: list[str]) -> pa.Table:

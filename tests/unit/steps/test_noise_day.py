@@ -306,3 +306,98 @@ def test_load_noisy_cells_keeps_the_latest_value_of_the_day(
     with pytest.raises(NoiseNotStored) as err:
         noising.load_noisy_cells(root, "mobility", DAY, other)
     assert str(err.value) == f"no noisy values for {DAY}: run the noise step first"
+
+
+def test_a_recorded_draw_left_pending_is_moved_into_place(home: tuple[DataRoot, str]) -> None:
+    """A writer that crashed between the ledger record and the move left its file under
+    its pending name: the reader takes the recorded one and moves it into place."""
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    spend = _spends(root, url)[0]
+    target = noising.noise_file(root, spend)
+    data = target.read_bytes()
+    stray = target.with_name(f".{target.name}.1-aaaaaaaa.pending")
+    stray.write_bytes(data + b"not this one")   # another writer's unrecorded draw
+    target.rename(target.with_name(f".{target.name}.2-bbbbbbbb.pending"))
+    assert noising.read_stored(target, spend).num_rows == 2 * 1  # level 0: DM x {x, y}
+    assert target.read_bytes() == data
+
+
+def test_stored_noise_that_does_not_verify_is_named_with_its_remedy(
+        home: tuple[DataRoot, str]) -> None:
+    root, url = home
+    long_run = "scheduled__2020-03-03T00:00:00+00:00__and_more_than_forty"
+    noising.noise_day(root, PLAN, DAY, run_id=long_run, ledger_url=url)
+    spend = _spends(root, url)[0]
+    target = noising.noise_file(root, spend)
+    what = (f"ledger spend {spend.id} (mobility/2020-03-02/level 0/a/region *, noise, run "
+            f"{long_run[:40]!r})")
+    remedy = ("noise is never redrawn silently (a redraw would be a free second release): "
+              "restore the file from a backup of the data root, or re-noise that region-day "
+              "explicitly with a reason (it is paid again); OPERATIONS.md, 'stored noise does "
+              "not verify'")
+    pq.write_table(pq.read_table(target).slice(0, 1), target)  # one cell fewer
+    sha, cells = noising.file_digest(target)
+    with pytest.raises(NoiseTampered) as err:
+        noising.read_stored(target, spend)
+    assert str(err.value) == (
+        f"{what}: {target} is not the file stored for it (sha256 {sha[:16]}..., {cells} "
+        f"cells; recorded {spend.stored_sha256[:16]}..., {spend.stored_cells} cells); "
+        f"{remedy}")
+    target.write_bytes(b"garbage")
+    with pytest.raises(NoiseTampered, match=r"\(sha256 [0-9a-f]{16}\.\.\., not a Parquet file;"):
+        noising.read_stored(target, spend)
+    target.unlink()
+    with pytest.raises(NoiseTampered) as err:
+        noising.read_stored(target, spend)
+    assert str(err.value) == f"{what}: its stored noise {target} is missing; {remedy}"
+
+
+def test_a_region_without_renoise_runs_the_whole_day_and_records_the_policy(
+        home: tuple[DataRoot, str]) -> None:
+    """``region`` alone (no re-noise) is validated but spends the whole day, as a daily run;
+    the plan's policy terms are recorded with the first spend; a daily run records no
+    reason."""
+    root, url = home
+    plan = NoisePlan(**{**PLAN.__dict__, "policy_terms": {"max_places": 4.0}})
+    noising.noise_day(root, plan, DAY, run_id="run-1", ledger_url=url, region="DM-01-001")
+    spends = _spends(root, url)
+    assert {s.slot.region_scope for s in spends} == {ALL_REGIONS} and len(spends) == 6
+    assert {s.reason for s in spends} == {""}
+    with closing_ledger(open_ledger(root, url)) as led:
+        policy = led.policy("mobility")
+    assert policy is not None and policy.terms == {"max_places": 4.0}
+
+
+def test_load_noisy_cells_reads_in_any_order(home: tuple[DataRoot, str]) -> None:
+    """Spends of other days first, a superseded generation listed after the one that
+    replaced it: neither stops nor misleads the reading."""
+    root, url = home
+    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    for run, repeat in (("run-2", False), ("run-3", True)):
+        approve_renoise(root, url, PLAN, DAY, "DM", "why", run_id=run, repeat=repeat)
+        noising.noise_day(root, PLAN, DAY, run_id=run, ledger_url=url, region="DM",
+                          renoise=True, reason="why", repeat_renoise=repeat)
+    spends = _spends(root, url)
+
+    def canonical(cells: pd.DataFrame) -> pd.DataFrame:
+        assert list(cells.columns) == noising.NOISE_SCHEMA.names
+        assert list(cells.index) == list(range(len(cells)))
+        return cells.sort_values(["level", "region_id", "metric"]).reset_index(drop=True)
+
+    expected = canonical(noising.load_noisy_cells(root, "mobility", DAY, spends))
+    latest = {s.slot.metric: s.id for s in spends if s.run_id == "run-3"}
+    by_cell = expected.set_index(["level", "region_id", "metric"])["spend_id"]
+    assert by_cell[(0, "DM", "x")] == latest["a"] and by_cell[(0, "DM", "z")] == latest["b"]
+    later = [Spend(99, Slot("mobility", date(2020, 3, 3), 0, "a"), 0, 1.0, "noise", "v1",
+                   "r", "", "t")]
+    got = noising.load_noisy_cells(root, "mobility", DAY, later + list(reversed(spends)))
+    pd.testing.assert_frame_equal(canonical(got), expected)
+    # generation 0 as if its run had died before storing, listed after generation 1: it
+    # was paid for and never seen, so it is skipped, not an error
+    unstored = [Spend(s.id, s.slot, s.generation, s.epsilon, s.kind, s.method_version,
+                      s.run_id, s.reason, s.created_at) if s.run_id == "run-2" else s
+                for s in spends]
+    got = noising.load_noisy_cells(root, "mobility", DAY, unstored + [
+        s for s in unstored if s.run_id == "run-2"])
+    assert set(got["spend_id"]) == set(expected["spend_id"])
