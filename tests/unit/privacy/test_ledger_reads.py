@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import date
+from typing import Any
 
 import pytest
 from approvals import approve, request_of
@@ -232,3 +233,45 @@ def test_the_databases_refusals_say_what_was_refused(ledger_url: str) -> None:
             assert message in str(err.value), statement
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cap": 0.0}, "cap=0.0: must be a finite number > 0"),
+    ({"cap": -1.0}, "cap=-1.0: must be a finite number > 0"),
+    ({"cap": float("inf")}, "cap=inf: must be a finite number > 0"),
+    ({"cap": float("nan")}, "cap=nan: must be a finite number > 0"),
+    ({"terms": {"max_places": 0.0}}, "max_places=0.0: must be a finite number > 0"),
+    ({"terms": {"max_places": float("inf")}}, "max_places=inf: must be a finite number > 0"),
+    ({"terms": {"max_places": "4"}}, "max_places='4': must be a finite number > 0"),
+    ({"terms": {"other": 1.0, "more": 2.0}},
+     "more, other: not a term of mobility's policy (known: max_hours, max_places)"),
+    ({"reason": ""}, "reason='': say why the policy changes; it is recorded"),
+])
+def test_a_policy_change_is_refused_with_what_was_wrong(ledger: Ledger, kw: dict[str, Any],
+                                                        message: str) -> None:
+    from dp_ops.errors import BadRequest
+
+    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
+                   run_id="r", kind="noise", cap=1.0, method_version="v1",
+                   terms={"max_places": 4.0, "max_hours": 24.0})
+    with pytest.raises(BadRequest) as err:
+        ledger.set_policy("mobility", **{"reason": "why", "run_id": "op", **kw})
+    assert str(err.value) == message
+    assert len(ledger.policies()) == 1
+
+
+def test_a_cap_below_a_spent_date_is_refused_naming_the_date(ledger: Ledger) -> None:
+    from dp_ops.errors import BadRequest, BudgetExceeded
+
+    with pytest.raises(BadRequest) as err:
+        ledger.set_policy("mobility", reason="why", run_id="op", cap=0.5)
+    assert str(err.value) == ("report 'mobility' has no recorded policy yet: its first spend "
+                              "records the configured one")
+    for day, eps in ((1, 0.25), (2, 0.375), (3, 0.125)):
+        ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, day), 1, "a"), eps)],
+                       run_id="r", kind="noise", cap=1.0, method_version="v1")
+    with pytest.raises(BudgetExceeded) as exceeded:
+        ledger.set_policy("mobility", reason="why", run_id="op", cap=0.3)
+    assert str(exceeded.value) == ("cap=0.3: date 2020-03-02 of mobility has already spent "
+                                   "0.375000 per user-day; a cap below that would leave it over")
+    assert ledger.set_policy("mobility", reason="why", run_id="op", cap=0.375).cap == 0.375
