@@ -426,3 +426,60 @@ def test_verify_reads_one_snapshot_while_others_write(ledger_url: str) -> None:
         reader.dispose()
     assert not errors and not problems, (errors, problems[:3])
     assert checks >= 15  # one verify started in each of the 15 blocks of 10 spends
+
+
+def test_verify_names_each_kind_of_tampering_exactly(used: Ledger, ledger_url: str) -> None:
+    """One tamper at a time (guards dropped, rolled back): the exact problem verification
+    reports, and how many chain entries it read before stopping."""
+    from dp_ops.privacy.ledger_schema import GENESIS, _unkeyed_link
+
+    engine = _make_engine(ledger_url)
+    try:
+        with engine.connect() as conn:
+            chain = [tuple(r) for r in conn.exec_driver_sql(
+                "SELECT seq, tbl, row_id, row_sha256, chain_sha256 FROM ledger_chain "
+                "ORDER BY seq")]
+            whole = verify_chain(conn, used.key())
+        assert (whole.entries, whole.head, whole.problem) == (len(chain), chain[-1][4], None)
+        seq1, tbl1, id1, row1, _ = chain[0]
+        _, tbl2, id2, _, _ = chain[1]
+        key1 = CHAINED[tbl1][1]
+        plain = _unkeyed_link(GENESIS, 1, tbl1, id1, row1)
+        cases = [
+            ("ledger_chain", "DELETE FROM ledger_chain WHERE seq = 2", 2,
+             "chain entry 2 is missing (the next is 3): an entry was deleted"),
+            ("ledger_chain", "UPDATE ledger_chain SET tbl = 'nowhere' WHERE seq = 1", 1,
+             f"chain entry 1 (nowhere {id1}): names no ledger table"),
+            ("ledger_chain", f"UPDATE ledger_chain SET chain_sha256 = '{plain}' WHERE seq = 1", 1,
+             f"chain entry 1 ({tbl1} {id1}): its link is a plain sha256, not a MAC under a "
+             "ledger key: the ledger was written before links were keyed and cannot be "
+             "verified against anything secret. Keep it for the record and start a new ledger "
+             "with a new data root"),
+            ("ledger_chain", f"UPDATE ledger_chain SET chain_sha256 = '{'0' * 64}' WHERE seq = 1",
+             1, f"chain entry 1 ({tbl1} {id1}): its link does not verify under this process's "
+             "ledger key: the key is not the one this ledger was created with (DP_LEDGER_KEY, "
+             "DP_LEDGER_KEY_FILE or the dp_ledger_key connection), or the chain was rewritten"),
+            ("ledger_chain", f"UPDATE ledger_chain SET chain_sha256 = '{'0' * 64}' WHERE seq = 2",
+             2, f"chain entry 2 ({tbl2} {id2}): its link does not commit to the entry before "
+             "it under the ledger key: the chain was edited"),
+            (tbl1, f"DELETE FROM {tbl1} WHERE {key1} = {id1}", 1,
+             f"chain entry 1 ({tbl1} {id1}): the row is missing: it was deleted"),
+            (tbl1, f"UPDATE {tbl1} SET created_at = 'x' WHERE {key1} = {id1}", 1,
+             f"chain entry 1 ({tbl1} {id1}): the row differs from what was recorded when it "
+             "was written: it was edited"),
+            ("ledger_chain", f"DELETE FROM ledger_chain WHERE seq = {len(chain)}", len(chain) - 1,
+             f"{chain[-1][1]} {chain[-1][2]}: the row has no chain entry: it was inserted "
+             "behind the ledger's back, or its entry was deleted"),
+        ]
+        for tbl, statement, entries, problem in cases:
+            with engine.connect() as conn:
+                trans = conn.begin()
+                try:
+                    _drop_guard(conn, tbl)
+                    conn.exec_driver_sql(statement)
+                    check = verify_chain(conn, used.key())
+                    assert (check.entries, check.problem) == (entries, problem), statement
+                finally:
+                    trans.rollback()
+    finally:
+        engine.dispose()
