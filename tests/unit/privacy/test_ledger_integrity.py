@@ -483,3 +483,45 @@ def test_verify_names_each_kind_of_tampering_exactly(used: Ledger, ledger_url: s
                     trans.rollback()
     finally:
         engine.dispose()
+
+
+def test_missing_guards_names_a_dropped_or_disabled_trigger(used: Ledger,
+                                                            ledger_url: str) -> None:
+    from dp_ops.privacy.ledger_schema import missing_guards, trigger_names
+
+    engine = _make_engine(ledger_url)
+    try:
+        with engine.connect() as conn:
+            assert missing_guards(conn) == []
+            dialect = conn.dialect.name
+            conn.rollback()
+            trans = conn.begin()
+            try:
+                _drop_guard(conn, "budget_spend")
+                gone = missing_guards(conn)
+            finally:
+                trans.rollback()
+    finally:
+        engine.dispose()
+    expected = (["budget_spend_no_update", "budget_spend_no_delete"] if dialect == "sqlite"
+                else [n for n in trigger_names(dialect) if n.startswith("budget_spend")])
+    assert gone and sorted(gone) == sorted(expected)
+
+
+def test_a_derived_file_replaced_behind_the_ledgers_back_is_refused(used: Ledger,
+                                                                    ledger_url: str) -> None:
+    from dp_ops.errors import DerivedStateConflict
+
+    with pytest.raises(DerivedStateConflict) as err:
+        used.record_derived("symptoms", "scaling_factors", "d" * 64, replaces="b" * 64)
+    assert str(err.value) == (
+        f"symptoms/scaling_factors: the ledger's current version is sha256 {'c' * 64}, not "
+        f"{'b' * 64}; a derived file is never replaced behind the ledger's back")
+    engine = _make_engine(ledger_url)
+    try:
+        with engine.connect() as conn:
+            assert [tuple(r) for r in conn.exec_driver_sql(
+                "SELECT sha256, replaces FROM derived_state WHERE name = 'scaling_factors' "
+                "ORDER BY id")] == [("b" * 64, ""), ("c" * 64, "b" * 64)]
+    finally:
+        engine.dispose()
