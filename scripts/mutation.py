@@ -217,7 +217,7 @@ def run_mutmut(where: Path, max_children: int, names: list[str] | None = None) -
 
 def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds: float) -> None:
     commits = set()
-    for module in by_module:
+    for module in (m for m, statuses in by_module.items() if statuses):
         staged = STAGES / group_of(module) / "staged_commit"
         commits.add(staged.read_text().strip() if staged.is_file() else "unknown")
     commit = ", ".join(sorted(commits))
@@ -243,14 +243,17 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
     (RESULTS / "mutation.json").write_text(json.dumps(
         {"commit": commit, "date": stamp, "seconds": round(seconds), "score": round(score, 4),
          "modules": rows, "survivors": survivors, "stale_equivalents": stale}, indent=2) + "\n")
+    not_run = [str(r["module"]) for r in rows if r["score"] is None]
     lines = [f"Mutation score, commit {commit}, {stamp} (`make mutation`, mutmut, fast tests):"
              f" {killed} of {total - listed} killed = {score:.1%} ({listed} listed "
-             f"equivalent; {seconds:.0f} s)", "",
+             f"equivalent; {seconds:.0f} s)" + (f"; not run yet: {', '.join(not_run)}"
+                                                 if not_run else ""), "",
              "| module | mutants | killed | equivalent | survived | no fast test | not checked "
              "| score |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['equivalent']} | "
               f"{r['survived']} | {r['no_tests']} | {r['not_checked']} | "
-              f"{'' if r['score'] is None else format(r['score'], '.1%')} |" for r in rows]
+              f"{'not run yet' if r['score'] is None else format(r['score'], '.1%')} |"
+              for r in rows]
     lines += ["", f"Surviving mutants ({len(survivors)}; `cd .mutation/GROUP && "
               "../../.venv/bin/mutmut show NAME` prints one):", ""]
     lines += [f"- {s['mutant']} ({s['status']})" for s in survivors]
