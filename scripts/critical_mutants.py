@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - started
     killed = sum(r["outcome"] == "killed" for r in rows)
     print(f"{killed} of {len(rows)} critical mutants killed in {total:.0f} s")
-    write_results(rows, total)
+    if not args.only:  # a partial run leaves the whole set's last results as they are
+        write_results(rows, total)
     return 0 if killed == len(rows) else 1
 
 

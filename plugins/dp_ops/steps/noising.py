@@ -106,7 +106,7 @@ def file_digest(path: Path) -> tuple[str, int]:
 
 
 def _digest(data: bytes) -> tuple[str, int]:
-    return (hashlib.sha256(data).hexdigest(),
+    return (_sha256(data),
             pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows)
 
 
