@@ -68,7 +68,8 @@ GROUPS = {
     "privacy": (["noise", "ledger", "ledger_schema", "ledger_key"], ["tests/unit/privacy"]),
     "steps": (["noising"], ["tests/unit/steps", "tests/unit/reports/mobility/test_estimates.py"]),
     "reports": (["inference", "mobility_suites", "symptoms_suites", "mobility_estimates",
-                 "symptoms_reliability"], ["tests/unit/reports"]),
+                 "symptoms_reliability"],
+                ["tests/unit/reports", "tests/unit/privacy/test_inference.py"]),
 }
 KILLED = {"killed", "timeout", "caught by type check"}
 # a test that runs longer than this under a mutant has been made to hang (the slowest fast
