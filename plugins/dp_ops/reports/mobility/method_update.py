@@ -62,6 +62,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -69,13 +70,14 @@ import pandas as pd
 
 from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.inference import discrete_laplace_sum, ratio_edges, ratio_test
+from dp_ops.privacy.inference import RatioTest, discrete_laplace_sum, ratio_edges, ratio_test
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     COUNT_CATEGORY_CELLS,
     RATIO_HIGHEST,
     RATIO_START,
+    NoiseKey,
     noise_law_cells,
 )
 from dp_ops.reports.mobility.noising import GROUP_CELLS
@@ -202,6 +204,15 @@ def to_categories(sums: pd.DataFrame, categories: Sequence[str], value: str) -> 
     return pd.concat(parts, ignore_index=True)
 
 
+@lru_cache(maxsize=64)
+def factor_test(n_key: NoiseKey, g_key: NoiseKey, alpha: float) -> RatioTest:
+    """The level-``alpha`` test of a factor ``s_n / s_g`` with these noise keys (module
+    docstring, Intervals); built once per key, as it depends on nothing else."""
+    return ratio_test(discrete_laplace_sum(noise_law_cells(n_key)),
+                      discrete_laplace_sum(noise_law_cells(g_key)), alpha=alpha,
+                      edges=ratio_edges(0.0, RATIO_START, RATIO_HIGHEST), bounded=False)
+
+
 def scaling_factors(s_g: pd.DataFrame, s_n: pd.DataFrame, *, alpha: float) -> pd.DataFrame:
     """Join ``s_g`` and ``s_n`` per group and form the factor ``s_n / s_g`` and its
     level-``alpha`` hull (module docstring, Intervals); NaN factor when either sum is not
@@ -226,10 +237,7 @@ def scaling_factors(s_g: pd.DataFrame, s_n: pd.DataFrame, *, alpha: float) -> pd
         rows = live[idx]
         n_key = (int(key[0]), float(key[1]), int(key[2]))
         g_key = (int(key[3]), float(key[4]), int(key[5]))
-        test = ratio_test(discrete_laplace_sum(noise_law_cells(n_key)),
-                          discrete_laplace_sum(noise_law_cells(g_key)), alpha=alpha,
-                          edges=ratio_edges(0.0, RATIO_START, RATIO_HIGHEST), bounded=False)
-        lo[rows], hi[rows] = test.hull(n[rows], g[rows])
+        lo[rows], hi[rows] = factor_test(n_key, g_key, alpha).hull(n[rows], g[rows])
     empty = ~(lo <= hi)
     out["factor_lo"] = np.where(ok & ~empty, np.maximum(lo, 0.0), np.nan)
     out["factor_hi"] = np.where(ok & ~empty, hi, np.nan)
