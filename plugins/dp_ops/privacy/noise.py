@@ -52,6 +52,8 @@ import numpy as np
 from numpy.typing import NDArray
 from randomgen import AESCounter
 
+from dp_ops.privacy.plan import MAX_EPSILON_PER_SENSITIVITY
+
 _WORD_BITS = 64
 _GUIDE_BITS = 20          # a guide table on the top 20 bits of U finds the bucket
 _FIXED_BITS = 192         # fixed-point precision of the thresholds (certified)
@@ -71,6 +73,10 @@ def discrete_laplace_a(epsilon: float, sensitivity: int) -> float:
         raise ValueError(f"epsilon={epsilon!r}: must be a finite number > 0")
     if sensitivity < 1:
         raise ValueError(f"sensitivity={sensitivity!r}: must be an integer >= 1")
+    if epsilon / sensitivity > MAX_EPSILON_PER_SENSITIVITY:
+        raise ValueError(f"epsilon={epsilon!r}, sensitivity={sensitivity!r}: epsilon / "
+                         f"sensitivity must be at most {MAX_EPSILON_PER_SENSITIVITY:g} "
+                         "(beyond it the noise is zero: no privacy)")
     return math.exp(-epsilon / sensitivity)
 
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Beyond this epsilon per unit of sensitivity a = exp(-epsilon / sensitivity) is below the
+# smallest normal double: the noise would be zero at any precision carried (no privacy at
+# all), and the exact sampler's expansions grow with it. Configs and the noise refuse it.
+MAX_EPSILON_PER_SENSITIVITY = 700.0
+
 
 @dataclass(frozen=True)
 class MetricBudget:

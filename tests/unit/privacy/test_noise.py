@@ -194,6 +194,21 @@ def test_rejects_bad_epsilon(bad: float) -> None:
         discrete_laplace_pmf(0, epsilon=bad, sensitivity=1)
 
 
+def test_rejects_an_epsilon_per_sensitivity_above_700() -> None:
+    """Above 700 the noise is zero at any precision (and the exact sampler's expansions
+    would run for minutes): refused with both parameters named; 700 itself is taken."""
+    msg = ("epsilon=1400.5, sensitivity=2: epsilon / sensitivity must be at most 700 "
+           "(beyond it the noise is zero: no privacy)")
+    with pytest.raises(ValueError) as err:
+        sample_discrete_laplace(3, epsilon=1400.5, sensitivity=2, rng=noise_generator(key=1))
+    assert str(err.value) == msg
+    with pytest.raises(ValueError, match="at most 700"):
+        discrete_laplace_pmf(0, epsilon=1e6, sensitivity=1)
+    draws = sample_discrete_laplace(1000, epsilon=1400.0, sensitivity=2,
+                                    rng=noise_generator(key=1))
+    assert not draws.any()  # P(Z != 0) = 2 exp(-700) / (1 + exp(-700))
+
+
 def test_rejects_bad_sensitivity() -> None:
     with pytest.raises(ValueError, match="sensitivity"):
         sample_discrete_laplace(3, epsilon=1.0, sensitivity=0, rng=noise_generator(key=1))
