@@ -1,0 +1,145 @@
+"""What ``Ledger.reserve`` refuses and records, pinned exactly: every refusal's text (an
+operator acts on it), the first-use policy row as stored, which earlier spends a slot
+reuses, and the cap compared at its exact edge. On SQLite and, with a server, on
+PostgreSQL (conftest.py). No test here is statistical."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import date
+
+import pytest
+import sqlalchemy as sa
+from approvals import request_of
+
+from dp_ops.errors import ApprovalMissing, BudgetExceeded, PolicyMismatch
+from dp_ops.privacy import ledger as ledger_module
+from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest, cap_refusal
+
+DAY = date(2020, 3, 1)
+SLOT = Slot("mobility", DAY, 1, "a")
+TERMS = {"max_places": 4.0, "max_hours": 24.0}
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    led = Ledger(ledger_url)
+    yield led
+    led.dispose()
+
+
+def noise(ledger: Ledger, *slots: Slot, eps: float = 0.1, cap: float = 1.0,
+          run_id: str = "r") -> set[int]:
+    got = ledger.reserve([SpendRequest(s, eps) for s in slots], run_id=run_id, kind="noise",
+                         cap=cap, method_version="v1", terms=TERMS)
+    return {s.id for s in got.spends}
+
+
+def test_a_reservation_without_a_reason_records_an_empty_one(ledger: Ledger) -> None:
+    noise(ledger, SLOT)
+    assert [s.reason for s in ledger.spends()] == [""]
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cap": 0.0}, "cap=0.0: must be a finite number > 0"),
+    ({"cap": -1.0}, "cap=-1.0: must be a finite number > 0"),
+    ({"cap": float("inf")}, "cap=inf: must be a finite number > 0"),
+    ({"requests": [SpendRequest(SLOT, 0.1), SpendRequest(SLOT, 0.2)]},
+     f"slot {SLOT.describe()} is requested twice in one reservation"),
+    ({"approval": "given"}, "kind='noise' needs no approval; one was given"),
+])
+def test_a_malformed_reservation_is_refused_with_what_was_wrong(
+        ledger: Ledger, kw: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {"requests": [SpendRequest(SLOT, 0.1)], "run_id": "r",
+                               "kind": "noise", "cap": 1.0, "method_version": "v1", **kw}
+    if args.get("approval") == "given":
+        args["approval"] = request_of([SpendRequest(SLOT, 0.1)], kind="renoise",
+                                      reason="why", method_version="v1")
+    with pytest.raises(ValueError) as err:
+        ledger.reserve(**args)  # type: ignore[arg-type]
+    assert str(err.value) == message
+    assert ledger.spends() == []
+
+
+def test_a_renoise_without_its_approved_request_is_refused(ledger: Ledger) -> None:
+    with pytest.raises(ApprovalMissing) as err:
+        ledger.reserve([SpendRequest(Slot("mobility", DAY, 1, "a", "R1"), 0.1)],
+                       run_id="run-7", kind="renoise", cap=1.0, method_version="v1",
+                       reason="why")
+    assert str(err.value) == ("a renoise reservation by run 'run-7' came without the request "
+                              "its approver approved; nothing was spent")
+
+
+def test_the_first_spend_records_the_configured_policy_as_written(ledger: Ledger,
+                                                                  ledger_url: str) -> None:
+    noise(ledger, SLOT)
+    [policy] = ledger.policies()
+    assert (policy.report, policy.cap, policy.terms, policy.run_id, policy.reason) == \
+        ("mobility", 1.0, {"max_hours": 24.0, "max_places": 4.0}, "r",
+         "first use: the configured policy")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", policy.created_at)
+    engine = sa.create_engine(ledger_url)
+    try:
+        with engine.connect() as conn:
+            terms, created = conn.execute(sa.text(
+                "SELECT terms, created_at FROM report_policy")).one()
+    finally:
+        engine.dispose()
+    assert terms == '{"max_hours":24.0,"max_places":4.0}'  # compact, sorted: it is hashed
+    assert str(created) == policy.created_at
+
+
+def test_a_process_with_another_policy_is_refused_with_the_recorded_one(
+        ledger: Ledger) -> None:
+    noise(ledger, SLOT)
+    created = ledger.policies()[0].created_at
+    with pytest.raises(PolicyMismatch) as err:
+        ledger.reserve([SpendRequest(Slot("mobility", DAY, 2, "a"), 0.1)], run_id="r2",
+                       kind="noise", cap=2.0, method_version="v1",
+                       terms={"max_places": 5.0, "max_hours": 24.0})
+    assert str(err.value) == (
+        "report 'mobility': this process's configuration differs from the privacy policy "
+        "recorded in the ledger (cap: recorded 1.0, configured 2.0; max_places: recorded "
+        f"4.0, configured 5.0); recorded {created} by 'r' ('first use: the configured "
+        "policy'). Nothing was spent. To change the policy, record it first with `python -m "
+        "dp_ops ledger set-cap` or `set-epsilon` (with a reason), then run with the matching "
+        "configuration")
+    assert len(ledger.spends()) == 1
+
+
+@pytest.mark.parametrize("other", [
+    Slot("symptoms", DAY, 1, "a"),          # another report
+    Slot("mobility", date(2020, 3, 2), 1, "a"),
+    Slot("mobility", DAY, 2, "a"),          # another level
+    Slot("mobility", DAY, 1, "b"),          # another metric group
+    Slot("mobility", DAY, 1, "a", "R1"),    # one region's slot
+])
+def test_a_slot_reuses_only_its_own_spend(ledger: Ledger, other: Slot) -> None:
+    first = noise(ledger, other)
+    if other.report == "symptoms":
+        assert ledger.policies()[0].report == "symptoms"
+    second = noise(ledger, SLOT)
+    assert first.isdisjoint(second)
+    assert noise(ledger, SLOT) == second  # the same slot again: reused
+    assert sorted((s.slot, s.generation) for s in ledger.spends()) == \
+        sorted([(other, 0), (SLOT, 0)], key=lambda t: (t[0].report, t[0].day, t[0].level,
+                                                       t[0].metric, t[0].region_scope))
+
+
+def test_a_spend_past_the_cap_is_refused_before_any_noise(ledger: Ledger) -> None:
+    noise(ledger, SLOT, eps=0.75)
+    with pytest.raises(BudgetExceeded) as err:
+        noise(ledger, Slot("mobility", DAY, 2, "a"), eps=0.5)
+    assert str(err.value) == (
+        "privacy budget refused for date 2020-03-01, slot mobility/2020-03-01/level 2/a/"
+        "region *: spent 0.7500 + requested 0.5000 would exceed the per-user-day cap 1.0000 "
+        "for report 'mobility'; no noise was drawn")
+
+
+def test_the_cap_is_reached_exactly_not_passed() -> None:
+    cap = 1.0
+    at_edge = cap + ledger_module._EPS_TOLERANCE  # so_far + epsilon == cap + tolerance
+    assert cap_refusal([SpendRequest(SLOT, at_edge)], lambda *_: 0.0, cap) is None
+    over = [SpendRequest(SLOT, 0.5), SpendRequest(Slot("mobility", DAY, 2, "a"), 0.5 + 2e-9)]
+    assert cap_refusal(over, lambda *_: 0.0, cap) is not None
