@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import date
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -186,3 +186,67 @@ def test_the_request_digest_is_canonical() -> None:
         assert other.sha256() != a.sha256(), change
     with pytest.raises(ValueError, match="only"):
         ApprovalRequest(report="mobility", kind="noise", days=days, reason="r")
+
+
+def test_the_request_text_and_description_are_pinned() -> None:
+    """The canonical text is what an approval's digest covers, so its keys, order, escaping
+    and separators are part of the ledger's format; the description is what the approver
+    reads."""
+    import hashlib
+
+    from dp_ops.privacy.ledger import ApprovalRequest
+
+    update = ApprovalRequest(report="mobility", kind="method_update",
+                             days=(date(2020, 3, 3), date(2020, 3, 1), date(2020, 3, 2)),
+                             reason="r \u00e9", method_version="v2",
+                             parameters=(("x", "1"), ("a", "2")))
+    assert update.canonical() == (
+        '{"days":["2020-03-01","2020-03-02","2020-03-03"],"kind":"method_update",'
+        '"method_version":"v2","parameters":{"a":"2","x":"1"},"reason":"r \\u00e9",'
+        '"region":null,"repeat":false,"report":"mobility"}')
+    assert update.sha256() == hashlib.sha256(update.canonical().encode()).hexdigest()
+    assert update.describe() == "method update v2 of mobility (dates 2020-03-01..2020-03-03)"
+    renoise = ApprovalRequest(report="mobility", kind="renoise", days=(date(2020, 3, 1),),
+                              reason="why", region="R1", repeat=True)
+    assert renoise.canonical() == (
+        '{"days":["2020-03-01"],"kind":"renoise","method_version":"","parameters":{},'
+        '"reason":"why","region":"R1","repeat":true,"report":"mobility"}')
+    assert renoise.describe() == "re-noise of mobility 2020-03-01 region R1"
+    two = ApprovalRequest(report="mobility", kind="renoise",
+                          days=(date(2020, 3, 5), date(2020, 3, 1)), reason="why", region="R1")
+    assert two.describe() == "re-noise of mobility 2020-03-01..2020-03-05 region R1"
+    with pytest.raises(ValueError) as err:
+        ApprovalRequest(report="mobility", kind="renoise", days=(), reason="why")
+    assert str(err.value) == "days=(): an approval request names the dates it spends on"
+
+
+def test_a_reservation_unlike_its_approved_request_is_named_point_by_point() -> None:
+    from dp_ops.privacy.ledger import ApprovalRequest, Slot, SpendRequest, approval_mismatch
+
+    day = date(2020, 3, 1)
+    requests = [SpendRequest(Slot("mobility", day, 1, "a", "R1"), 0.1)]
+    request = ApprovalRequest(report="mobility", kind="renoise", days=(day,), reason="why",
+                              region="R1")
+    ok: dict[str, Any] = {"kind": "renoise", "method_version": "", "reason": "why: more",
+                          "refuse_repeat_of": "R1"}
+    assert approval_mismatch(request, requests, **ok) is None
+    assert approval_mismatch(request, requests, **{**ok, "refuse_repeat_of": None,
+                                                   "method_version": "v9"}) == (
+        "approved method version '', reserving 'v9'; no repeat re-noise, reserving with the "
+        "repeat check off")
+    blank = ApprovalRequest(report="mobility", kind="renoise", days=(day,), reason="  ",
+                            region="R1")
+    assert approval_mismatch(blank, requests, **{**ok, "reason": "  "}) == \
+        "approved reason '  '"
+
+
+def test_a_policy_names_every_term_that_differs_to_the_last_digit() -> None:
+    from dp_ops.privacy.ledger import Policy
+
+    policy = Policy("mobility", 1.0, {"max_places": 4.0}, "r", "first use", "t")
+    assert policy.differences(1.0, {"max_places": 4.0}) == []
+    assert policy.differences(1.0 + 1e-13, {"max_places": 4.0 * (1 - 1e-13)}) == []
+    assert policy.differences(1.0 + 1e-10, {"max_places": 4.0, "max_hours": 24.0}) == [
+        f"cap: recorded 1.0, configured {1.0 + 1e-10!r}",
+        "max_hours: recorded None, configured 24.0"]
+    assert policy.differences(1.0, {}) == ["max_places: recorded 4.0, configured None"]
