@@ -11,9 +11,9 @@ from datetime import date
 
 import pytest
 import sqlalchemy as sa
-from approvals import request_of
+from approvals import approve, request_of, reserve_approved
 
-from dp_ops.errors import ApprovalMissing, BudgetExceeded, PolicyMismatch
+from dp_ops.errors import ApprovalMissing, BadRequest, BudgetExceeded, PolicyMismatch
 from dp_ops.privacy import ledger as ledger_module
 from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest, cap_refusal
 
@@ -143,3 +143,80 @@ def test_the_cap_is_reached_exactly_not_passed() -> None:
     assert cap_refusal([SpendRequest(SLOT, at_edge)], lambda *_: 0.0, cap) is None
     over = [SpendRequest(SLOT, 0.5), SpendRequest(Slot("mobility", DAY, 2, "a"), 0.5 + 2e-9)]
     assert cap_refusal(over, lambda *_: 0.0, cap) is not None
+
+
+REGION = Slot("mobility", DAY, 1, "a", "R1")
+
+
+def renoise(ledger: Ledger, run_id: str, **kw: object) -> set[int]:
+    got = reserve_approved(ledger, [SpendRequest(REGION, 0.01)], run_id=run_id,
+                           kind="renoise", cap=1.0, method_version="v1", terms=TERMS, **kw)
+    return {s.id for s in got.spends}
+
+
+def test_a_repeated_renoise_of_a_region_is_refused_naming_three_earlier_runs(
+        ledger: Ledger) -> None:
+    for run in "abcd":
+        renoise(ledger, run)  # repeats allowed: no refuse_repeat_of
+    with pytest.raises(BadRequest) as err:
+        renoise(ledger, "e", refuse_repeat_of="R1")
+    assert str(err.value) == (
+        "region='R1' date=2020-03-01: already re-noised by run(s) 'a', 'b', 'c'; each "
+        "re-noise publishes another noisy version of the same cells. To re-noise again, "
+        "set repeat_renoise (recorded in the ledger with the reason)")
+    # the run that re-noised may retry; a normal noise of the region is not a re-noise
+    assert renoise(ledger, "d", refuse_repeat_of=None)
+    noise(ledger, REGION)
+    assert [s.generation for s in ledger.spends()] == [0, 1, 2, 3]
+
+
+def test_only_renoises_by_other_runs_count_as_repeats(ledger: Ledger) -> None:
+    noise(ledger, REGION, run_id="daily")        # generation 0, kind noise
+    first = renoise(ledger, "a", refuse_repeat_of="R1")
+    assert renoise(ledger, "a", refuse_repeat_of="R1") == first  # its own retry
+    assert ledger.reserve([SpendRequest(REGION, 0.01)], run_id="x", kind="noise", cap=1.0,
+                          method_version="v1", terms=TERMS,
+                          refuse_repeat_of="R1").spends[0].generation == 0
+
+
+def test_an_approval_of_another_request_is_refused_with_the_difference(
+        ledger: Ledger) -> None:
+    request = request_of([SpendRequest(REGION, 0.01)], kind="renoise", method_version="v1")
+    approve(ledger, request, "f")
+    with pytest.raises(ApprovalMissing) as err:
+        ledger.reserve([SpendRequest(REGION, 0.01)], run_id="f", kind="renoise", cap=1.0,
+                       method_version="v2", reason="test spend", approval=request)
+    assert str(err.value) == (
+        "re-noise of mobility 2020-03-01 region R1 by run 'f': the approval given is not for "
+        "this reservation (approved method version 'v1', reserving 'v2'); nothing was spent")
+
+
+def test_every_slot_of_a_reservation_is_covered_when_the_first_is_reused(
+        ledger: Ledger) -> None:
+    first = noise(ledger, SLOT)
+    other = Slot("mobility", DAY, 2, "a")
+    got = ledger.reserve([SpendRequest(SLOT, 0.1), SpendRequest(other, 0.1)], run_id="r2",
+                         kind="noise", cap=1.0, method_version="v1", terms=TERMS)
+    assert [s.slot for s in got.spends] == [SLOT, other]
+    assert {s.id for s in got.spends} - got.new_ids == first and len(got.new_ids) == 1
+    level2 = Slot("mobility", DAY, 2, "a", "R1")
+    again = reserve_approved(ledger, [SpendRequest(REGION, 0.01), SpendRequest(level2, 0.01)],
+                             run_id="m", kind="renoise", cap=1.0, method_version="v1",
+                             terms=TERMS)
+    retry = reserve_approved(ledger, [SpendRequest(REGION, 0.01), SpendRequest(level2, 0.01)],
+                             run_id="m", kind="renoise", cap=1.0, method_version="v1",
+                             terms=TERMS)
+    assert retry.spends == again.spends and not retry.new_ids
+
+
+def test_a_reopened_ledger_checks_its_key_against_the_first_link(ledger_url: str) -> None:
+    first = Ledger(ledger_url)
+    noise(first, SLOT)
+    noise(first, Slot("mobility", DAY, 2, "a"))
+    first.dispose()
+    again = Ledger(ledger_url)  # a new process: the key is loaded and checked
+    try:
+        assert len(again.key()) == 32
+        assert noise(again, Slot("mobility", DAY, 3, "a"))
+    finally:
+        again.dispose()
