@@ -178,3 +178,79 @@ def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification
         assert led.head() == head
     finally:
         led.dispose()
+
+
+def test_the_wrong_key_message_names_the_ledger_the_key_and_what_to_read(
+        ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    led = Ledger(ledger_url)
+    _spend(led)
+    led.dispose()
+    monkeypatch.setenv(ledger_key.KEY_ENV, OTHER)
+    other = Ledger(ledger_url)
+    try:
+        with pytest.raises(LedgerKeyMissing) as err:
+            other.key()
+        assert str(err.value) == (
+            f"ledger {other.ledger_id}: its first chain link does not verify under this "
+            "process's ledger key (id 81ffde9df020e500): the key is not the one the ledger "
+            "was created with, the ledger was written before links were keyed, or its first "
+            "entry was rewritten. Nothing was written (OPERATIONS.md, 'The ledger key')")
+    finally:
+        other.dispose()
+
+
+def test_a_process_keeps_the_key_it_checked(ledger_url: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key is loaded and checked once; a key file replaced while the process runs does
+    not change what it signs with."""
+    led = Ledger(ledger_url)
+    try:
+        _spend(led)
+        key = led.key()
+        monkeypatch.setenv(ledger_key.KEY_ENV, OTHER)
+        assert led.key() == key
+        led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 2), 1, "places"), 0.1)],
+                    run_id="r", kind="noise", cap=2.0, method_version="v1")
+        assert led.verify().ok
+    finally:
+        led.dispose()
+
+
+def test_sqlite_ledgers_wait_two_minutes_for_a_lock_on_reads_and_writes(
+        tmp_path: Path) -> None:
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    try:
+        for engine in (led.engine, led.read_engine):
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 120000
+    finally:
+        led.dispose()
+
+
+def test_a_postgresql_ledger_survives_its_connections_being_dropped(ledger_url: str) -> None:
+    """A server restart or an idle timeout drops pooled connections: the next read and
+    write reconnect instead of failing (pre-ping)."""
+    if not ledger_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL only")
+    import sqlalchemy as sa
+
+    led = Ledger(ledger_url)
+    admin = sa.create_engine(ledger_url)
+    try:
+        _spend(led)
+        assert len(led.spends()) == 1
+        pids = []
+        for engine in (led.engine, led.read_engine):  # each pool's idle connection
+            with engine.connect() as conn:
+                pids.append(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar())
+        with admin.connect() as conn:
+            for pid in pids:
+                assert conn.execute(sa.text("SELECT pg_terminate_backend(:p)"),
+                                    {"p": pid}).scalar()
+        assert len(led.spends()) == 1
+        led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 2), 1, "places"), 0.1)],
+                    run_id="r", kind="noise", cap=2.0, method_version="v1")
+        assert len(led.spends()) == 2
+    finally:
+        admin.dispose()
+        led.dispose()
