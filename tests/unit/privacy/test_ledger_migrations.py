@@ -157,3 +157,54 @@ def test_roles_are_refused_on_sqlite(tmp_path: Any) -> None:
     finally:
         engine.dispose()
     assert str(err.value) == "roles are a PostgreSQL matter; SQLite has none"
+
+
+def test_opening_an_up_to_date_ledger_takes_no_write_lock(ledger_url: str) -> None:
+    """A task that opens the ledger while another holds its write lock (a long reserve)
+    does not queue behind it: the schema check of an up-to-date ledger only reads."""
+    import threading
+
+    from dp_ops.privacy import ledger as ledger_module
+
+    Ledger(ledger_url).dispose()  # created and migrated
+    holder = sa.create_engine(ledger_url)
+    opened: list[str] = []
+
+    def open_ledger() -> None:
+        led = Ledger(ledger_url)
+        opened.append(led.ledger_id)
+        led.dispose()
+
+    try:
+        with holder.connect() as conn:
+            if ledger_url.startswith("sqlite"):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")  # SQLite's write lock
+            else:
+                conn.execute(sa.text("BEGIN"))
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": ledger_module._PG_LOCK_KEY})  # the writers' lock
+            worker = threading.Thread(target=open_ledger, daemon=True)
+            worker.start()
+            worker.join(timeout=20)
+            blocked = worker.is_alive()
+            conn.exec_driver_sql("ROLLBACK")
+        worker.join(timeout=150)
+    finally:
+        holder.dispose()
+    assert not blocked, "opening the ledger waited for the write lock"
+    assert len(opened) == 1
+
+
+def test_a_ledger_from_before_the_hash_chain_is_refused(tmp_path: Any) -> None:
+    from dp_ops.errors import LedgerSchemaError
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE budget_spend (id INTEGER PRIMARY KEY)")
+    engine.dispose()
+    with pytest.raises(LedgerSchemaError) as err:
+        Ledger(url)
+    assert str(err.value) == (
+        f"the ledger at {url} was written by a version without the hash chain and cannot "
+        "be verified; keep it for the record and start a new ledger with a new data root")
