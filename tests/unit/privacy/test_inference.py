@@ -528,3 +528,20 @@ def test_the_hull_covers_the_true_ratio_at_the_level() -> None:
         worst = max(worst, miss)
     assert worst <= alpha
     assert worst > alpha / 10  # the test is not vacuous at these values
+
+
+@pytest.mark.parametrize("magnitude", [False, True])
+def test_the_tail_bound_of_a_numerator_law_without_mass_near_zero(magnitude: bool) -> None:
+    """|X| / e_K then has its smallest value above zero: the bound still starts below it."""
+    x = inference.exact([-3, 3], [0.5, 0.5])
+    y = inference.exact([0, 1], [0.9, 0.1])
+    edges = np.array([0.0, 1.0, 2.0])
+    test = inference.ratio_test(x, y, alpha=0.2, edges=edges, bounded=False,
+                                magnitude=magnitude)
+    # |X| / 2 = 1.5 always; max(Y, 0) (or |E|) is 1 with probability 0.1
+    values = np.array([1.5, 2.5])
+    mass = np.array([0.9, 0.1])
+    target = 0.2 if magnitude else 0.1
+    expected = smallest_t(values, mass, target)
+    assert test.tail_u is not None
+    assert expected <= test.tail_u <= expected + 1e-6

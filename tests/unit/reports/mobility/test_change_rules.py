@@ -1,0 +1,100 @@
+"""The publish rules of the mobility changes (dp_ops.reports.mobility.estimates), value by
+value: which rows get a change at all, the change's integer, and the publish decision at
+the edges of the promise. Every expected value is written out; nothing is random."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dp_ops.reports.mobility.estimates import (
+    count_changes,
+    count_test,
+    residential_changes,
+    residential_day_alpha,
+    within_promise,
+)
+
+ALPHA = 0.05
+
+
+def count_frame(value: list[float], baseline: list[float], factor: list[float] | None = None,
+                factor_lo: list[float] | None = None, factor_hi: list[float] | None = None,
+                factor_alpha: float = 0.0) -> pd.DataFrame:
+    n = len(value)
+    factor = factor or [1.0] * n
+    return pd.DataFrame({
+        "value": value, "cells": 1, "epsilon": 0.44, "sensitivity": 1,
+        "baseline": baseline, "noise_cells": 1, "noise_epsilon": 0.44,
+        "noise_sensitivity": 1, "factor": factor,
+        "factor_lo": factor_lo or factor, "factor_hi": factor_hi or factor,
+        "factor_alpha": factor_alpha})
+
+
+def test_count_changes_only_for_a_positive_finite_scaled_baseline() -> None:
+    frame = count_frame(
+        value=[150.0, 300.0, -5.0, 3.0, 10.0, 0.0, 10.0, 10.0, 10.0, math.nan],
+        baseline=[100.0, 100.0, 100.0, 1.0, 0.0, 0.0, 100.0, 100.0, 100.0, 100.0],
+        factor=[1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.0, -1.0, math.inf, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from the rows left out
+        change, publish = count_changes(frame, alpha=ALPHA, max_error_points=10)
+    assert change[:4].tolist() == [50.0, 50.0, -100.0, 200.0]
+    assert np.isnan(change[4:]).all()
+    assert not publish[4:].any()
+
+
+def test_a_count_change_is_published_exactly_when_its_hull_keeps_the_promise() -> None:
+    values = [1000.0, 1100.0, 2000.0, 50.0, 10.0]
+    base = [1000.0, 1000.0, 1000.0, 40.0, 10.0]
+    frame = count_frame(values, base)
+    change, publish = count_changes(frame, alpha=ALPHA, max_error_points=10)
+    lo, hi = count_test((1, 0.44, 1), (1, 0.44, 1), ALPHA).hull(values, base)
+    expected = within_promise(change, lo, hi, 10)
+    assert publish.tolist() == expected.tolist()
+    assert publish.tolist() == [True, True, True, False, False]
+
+
+def test_a_method_update_divides_the_hull_by_the_factor_interval_and_takes_its_alpha() -> None:
+    values, base = [2600.0, 2600.0], [2000.0, 2000.0]
+    frame = count_frame(values, base, factor=[1.3, 1.3], factor_lo=[1.29, 1.1],
+                        factor_hi=[1.31, 1.5], factor_alpha=0.01)
+    change, publish = count_changes(frame, alpha=ALPHA, max_error_points=10)
+    assert change.tolist() == [0.0, 0.0]
+    lo, hi = count_test((1, 0.44, 1), (1, 0.44, 1), ALPHA - 0.01).hull(values, base)
+    assert publish.tolist() == within_promise(
+        change, lo / np.array([1.31, 1.5]), hi / np.array([1.29, 1.1]), 10).tolist()
+    assert publish.tolist() == [True, False]
+    spent = count_frame(values, base, factor=[1.3, 1.3], factor_alpha=ALPHA)
+    assert not count_changes(spent, alpha=ALPHA, max_error_points=10)[1].any()
+
+
+def test_residential_changes_values_and_decisions() -> None:
+    hours = [15.0, 12.0, 12.0, 12.0, 6.0, 12.0, 12.0, 0.0]
+    lo = [14.9, 10.0, 11.9, 11.9, 5.9, 11.0, 11.0, 0.0]
+    hi = [15.1, 12.1, 12.1, 12.1, 6.1, 13.0, 13.0, 0.0]
+    base = [12.0, 12.0, 12.0, 0.5, 12.0, 0.0, math.inf, 0.0]
+    base_lo = [11.9, 11.9, 11.9, 0.4, 11.9, 0.5, 11.0, 0.0]
+    base_hi = [12.1, 12.1, 12.1, 0.6, 12.1, 1.0, math.inf, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        change, publish = residential_changes(hours, lo, hi, base, base_lo, base_hi,
+                                              max_error_points=10)
+    # 15 / 12 = +25%; 14.9 / 12.1 - 1 = 23.1% and 15.1 / 11.9 - 1 = 26.9%: within 10
+    assert change[:5].tolist() == [25.0, 0.0, 0.0, 2300.0, -50.0]
+    # 10 / 12.1 - 1 = -17.4%: more than 10 points below 0
+    assert publish[:5].tolist() == [True, False, True, False, True]
+    assert np.isnan(change[5:]).all() and not publish[5:].any()
+
+
+def test_the_residential_day_alpha_is_what_the_baseline_leaves() -> None:
+    assert residential_day_alpha(0.05, 0.01) == 0.05 - 2 * 0.01
+    assert residential_day_alpha(0.05, 0.0) == 0.05
+    for miss in (0.025, 0.03):
+        with pytest.raises(ValueError) as err:
+            residential_day_alpha(0.05, miss)
+        assert str(err.value) == f"baseline_miss={miss!r} leaves nothing of alpha=0.05"
