@@ -98,3 +98,48 @@ def test_the_residential_day_alpha_is_what_the_baseline_leaves() -> None:
         with pytest.raises(ValueError) as err:
             residential_day_alpha(0.05, miss)
         assert str(err.value) == f"baseline_miss={miss!r} leaves nothing of alpha=0.05"
+
+
+def test_the_factor_alpha_is_taken_from_the_rule_and_each_key_is_tested_apart() -> None:
+    """80 against a baseline of 100: published at level 0.06, not at 0.04. With a method
+    update that took 0.01 the count test gets 0.05 - 0.01 = 0.04, so it is withheld; a
+    group whose factor took all of alpha is withheld without a test, and the groups after
+    it are still decided."""
+    frame = pd.concat([
+        count_frame([80.0], [100.0], factor_alpha=ALPHA),           # nothing left
+        count_frame([80.0], [100.0], factor_alpha=0.01),            # tested at 0.04
+        count_frame([80.0], [100.0], factor_alpha=0.0).assign(cells=3),  # another key
+        count_frame([1000.0], [1000.0], factor_alpha=0.0),
+    ], ignore_index=True)
+    change, publish = count_changes(frame, alpha=ALPHA, max_error_points=10)
+    assert change.tolist() == [-20.0, -20.0, -20.0, 0.0]
+    lo, hi = count_test((3, 0.44, 1), (1, 0.44, 1), ALPHA).hull([80.0], [100.0])
+    assert publish.tolist() == [False, False,
+                                bool(within_promise(change[2:3], lo, hi, 10)[0]), True]
+    wider = count_changes(count_frame([80.0], [100.0], factor_alpha=0.0), alpha=0.06,
+                          max_error_points=10)[1]
+    assert wider.tolist() == [True]  # the level decides this row
+
+
+def test_each_end_of_the_factor_interval_bounds_its_side() -> None:
+    """Lower ratio bound = hull low / factor high; upper = hull high / factor low. A factor
+    interval wide only upwards withholds for the lower side alone; a factor interval that
+    reaches 0 leaves the upper side unbounded, without warnings."""
+    values, base = [2600.0, 2600.0, 0.0], [2000.0, 2000.0, 100.0]
+    frame = count_frame(values, base, factor=[1.3, 1.3, 1.0], factor_lo=[1.29, 1.29, 0.0],
+                        factor_hi=[1.31, 1.6, 0.0], factor_alpha=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        change, publish = count_changes(frame, alpha=ALPHA, max_error_points=10)
+    lo, hi = count_test((1, 0.44, 1), (1, 0.44, 1), ALPHA).hull(values[:2], base[:2])
+    assert (100 * (hi[1] / 1.29 - 1) <= change[1] + 10) and \
+        not (100 * (lo[1] / 1.6 - 1) >= change[1] - 10)
+    assert publish.tolist() == [True, False, False]
+
+
+def test_within_promise_at_its_edges() -> None:
+    # 100 (0.75 - 1) = -25 and 100 (1.25 - 1) = 25 exactly: both ends count as within
+    change = np.array([-15.0, 15.0, -15.0, 15.0])
+    lo = np.array([0.75, 1.0625, 0.7499, 1.0625])
+    hi = np.array([0.9375, 1.25, 0.9375, 1.2501])
+    assert within_promise(change, lo, hi, 10).tolist() == [True, True, False, False]
