@@ -545,3 +545,22 @@ def test_the_tail_bound_of_a_numerator_law_without_mass_near_zero(magnitude: boo
     expected = smallest_t(values, mass, target)
     assert test.tail_u is not None
     assert expected <= test.tail_u <= expected + 1e-6
+
+
+def test_the_chord_check_looks_at_every_shift() -> None:
+    """A law (found by search) whose points leave the chord only at shifts g >= 3: the
+    check must reach them, and then the union bound is used."""
+    values = np.arange(-4.0, 5.0)
+    half = [0.0845, 0.3815, 0.0587, 0.0012, 0.0164]  # P(W = 0), P(W = +-1), ...
+    mass = np.array(half[:0:-1] + half)
+    mass = mass / mass.sum()
+    cdf = np.concatenate(([0.0], np.cumsum(mass)))
+
+    def at_most(k: NDArray[np.int64]) -> Floats:
+        return np.asarray(cdf[np.searchsorted(values, k, side="right")])
+
+    assert not inference._holds_below_chord(at_most, 4)
+    law = inference.median_shift_magnitude(inference.exact(values, mass))
+    f = np.cumsum(mass)[4:]
+    union = np.minimum(2 * (1 - f ** 3), 1.0)
+    np.testing.assert_allclose(law.upper_tail(np.arange(5)), union, atol=1e-15)
