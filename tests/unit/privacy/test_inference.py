@@ -564,3 +564,16 @@ def test_the_chord_check_looks_at_every_shift() -> None:
     f = np.cumsum(mass)[4:]
     union = np.minimum(2 * (1 - f ** 3), 1.0)
     np.testing.assert_allclose(law.upper_tail(np.arange(5)), union, atol=1e-15)
+
+
+@pytest.mark.parametrize("half", [[0.5, 0.2, 0.05], [0.1, 0.3, 0.15]])
+def test_the_median_shift_law_is_a_whole_law(half: list[float]) -> None:
+    """Its atoms add up to one, the atom at 0 included (it weighs the shifts in the
+    magnitude test), and the lost mass of the five days is counted on top."""
+    values = np.arange(-2.0, 3.0)
+    mass = np.array(half[:0:-1] + half)
+    mass = mass / mass.sum()
+    law = inference.median_shift_magnitude(inference.exact(values, mass, lost=1e-9))
+    assert law.mass.sum() == pytest.approx(1.0, abs=1e-12)  # lost: 5 x 1e-9 on top
+    assert law.lost == pytest.approx(5e-9, abs=1e-15)
+    assert law.mass[0] == pytest.approx(1.0 - law.upper_tail([0.0])[0] + law.lost, abs=1e-12)
