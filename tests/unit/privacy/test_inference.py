@@ -195,6 +195,7 @@ def test_scaled_multiplies_both_ends_and_refuses_a_factor_not_above_zero() -> No
     got = inference.scaled(law, 2.5)
     assert got.lo.tolist() == [-2.5, 5.0] and got.hi.tolist() == [2.5, 7.5]
     assert got.mass is law.mass and got.lost == 0.1
+    assert inference.scaled(law, 0.5).hi.tolist() == [0.5, 1.5]  # a factor below 1 too
     for factor in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match=rf"^factor={factor!r}: must be > 0$"):
             inference.scaled(law, factor)

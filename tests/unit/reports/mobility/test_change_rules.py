@@ -143,3 +143,56 @@ def test_within_promise_at_its_edges() -> None:
     lo = np.array([0.75, 1.0625, 0.7499, 1.0625])
     hi = np.array([0.9375, 1.25, 0.9375, 1.2501])
     assert within_promise(change, lo, hi, 10).tolist() == [True, True, False, False]
+
+
+# -- the day's estimates from its noisy cells ----------------------------------------------
+
+def long_cells() -> pd.DataFrame:
+    """Two regions' noisy cells as the noise step stores them (one row per cell); the
+    second region's cells carry other epsilons and sensitivities."""
+    from dp_ops.reports.mobility.estimates import (
+        COUNT_CATEGORY_CELLS,
+        CONTRIBUTORS,
+        RESIDENTIAL_COUNT,
+        RESIDENTIAL_SUM,
+    )
+
+    metrics = [c for cells in COUNT_CATEGORY_CELLS.values() for c in cells]
+    metrics += [RESIDENTIAL_SUM, RESIDENTIAL_COUNT, CONTRIBUTORS]
+    rows = []
+    for level, region, base, eps, sens in ((2, "A", 10, 0.44, 1), (1, "B", 100, 0.22, 2)):
+        for i, metric in enumerate(metrics):
+            value = base + i
+            if metric == RESIDENTIAL_SUM:
+                value = 6 * 4 * 200 * (1 if region == "A" else -1)  # +-6 h x g x users
+            if metric == RESIDENTIAL_COUNT:
+                value = 200
+            cell_eps = eps / 2 if metric == "places_eateries" else eps
+            rows.append({"level": level, "region_id": region, "metric": metric,
+                         "noisy_value": value, "cell_epsilon": cell_eps,
+                         "sensitivity": sens + (metric == "places_groceries")})
+    return pd.DataFrame(rows)
+
+
+def test_metric_estimates_sum_each_category_and_keep_its_noise_key() -> None:
+    from dp_ops.reports.mobility.estimates import metric_estimates
+
+    out = metric_estimates(long_cells(), grid_per_hour=4, residential_alpha=0.025)
+    assert out[["level", "region_id"]].values.tolist() == [[1, "B"], [2, "A"]]
+    b, a = out.iloc[0], out.iloc[1]
+    # A: places_retail 10, recreation 11, eateries 12 | groceries 13, pharmacies 14 |
+    # parks 15 | transit 16 | workplaces 17 | residential 18, 19 | contributors 20
+    assert (a["retail_and_recreation"], a["grocery_and_pharmacy"], a["parks"],
+            a["transit_stations"], a["workplaces"]) == (33.0, 27.0, 15.0, 16.0, 17.0)
+    assert (b["retail_and_recreation"], b["workplaces"]) == (303.0, 107.0)
+    assert a["retail_and_recreation_cells"] == 3 and a["parks_cells"] == 1
+    assert a["retail_and_recreation_epsilon"] == 0.22 and a["parks_epsilon"] == 0.44
+    assert b["retail_and_recreation_epsilon"] == 0.11 and b["parks_epsilon"] == 0.22
+    assert a["grocery_and_pharmacy_sensitivity"] == 2 and a["parks_sensitivity"] == 1
+    assert b["grocery_and_pharmacy_sensitivity"] == 3 and b["parks_sensitivity"] == 2
+    assert out["parks_sensitivity"].dtype == np.int64
+    assert (a["residential"], b["residential"]) == (18.0, 6.0)  # 12 +- 6 hours
+    assert 0 < a["residential_lo"] < 18.0 < a["residential_hi"] < 24
+    assert 0 < b["residential_lo"] < 6.0 < b["residential_hi"] < 24
+    assert (a["contributors"], b["contributors"]) == (20, 110)
+    assert out["contributors"].dtype == np.int64
