@@ -151,8 +151,8 @@ def long_cells() -> pd.DataFrame:
     """Two regions' noisy cells as the noise step stores them (one row per cell); the
     second region's cells carry other epsilons and sensitivities."""
     from dp_ops.reports.mobility.estimates import (
-        COUNT_CATEGORY_CELLS,
         CONTRIBUTORS,
+        COUNT_CATEGORY_CELLS,
         RESIDENTIAL_COUNT,
         RESIDENTIAL_SUM,
     )
