@@ -196,3 +196,30 @@ def test_metric_estimates_sum_each_category_and_keep_its_noise_key() -> None:
     assert 0 < b["residential_lo"] < 6.0 < b["residential_hi"] < 24
     assert (a["contributors"], b["contributors"]) == (20, 110)
     assert out["contributors"].dtype == np.int64
+
+
+def test_residential_hours_clamps_to_the_day_and_bounds_every_row() -> None:
+    from dp_ops.reports.mobility.estimates import offset_test, residential_hours
+
+    g = 4
+    users = np.array([200, 200, 200, 1, 0, -3, 0, 10_000], dtype=float)
+    offset = np.array([6.0, -14.0, 14.0, 1.0, 1.0, 1.0, 0.0, -12.0])  # true hours - 12
+    s = offset * g * np.maximum(users, 0)
+    n = s.size
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est, lo, hi = residential_hours(s, users, np.full(n, 0.22), np.full(n, 12.0 * g),
+                                        np.full(n, 0.22), np.ones(n), grid_per_hour=g,
+                                        alpha=0.025)
+    assert est[:4].tolist() == [18.0, 0.0, 24.0, 13.0]
+    assert np.isnan(est[4:7]).all() and est[7] == 0.0
+    assert lo.dtype == hi.dtype == np.float64
+    o_lo, o_hi = offset_test((0.22, 48), (0.22, 1), g, 0.025).hull(s, g * users)
+    empty = ~(o_lo <= o_hi)
+    assert lo.tolist() == np.where(empty, 0.0, np.clip(12 + o_lo, 0, 24)).tolist()
+    assert hi.tolist() == np.where(empty, 24.0, np.clip(12 + o_hi, 0, 24)).tolist()
+    # no positive count: the whole day; hours near 0 with many users: an upper end below 1
+    assert lo[4:7].tolist() == [0.0] * 3 and hi[4:7].tolist() == [24.0] * 3
+    assert 0 < hi[7] < 1
+    # 12 -+ 14 hours: outside the day, the test rejects every offset: the whole day
+    assert empty[1:3].all() and lo[1:3].tolist() == [0.0, 0.0] and hi[1:3].tolist() == [24.0] * 2
