@@ -49,6 +49,8 @@ def test_exact_sorts_atoms_drops_zero_mass_and_keeps_the_lost_mass() -> None:
     assert law.lo.tolist() == [0.0, 1.0, 2.0] and law.hi.tolist() == [0.0, 1.0, 2.0]
     assert law.mass.tolist() == [0.5, 0.3, 0.2]
     assert law.lost == 0.01
+    ints = inference.exact([2, 1], [1, 0])
+    assert ints.lo.dtype == ints.hi.dtype == ints.mass.dtype == np.float64
 
 
 def test_upper_tail_is_strict_and_counts_the_lost_mass() -> None:

@@ -223,3 +223,10 @@ def test_residential_hours_clamps_to_the_day_and_bounds_every_row() -> None:
     assert 0 < hi[7] < 1
     # 12 -+ 14 hours: outside the day, the test rejects every offset: the whole day
     assert empty[1:3].all() and lo[1:3].tolist() == [0.0, 0.0] and hi[1:3].tolist() == [24.0] * 2
+
+
+def test_strictly_below_is_the_next_float_down() -> None:
+    from dp_ops.reports.mobility.estimates import strictly_below
+
+    assert strictly_below(0.05) < 0.05
+    assert strictly_below(0.05) == math.nextafter(0.05, 0.0)
