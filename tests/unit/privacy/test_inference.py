@@ -580,3 +580,27 @@ def test_the_median_shift_law_is_a_whole_law(half: list[float]) -> None:
     assert law.mass.sum() == pytest.approx(1.0, abs=1e-12)  # lost: 5 x 1e-9 on top
     assert law.lost == pytest.approx(5e-9, abs=1e-15)
     assert law.mass[0] == pytest.approx(1.0 - law.upper_tail([0.0])[0] + law.lost, abs=1e-12)
+
+
+def test_quantiles_at_their_exact_edges() -> None:
+    """Thresholds where the lost mass, the level's equality and the bracket's lower end
+    each decide the answer."""
+    point = inference.exact([0], [1.0])
+    edges = np.array([0.0, 1.0])
+
+    def threshold(x: Law, y: Law, alpha: float) -> float:
+        return float(inference.ratio_test(x, y, alpha=alpha, edges=edges,
+                                          bounded=True).thresholds[0])
+
+    x = inference.exact([0, 1, 2], [0.5, 0.25, 0.25])
+    # P(X > 1) = 0.25 is the level itself (alpha / 2): 1 is accepted, not 2
+    assert 1.0 <= threshold(x, point, 0.5) <= 1.0 + 1e-6
+    # Y's lost mass counts against the level: 0.2 x 0.95 + 0.05 = 0.24 > 0.2 at t = 1
+    x = inference.exact([0, 1, 2], [0.5, 0.3, 0.2])
+    y = inference.exact([0], [0.95], lost=0.05)
+    assert 2.0 <= threshold(x, y, 0.4) <= 2.0 + 1e-6
+    # the lost mass alone reaching the level exactly is allowed
+    assert 0.0 <= threshold(inference.exact([0], [1.0]), y, 0.1) <= 1e-6
+    # nearly all mass at the smallest atom: the answer is that atom
+    x = inference.exact([0, 1], [0.95, 0.05])
+    assert 0.0 <= threshold(x, point, 0.2) <= 1e-6
