@@ -175,3 +175,27 @@ def test_the_symptoms_value_rules() -> None:
     assert got["lower_over_ratio"]["min_value"] == pytest.approx(0.9, abs=1e-12)
     assert got["upper_over_ratio"]["max_value"] == pytest.approx(1.1, abs=1e-12)
 
+
+
+def test_the_mobility_gate_counts_come_from_the_table_itself() -> None:
+    import pandas as pd
+
+    from dp_ops.reports.mobility.suites import _internal_parameters
+
+    full = pd.DataFrame({
+        "region_id": ["a", "b", "a", "b", "a", "b"],
+        "date": ["2020-03-01", "2020-03-01", "2020-03-02", "2020-03-02", "2020-03-04",
+                 "2020-03-04"],
+        "date_value": pd.to_datetime(["2020-03-01", "2020-03-01", "2020-03-02",
+                                      "2020-03-02", "2020-03-04", "2020-03-04"]),
+        "publish_row": [True, False, None, True, True, False]})
+    assert _internal_parameters(full) == {"domain_rows": 6, "release_days": 4,
+                                          "published_rows": 3}
+    assert _internal_parameters(pd.DataFrame()) == {"domain_rows": 0, "release_days": 0,
+                                                    "published_rows": 0}
+    no_regions = full.drop(columns=["region_id"]).assign(date_value=pd.NaT)
+    assert _internal_parameters(no_regions) == {"domain_rows": 0, "release_days": 0,
+                                                "published_rows": 3}
+    no_dates = full.drop(columns=["date", "date_value", "publish_row"])
+    assert _internal_parameters(no_dates) == {"domain_rows": 0, "release_days": 0,
+                                              "published_rows": 0}
