@@ -514,3 +514,15 @@ def test_the_site_has_no_profiling_section(tmp_path: Path) -> None:
     assert gate._profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
     assert "mobility_release_published" in Path(str(again.data_docs_index)).read_text(
         encoding="utf-8")
+
+
+def test_each_table_is_its_own_data_asset(shared_gx: Path) -> None:
+    """Data Docs show which table a result is about: the four tables are the four data
+    assets of the project's data source."""
+    import great_expectations as gx
+
+    assert run_gate(make_release(), shared_gx).success
+    context = gx.get_context(mode="file", project_root_dir=shared_gx)
+    source = context.data_sources.get(gate.DATA_SOURCE)
+    names = {asset.name for asset in source.assets}
+    assert names == {"internal", "published", "internal_keys", "published_keys"}
