@@ -52,7 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 from randomgen import AESCounter
 
-from dp_ops.privacy.plan import MAX_EPSILON_PER_SENSITIVITY
+from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY
 
 _WORD_BITS = 64
 _GUIDE_BITS = 20          # a guide table on the top 20 bits of U finds the bucket
@@ -75,8 +75,7 @@ def discrete_laplace_a(epsilon: float, sensitivity: int) -> float:
         raise ValueError(f"sensitivity={sensitivity!r}: must be an integer >= 1")
     if epsilon / sensitivity > MAX_EPSILON_PER_SENSITIVITY:
         raise ValueError(f"epsilon={epsilon!r}, sensitivity={sensitivity!r}: epsilon / "
-                         f"sensitivity must be at most {MAX_EPSILON_PER_SENSITIVITY:g} "
-                         "(beyond it the noise is zero: no privacy)")
+                         f"sensitivity {EPSILON_TOO_LARGE}")
     return math.exp(-epsilon / sensitivity)
 
 

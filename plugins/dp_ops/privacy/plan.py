@@ -9,6 +9,8 @@ from dataclasses import dataclass
 # smallest normal double: the noise would be zero at any precision carried (no privacy at
 # all), and the exact sampler's expansions grow with it. Configs and the noise refuse it.
 MAX_EPSILON_PER_SENSITIVITY = 700.0
+EPSILON_TOO_LARGE = (f"must be at most {MAX_EPSILON_PER_SENSITIVITY:g} (beyond it the noise "
+                     "is zero: no privacy)")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from dp_ops.contract import LEVELS
 from dp_ops.errors import ConfigError
-from dp_ops.privacy.plan import MAX_EPSILON_PER_SENSITIVITY, MetricBudget
+from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
 from dp_ops.reports._config import check, mapping_kwargs
 from dp_ops.reports.protocol import ReportName
 from dp_ops.settings import json_object
@@ -74,9 +74,7 @@ class MobilityConfig:
                 v = getattr(self, f.name)
                 check(isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
                        f.name, v, "must be a finite number > 0")
-                check(v <= MAX_EPSILON_PER_SENSITIVITY, f.name, v,
-                       f"must be at most {MAX_EPSILON_PER_SENSITIVITY:g} (beyond it the "
-                       "noise is zero: no privacy)")
+                check(v <= MAX_EPSILON_PER_SENSITIVITY, f.name, v, EPSILON_TOO_LARGE)
         check(isinstance(self.max_place_pairs, int) and self.max_place_pairs >= 1,
                "max_place_pairs", self.max_place_pairs, "must be an integer >= 1")
         check(0 <= self.workplace_min_hours < 24, "workplace_min_hours",

@@ -12,7 +12,7 @@ from typing import Any
 
 from dp_ops.contract import LEVELS
 from dp_ops.errors import ConfigError
-from dp_ops.privacy.plan import MAX_EPSILON_PER_SENSITIVITY, MetricBudget
+from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
 from dp_ops.reports._config import check, mapping_kwargs
 from dp_ops.reports.protocol import ReportName
 from dp_ops.settings import json_object
@@ -74,8 +74,7 @@ class SymptomsConfig:
                "must be a finite number > 0")
         # every cell's epsilon is at most the total and its sensitivity at least 1
         check(self.total_epsilon <= MAX_EPSILON_PER_SENSITIVITY, "total_epsilon",
-               self.total_epsilon, f"must be at most {MAX_EPSILON_PER_SENSITIVITY:g} (beyond "
-               "it the noise is zero: no privacy)")
+               self.total_epsilon, EPSILON_TOO_LARGE)
         check(0 < self.volume_share < 1, "volume_share", self.volume_share,
                "must be in (0, 1): both A and B need budget")
         check(isinstance(self.max_symptoms_per_day, int) and self.max_symptoms_per_day >= 1,
