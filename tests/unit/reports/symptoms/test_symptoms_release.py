@@ -592,3 +592,35 @@ def test_a_gate_builds_again_when_its_twin_does_not_hold(
     b = release.read_staged(release.staging_dir(root, "symptoms", "run-b"))
     assert "reused_from" not in b
     release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+
+
+def test_gx_gate_checks_each_published_cell_against_what_it_was_derived_from(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame, tmp_path: Path) -> None:
+    """Issue 35 (surviving mutants of ``published_values``): a published daily value moved
+    by 0.02 from c x A / B, a weekly row dated by a Tuesday, and a row for a region code the
+    region table does not hold each fail their own rule of the values suite (the value
+    check, the Monday check, a region with no area) -- none is dropped by a join or left
+    null where GX would skip it."""
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    daily, weekly = candidate.daily.copy(), candidate.weekly.copy()
+    columns = [c for c in daily.columns if c.startswith("symptom:")]
+    row, col = np.argwhere(daily[columns].notna().to_numpy())[0]
+    daily.iloc[row, daily.columns.get_loc(columns[col])] += 0.02
+    stranger = daily.iloc[[row]].copy()
+    stranger["open_covid_region_code"] = "ZZ-NOWHERE"
+    daily = pd.concat([daily, stranger], ignore_index=True)
+    tuesday = weekly["date"].iloc[0]
+    weekly.loc[weekly["date"] == tuesday, "date"] = (
+        date.fromisoformat(tuesday) + timedelta(days=1)).isoformat()
+    tampered = type(candidate)(**{**candidate.__dict__, "daily": daily, "weekly": weekly})
+    days = [d.isoformat() for d in _days(26)]
+    mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
+    result = validate_symptoms_release(tampered, regions, SYMPTOMS, days=days,
+                                       mondays=mondays, gx_dir=tmp_path / "gx", cfg=CFG,
+                                       run_name="cells")
+    values = "symptoms_release_values: expect_column_values_to_"
+    failed = [f[len(values):] for f in result.failed if f.startswith(values)]
+    assert any(f.startswith("be_between [value_error]") for f in failed), failed
+    assert any(f.startswith("be_in_set [weekday where") for f in failed), failed
+    for column in ("region_id", "area_km2"):
+        assert any(f.startswith(f"not_be_null [{column}]") for f in failed), failed
