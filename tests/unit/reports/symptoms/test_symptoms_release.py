@@ -624,3 +624,27 @@ def test_gx_gate_checks_each_published_cell_against_what_it_was_derived_from(
     assert any(f.startswith("be_in_set [weekday where") for f in failed), failed
     for column in ("region_id", "area_km2"):
         assert any(f.startswith(f"not_be_null [{column}]") for f in failed), failed
+
+
+def test_a_week_in_which_nothing_passes_leaves_an_empty_weekly_file_that_is_valid(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame, tmp_path: Path) -> None:
+    """Complete weeks exist but no weekly value passed the rule: the weekly file has no
+    region, so it need not hold the weeks' Mondays (the date checks count only the
+    regions in a file). Data Docs name each table: the three data assets."""
+    import great_expectations as gx
+
+    from dp_ops.steps import gate
+
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    values = candidate.values[candidate.values["resolution"] != "weekly"]
+    quiet = type(candidate)(**{**candidate.__dict__, "weekly": candidate.weekly.iloc[:0],
+                               "values": values})
+    mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
+    assert mondays and not quiet.daily.empty
+    result = validate_symptoms_release(
+        quiet, regions, SYMPTOMS, days=[d.isoformat() for d in _days(26)], mondays=mondays,
+        gx_dir=tmp_path / "gx", cfg=CFG, run_name="quiet-week")
+    assert result.success, result.failed
+    context = gx.get_context(mode="file", project_root_dir=tmp_path / "gx")
+    names = {asset.name for asset in context.data_sources.get(gate.DATA_SOURCE).assets}
+    assert names == {"symptoms_daily", "symptoms_weekly", "symptoms_values"}
