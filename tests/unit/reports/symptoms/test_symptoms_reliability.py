@@ -23,6 +23,7 @@ key, so it is deterministic. Thresholds are still set as if the randomness were 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -84,11 +85,16 @@ def test_bad_arguments_raise() -> None:
         ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, 1, 1.0)
     with pytest.raises(ValueError, match="n="):
         ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, 0, ALPHA)
-    with pytest.raises(ValueError, match="tolerance"):
+    with pytest.raises(ValueError, match=r"^tolerance=0\.0: must be in \(0, 1\)$"):
         apply_test(10, 100, production_test(1), 0.0)
     with pytest.raises(ValueError, match="n_days"):
         reliability(np.array([10]), np.array([100]), a_epsilon=A_EPSILON, a_sensitivity=1,
                     b_epsilon=B_EPSILON, b_sensitivity=1, n_days=0, cfg=CFG)
+    # the message shows the first five distinct values
+    with pytest.raises(ValueError, match=re.escape(
+            "n_days: must be integers >= 1 (got array([-5, -4, -3, -2, -1]))")):
+        reliability(np.zeros(6), np.ones(6), a_epsilon=A_EPSILON, a_sensitivity=1,
+                    b_epsilon=B_EPSILON, b_sensitivity=1, n_days=np.arange(-5, 1), cfg=CFG)
 
 
 # -- coverage of the hull, by simulation ------------------------------------------------------
