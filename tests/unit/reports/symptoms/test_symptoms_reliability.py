@@ -87,6 +87,8 @@ def test_bad_arguments_raise() -> None:
         ratio_test_for(A_EPSILON, 1, B_EPSILON, 1, 0, ALPHA)
     with pytest.raises(ValueError, match=r"^tolerance=0\.0: must be in \(0, 1\)$"):
         apply_test(10, 100, production_test(1), 0.0)
+    with pytest.raises(ValueError, match=r"^tolerance=1\.0: must be in \(0, 1\)$"):
+        apply_test(10, 100, production_test(1), 1.0)
     with pytest.raises(ValueError, match="n_days"):
         reliability(np.array([10]), np.array([100]), a_epsilon=A_EPSILON, a_sensitivity=1,
                     b_epsilon=B_EPSILON, b_sensitivity=1, n_days=0, cfg=CFG)
