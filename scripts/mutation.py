@@ -125,8 +125,9 @@ def stage(group: str, modules: list[str]) -> Path:
         "source_paths": ["src"],
         "only_mutate": [f"src/{MODULES[m]}" for m in modules],
         "also_copy": ["pytest.ini", "include/", "scripts/", "dags/", "mypy-mutants.ini"],
+        # mutation_order (tests/support): a mutant's tests cheapest first, by file
         "pytest_add_cli_args": ["-m", "not slow", "-p", "no:cacheprovider",
-                                f"--timeout={TEST_TIMEOUT_S}"],
+                                "-p", "mutation_order", f"--timeout={TEST_TIMEOUT_S}"],
         "pytest_add_cli_args_test_selection": GROUPS[group][1],
         "timeout_multiplier": TIMEOUT_MULTIPLIER,
         "timeout_constant": TIMEOUT_CONSTANT_S[group],
