@@ -125,9 +125,8 @@ def stage(group: str, modules: list[str]) -> Path:
         "source_paths": ["src"],
         "only_mutate": [f"src/{MODULES[m]}" for m in modules],
         "also_copy": ["pytest.ini", "include/", "scripts/", "dags/", "mypy-mutants.ini"],
-        # mutation_order (tests/support): a mutant's tests cheapest first, by file
         "pytest_add_cli_args": ["-m", "not slow", "-p", "no:cacheprovider",
-                                "-p", "mutation_order", f"--timeout={TEST_TIMEOUT_S}"],
+                                f"--timeout={TEST_TIMEOUT_S}"],
         "pytest_add_cli_args_test_selection": GROUPS[group][1],
         "timeout_multiplier": TIMEOUT_MULTIPLIER,
         "timeout_constant": TIMEOUT_CONSTANT_S[group],
@@ -211,7 +210,11 @@ def run_mutmut(where: Path, max_children: int, names: list[str] | None = None) -
     PostgreSQL server as in make test: the ledger's tests run on both backends, so its
     PostgreSQL-only code meets its tests too."""
     mutmut = Path(sys.executable).with_name("mutmut")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    # mutation_order (tests/support) runs a mutant's tests cheapest first; given through
+    # the environment, it is not part of the settings mutmut fingerprints (a change there
+    # discards every stored verdict), and the order changes no verdict
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+           "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} -p mutation_order"}
     return subprocess.run(["bash", str(REPO / "scripts" / "with_test_postgres.sh"),
                            str(mutmut), "run", "--max-children", str(max_children),
                            *(names or [])], cwd=where, env=env).returncode
