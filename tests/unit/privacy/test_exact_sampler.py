@@ -22,61 +22,73 @@ PARAMETERS = [(0.44, 1), (0.22, 1), (0.1493, 1), (0.112, 1), (0.22, 720)]
 GRID = Fraction(1, 2 ** 400)  # outward rounding grid of the rational enclosures
 
 
-def _down(x: Fraction) -> Fraction:
-    return Fraction(math.floor(x / GRID)) * GRID
+def _down(x: Fraction, grid: Fraction = GRID) -> Fraction:
+    return Fraction(math.floor(x / grid)) * grid
 
 
-def _up(x: Fraction) -> Fraction:
-    return Fraction(math.ceil(x / GRID)) * GRID
+def _up(x: Fraction, grid: Fraction = GRID) -> Fraction:
+    return Fraction(math.ceil(x / grid)) * grid
 
 
-def exp_enclosure(y: Fraction) -> tuple[Fraction, Fraction]:
+def _grid(bits: int) -> tuple[Fraction, int]:
+    """The rounding grid and Taylor terms for words of ``bits`` bits: 2^-400 and 30 terms
+    for 64-bit words, finer and longer for deeper bits."""
+    return Fraction(1, 1 << (bits + 336)), 30 + max(0, bits - 64) // 10
+
+
+def exp_enclosure(y: Fraction, grid: Fraction = GRID,
+                  terms: int = 30) -> tuple[Fraction, Fraction]:
     """Rational ``lo <= exp(-y) <= hi`` for ``y > 0``: the alternating Taylor series of
     ``exp(-y / 2^s)`` brackets it (partial sums alternate around the limit once the
-    terms decrease), then ``s`` squarings, rounding outward on a 2^-400 grid."""
+    terms decrease), then ``s`` squarings, rounding outward on a 2^-400 grid (or
+    ``grid``)."""
     s = max(0, math.ceil(math.log2(float(y))) + 12)
     r = y / 2 ** s
     term, total, sums = Fraction(1), Fraction(0), []
-    for i in range(30):
+    for i in range(terms):
         total += term
         sums.append(total)
         term = term * (-r) / (i + 1)
-    lo, hi = _down(min(sums[-1], sums[-2])), _up(max(sums[-1], sums[-2]))
+    lo, hi = _down(min(sums[-1], sums[-2]), grid), _up(max(sums[-1], sums[-2]), grid)
     for _ in range(s):
-        lo, hi = _down(lo * lo), _up(hi * hi)
+        lo, hi = _down(lo * lo, grid), _up(hi * hi, grid)
     return lo, hi
 
 
-def power_enclosure(lo: Fraction, hi: Fraction, m: int) -> tuple[Fraction, Fraction]:
+def power_enclosure(lo: Fraction, hi: Fraction, m: int,
+                    grid: Fraction = GRID) -> tuple[Fraction, Fraction]:
     rlo, rhi, blo, bhi = Fraction(1), Fraction(1), lo, hi
     while m:
         if m & 1:
-            rlo, rhi = _down(rlo * blo), _up(rhi * bhi)
+            rlo, rhi = _down(rlo * blo, grid), _up(rhi * bhi, grid)
         m >>= 1
-        blo, bhi = _down(blo * blo), _up(bhi * bhi)
+        blo, bhi = _down(blo * blo, grid), _up(bhi * bhi, grid)
     return rlo, rhi
 
 
-def exact_threshold(sampler: ExactSampler, k: int) -> int:
-    """floor(2^64 F(k)) from rational enclosures; fails if they cannot decide it."""
-    a_lo, a_hi = exp_enclosure(Fraction(sampler.y))
+def exact_threshold(sampler: ExactSampler, k: int, bits: int = 64) -> int:
+    """floor(2^64 F(k)) (or floor(2^bits F(k))) from rational enclosures; fails if they
+    cannot decide it."""
+    grid, terms = _grid(bits)
+    a_lo, a_hi = exp_enclosure(Fraction(sampler.y), grid, terms)
     m = -k if k < 0 else k + 1
-    p_lo, p_hi = power_enclosure(a_lo, a_hi, m)
+    p_lo, p_hi = power_enclosure(a_lo, a_hi, m, grid)
     if k < 0:
         f_lo, f_hi = p_lo / (1 + a_hi), p_hi / (1 + a_lo)
     else:
         f_lo, f_hi = 1 - p_hi / (1 + a_lo), 1 - p_lo / (1 + a_hi)
-    lo, hi = math.floor(f_lo * 2 ** 64), math.floor(f_hi * 2 ** 64)
+    lo, hi = math.floor(f_lo * (1 << bits)), math.floor(f_hi * (1 << bits))
     assert lo == hi, f"enclosure too wide at k={k}"
     return lo
 
 
-def exact_geometric_threshold(sampler: ExactSampler, j: int) -> int:
-    """floor(2^64 (1 - a^(j+1))), the geometric tail's CDF at ``j``, from rational
-    enclosures; fails if they cannot decide it."""
-    a_lo, a_hi = exp_enclosure(Fraction(sampler.y))
-    p_lo, p_hi = power_enclosure(a_lo, a_hi, j + 1)
-    lo, hi = math.floor((1 - p_hi) * 2 ** 64), math.floor((1 - p_lo) * 2 ** 64)
+def exact_geometric_threshold(sampler: ExactSampler, j: int, bits: int = 64) -> int:
+    """floor(2^64 (1 - a^(j+1))) (or with 2^bits), the geometric tail's CDF at ``j``, from
+    rational enclosures; fails if they cannot decide it."""
+    grid, terms = _grid(bits)
+    a_lo, a_hi = exp_enclosure(Fraction(sampler.y), grid, terms)
+    p_lo, p_hi = power_enclosure(a_lo, a_hi, j + 1, grid)
+    lo, hi = math.floor((1 - p_hi) * (1 << bits)), math.floor((1 - p_lo) * (1 << bits))
     assert lo == hi, f"enclosure too wide at j={j}"
     return lo
 
@@ -448,3 +460,135 @@ def test_an_inversion_table_must_not_decrease() -> None:
     assert str(err.value) == "thresholds must be non-decreasing"
     ok = _Inversion.build(-1, [1, 5, 5, 9], None)
     assert ok.first == -1 and ok.thresholds.tolist() == [1, 5, 5, 9]
+
+
+# -- samplers built in the test ---------------------------------------------------------------
+# exact_sampler() is cached, so a test drawing from it may never build a sampler itself: the
+# tests below build their own, so that a table built wrong meets the draws it gets wrong.
+
+
+def test_a_freshly_built_sampler_has_the_rational_tables() -> None:
+    """Both tables of a sampler built here (not the cached one) match rational arithmetic
+    at either end and inside: the two-sided CDF words and the geometric tail's words."""
+    for epsilon, sensitivity in [(0.44, 1), (1.0, 1)]:
+        sampler = ExactSampler(epsilon, sensitivity)
+        two_sided, geometric = sampler.two_sided.thresholds, sampler.geometric.thresholds
+        for i in (0, 1, two_sided.size // 2, two_sided.size - 1):
+            assert int(two_sided[i]) == exact_threshold(sampler, sampler.low + i), i
+        for j in (0, 1, geometric.size // 2, geometric.size - 1):
+            assert int(geometric[j]) == exact_geometric_threshold(sampler, j), j
+
+
+def test_a_tie_at_either_end_of_the_table_is_settled_exactly() -> None:
+    """U equal to the table's last word floor(2^64 F(high)): the next word, against the
+    next 64 bits of 2^64 F(high) (rational arithmetic), decides between Z = high (below)
+    and past the table (above: high + 1 + G, G = 0 from a zero word). U equal to its first
+    word floor(2^64 F(low)): between below the table (low - G, G = 0) and low + 1. Guards
+    the tie check at the table's last entry (a tie there left undecided, or settled by
+    reading past the table) and the word function the constructor wires. Not
+    statistical."""
+    sampler = ExactSampler(0.44, 1)
+    table = sampler.two_sided
+    low, high = sampler.low, sampler.high
+    last, first = int(table.thresholds[-1]), int(table.thresholds[0])
+    f_high = exact_threshold(sampler, high, 128) % 2 ** 64
+    f_low = exact_threshold(sampler, low, 128) % 2 ** 64
+    assert 0 < f_high < 2 ** 64 - 1 and 0 < f_low < 2 ** 64 - 1
+    # the trailing 0 would be a geometric word: left unused inside the table
+    assert draw_one(sampler, [last, f_high - 1, 0]) == ([high], [0])
+    assert draw_one(sampler, [last, f_high + 1, 0]) == ([high + 1], [])
+    assert draw_one(sampler, [first, f_low - 1, 0]) == ([low], [])
+    assert draw_one(sampler, [first, f_low + 1, 0]) == ([low + 1], [0])
+
+
+def test_a_tie_in_the_geometric_tail_is_settled_exactly() -> None:
+    """Past the two-sided table, a geometric word equal to floor(2^64 (1 - a^(j+1))): the
+    next word, against the next 64 bits of 2^64 (1 - a^(j+1)) (rational arithmetic),
+    decides between G = j (below) and G = j + 1 (above); at the geometric table's last
+    entry, above goes past it (G = size + G', G' = 0 from a zero word). On both sides of
+    the two-sided table. Not statistical."""
+    sampler = ExactSampler(0.44, 1)
+    geometric = sampler.geometric.thresholds
+    over = int(sampler.two_sided.thresholds[-1]) + 1     # past the two-sided table
+    under = int(sampler.two_sided.thresholds[0]) - 1     # below it
+    for j in (1, geometric.size - 1):
+        tie = int(geometric[j])
+        fraction = exact_geometric_threshold(sampler, j, 128) % 2 ** 64
+        assert 0 < fraction < 2 ** 64 - 1
+        unused = [] if j == geometric.size - 1 else [0]  # G' drawn only past the table
+        assert draw_one(sampler, [over, tie, fraction - 1, 0]) == ([sampler.high + 1 + j], [0])
+        assert draw_one(sampler, [over, tie, fraction + 1, 0]) == (
+            [sampler.high + 1 + j + 1], unused)
+        assert draw_one(sampler, [under, tie, fraction - 1, 0]) == ([sampler.low - j], [0])
+        assert draw_one(sampler, [under, tie, fraction + 1, 0]) == (
+            [sampler.low - j - 1], unused)
+
+
+def test_zero_draws_take_no_word_and_a_negative_size_is_refused() -> None:
+    """size = 0 gives an empty int64 array without drawing a word (an empty table of
+    cells is noised without error); a negative size is refused, naming it."""
+    sampler = ExactSampler(1.0, 1)
+    rng = ScriptedRng([7])
+    z = sampler.sample(0, rng)  # type: ignore[arg-type]
+    assert z.dtype == np.int64 and z.shape == (0,)
+    assert rng.bit_generator.words == [7]
+    with pytest.raises(ValueError) as err:
+        sampler.sample(-1, ScriptedRng([7]))  # type: ignore[arg-type]
+    assert str(err.value) == "size=-1: must be >= 0"
+
+
+def test_the_guide_table_counts_the_thresholds_below_every_word() -> None:
+    """guide[s] = #{i : T[i] < s 2^44} for s = 0..2^20 (the last entry: every threshold),
+    and count_below(u) = #{i : T[i] < u} against a direct count, for tables with
+    thresholds in the first, second and last buckets of the guide (up to the top word
+    2^64 - 1, with and without a threshold there), words at each threshold, one either
+    side, and at the bucket edges. Not statistical."""
+    from dp_ops.privacy.noise import _Inversion
+
+    b, top = 2 ** 44, 2 ** 64 - 1
+    tables = [
+        [0, 5, b - 1, b, b + 7, 2 * b + 3, 2 ** 63, top - b, top - b + 1, top - 9, top - 1,
+         top],
+        [3, b + 7, 2 ** 63, top - b + 1, top - 9],
+        [b + 1, b + 2],
+        [top - 3],
+    ]
+    for thresholds in tables:
+        table = _Inversion.build(0, thresholds, None)
+        assert table.guide.size == 2 ** 20 + 1
+        for s in (0, 1, 2, 2 ** 19, 2 ** 20 - 1, 2 ** 20):
+            assert table.guide[s] == sum(t < s * b for t in thresholds), (thresholds, s)
+        words = sorted({0, 1, b - 1, b, b + 1, 2 * b, top - b, top - b + 1, top - 1, top}
+                       | {t + d for t in thresholds for d in (-1, 0, 1) if 0 <= t + d <= top})
+        counts = table.count_below(np.array(words, dtype=np.uint64))
+        assert counts.tolist() == [sum(t < u for t in thresholds) for u in words], thresholds
+
+
+@pytest.mark.parametrize("y", ["0.44", "0.000305555555555555555", "1.7"])
+def test_fixed_power_bounds_bracket_at_any_precision(y: str) -> None:
+    """At 1024 bits (the precision a tie reaches after 15 equal words) lo[m] <=
+    2^1024 exp(-m y) <= hi[m] still holds, and tightly: exp(-y) is expanded with enough
+    decimal digits for the precision asked, not only for the tables' 192 bits."""
+    from decimal import Decimal
+
+    from dp_ops.privacy.noise import _fixed_power_bounds
+
+    bits = 1024
+    lo, hi = _fixed_power_bounds(Decimal(y), 3, bits)
+    grid, terms = _grid(bits)
+    a_lo, a_hi = exp_enclosure(Fraction(y), grid, terms)
+    for m in (1, 2, 3):
+        p_lo, p_hi = power_enclosure(a_lo, a_hi, m, grid)
+        assert lo[m] <= p_lo * (1 << bits) and p_hi * (1 << bits) <= hi[m], m
+        assert hi[m] - lo[m] <= 4 * m, m
+
+
+def test_the_bits_settling_a_long_tie_are_exact() -> None:
+    """The bits a tie is settled against, 1024 of them (a tie over 15 words), are
+    floor(2^1024 F(k)) and floor(2^1024 (1 - a^(j+1))) exactly, against rational
+    arithmetic, inside the table, at its ends and past them. Not statistical."""
+    sampler = ExactSampler(0.44, 1)
+    for k in (sampler.low - 2, sampler.low, -1, 0, 3, sampler.high):
+        assert sampler._cdf_bits(k, 1024) == exact_threshold(sampler, k, 1024), k
+    for j in (0, 5, sampler.geometric.thresholds.size):
+        assert sampler._geometric_bits(j, 1024) == exact_geometric_threshold(sampler, j, 1024), j
