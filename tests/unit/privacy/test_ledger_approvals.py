@@ -65,33 +65,114 @@ def test_an_extra_spend_without_an_approval_is_refused_before_anything_is_writte
 
 def test_an_unrecorded_approval_is_refused_before_anything_is_written(ledger: Ledger) -> None:
     """A request passed along but never approved (nobody answered Approve): refused,
-    naming the run, the request and how an approval gets recorded."""
+    naming the run, the request and how an approval gets recorded (the full text: it is
+    what the operator reads)."""
     before = _written(ledger)
-    with pytest.raises(ApprovalMissing, match=r"re-noise of mobility 2020-03-01 region R1 by "
-                       r"run 'oncall': no approval is recorded .* marked successful by hand "
-                       r"approves nothing\. Nothing was spent"):
+    with pytest.raises(ApprovalMissing) as err:
         ledger.reserve([SpendRequest(slot(region="R1"), 0.1)], run_id="oncall",
                        kind="renoise", cap=CAP, method_version=VERSION,
                        reason="raw data corrected", refuse_repeat_of="R1",
                        approval=_renoise())
+    assert str(err.value) == (
+        "re-noise of mobility 2020-03-01 region R1 by run 'oncall': no approval is recorded "
+        "in the ledger for this run and this exact request (sha256 "
+        f"{_renoise().sha256()[:16]}...). It is recorded only when someone other than the "
+        "requester answers Approve in the run's approve_spend task (Browse > Required "
+        "Actions; DP_SPEND_APPROVERS), or at the command line with --approved-by; a task "
+        "marked successful by hand approves nothing. Nothing was spent")
     assert _written(ledger) == before
 
 
 def test_nobody_approves_their_own_spend(ledger: Ledger) -> None:
     """Row 9 at the ledger: an approver equal to the requester (in any case), an empty
-    approver and an unknown (empty) requester are refused; nothing is recorded."""
+    approver and an unknown (empty) requester are refused, each with its full text (what
+    the operator reads: the request, the run and what to do); nothing is recorded."""
+    from dp_ops.privacy.ledger import VIA_AIRFLOW
+
+    what = "re-noise of mobility 2020-03-01 region R1 by run 'oncall'"
+    same = (": the approver {} is the requester; an extra spend needs the approval of "
+            "someone else. Nothing was recorded or spent")
+    unknown = (": the run has no known requester, so nobody can be shown not to be "
+               "approving their own spend; nothing was recorded or spent. Request it as "
+               "yourself (the Airflow UI or REST API), or at the command line name yourself "
+               "with --requested-by")
+    nobody = ": no approver named; nothing was recorded or spent"
+    before = _written(ledger)
+    for requester, approver, message in (
+            ("alice", "alice", same.format("'alice'")),
+            ("alice", "Alice ", same.format("'Alice'")),
+            ("alice", "", nobody), ("alice", None, nobody),
+            (None, "bob", unknown), ("  ", "bob", unknown)):
+        with pytest.raises(ApprovalMissing) as err:
+            ledger.record_approval(_renoise(), run_id="oncall",
+                                   requester=requester, approver=approver, via=VIA_AIRFLOW)
+        assert str(err.value) == what + message
+    assert _written(ledger) == before
+    assert ledger.approvals() == []
+
+
+def test_a_malformed_approval_is_refused_naming_the_field(ledger: Ledger) -> None:
+    """Who vouched for the names must be Airflow or the command line, and each name is
+    plain text of at most 100 characters: refused with the field named exactly, before
+    anything is recorded."""
+    from dp_ops.errors import BadRequest
     from dp_ops.privacy.ledger import VIA_AIRFLOW
 
     before = _written(ledger)
-    for requester, approver, match in (
-            ("alice", "alice", "is the requester"), ("alice", "Alice ", "is the requester"),
-            ("alice", "", "no approver"), ("alice", None, "no approver"),
-            (None, "bob", "no known requester"), ("  ", "bob", "no known requester")):
-        with pytest.raises(ApprovalMissing, match=match):
-            ledger.record_approval(_renoise(), run_id="oncall",
-                                   requester=requester, approver=approver, via=VIA_AIRFLOW)
+    with pytest.raises(ValueError) as err:
+        ledger.record_approval(_renoise(), run_id="oncall", requester="alice",
+                               approver="bob", via="email")
+    assert str(err.value) == "via='email': expected 'airflow_hitl' or 'cli'"
+    for requester, approver, message in (
+            ("al\tice", "bob",
+             "requester='al\\tice': control characters are not allowed (found '\\t')"),
+            ("alice", "b\u202eob",
+             "approver='b\\u202eob': control characters are not allowed (found '\\u202e')"),
+            ("alice", "b" * 101,
+             f"approver={'b' * 40!r}... (101 characters): at most 100 characters")):
+        with pytest.raises(BadRequest) as bad:
+            ledger.record_approval(_renoise(), run_id="oncall", requester=requester,
+                                   approver=approver, via=VIA_AIRFLOW)
+        assert str(bad.value) == message
     assert _written(ledger) == before
     assert ledger.approvals() == []
+
+
+def test_only_a_new_approval_signals_a_write(ledger: Ledger) -> None:
+    """``after_write`` (the data root's high-water mark of the chain) runs once when an
+    approval is recorded, and not when a retry finds the one already recorded."""
+    from dp_ops.privacy.ledger import VIA_CLI
+
+    calls: list[tuple[int, str]] = []
+    ledger.after_write = lambda: calls.append(ledger.head())
+    ledger.record_approval(_renoise(), run_id="oncall", requester="alice", approver="bob",
+                           via=VIA_CLI)
+    assert calls == [ledger.head()]
+    ledger.record_approval(_renoise(), run_id="oncall", requester="alice", approver="carol",
+                           via=VIA_CLI)
+    assert calls == [ledger.head()]
+
+
+def test_of_two_approvals_of_one_request_the_first_recorded_stands(ledger: Ledger) -> None:
+    """``record_approval`` never writes a second approval of a run's request, but a ledger
+    may hold two (chained rows appended with the key, by hand): the one with the lowest id
+    counts, whatever order the database stores them in. Here id 2 is stored before id 1 (on
+    PostgreSQL a scan without ORDER BY meets id 2 first)."""
+    from dp_ops.privacy.ledger import VIA_CLI
+    from dp_ops.privacy.ledger_schema import append
+
+    request = _renoise()
+    row = {"run_id": "oncall", "report": "mobility", "kind": "renoise",
+           "request_sha256": request.sha256(), "request": request.canonical(),
+           "requester": "alice", "via": VIA_CLI, "decided_at": "2026-12-08T10:00:00+00:00",
+           "created_at": "2026-12-08T10:00:00+00:00"}
+    with ledger.engine.begin() as conn:
+        append(conn, "spend_approval", {**row, "id": 2, "approver": "carol"}, ledger.key())
+        append(conn, "spend_approval", {**row, "id": 1, "approver": "bob"}, ledger.key())
+    assert ledger.verify().ok
+    found = ledger.approval(request, run_id="oncall")
+    assert found is not None and (found.id, found.approver) == (1, "bob")
+    assert ledger.require_approval(request, run_id="oncall") == found
 
 
 def test_an_approval_covers_its_run_and_exact_request_only(ledger: Ledger) -> None:

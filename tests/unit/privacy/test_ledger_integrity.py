@@ -525,3 +525,119 @@ def test_a_derived_file_replaced_behind_the_ledgers_back_is_refused(used: Ledger
                 "ORDER BY id")] == [("b" * 64, ""), ("c" * 64, "b" * 64)]
     finally:
         engine.dispose()
+
+
+def test_verify_names_every_missing_or_disabled_guard(ledger_url: str) -> None:
+    """A chain that checks on a ledger whose guards were dropped (SQLite) or disabled
+    (PostgreSQL) does not verify: the problem names each trigger gone, exactly, and the
+    entries and head are the intact chain's."""
+    from dp_ops.privacy.ledger_schema import trigger_names
+
+    led = Ledger(ledger_url)
+    try:
+        led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily", kind="noise",
+                    cap=CAP, method_version="v1", terms=TERMS)
+        intact = led.verify()
+        assert intact.ok, intact.problem
+        engine = _make_engine(ledger_url)
+        try:
+            with engine.begin() as conn:
+                dialect = conn.dialect.name
+                _drop_guard(conn, "budget_spend")
+        finally:
+            engine.dispose()
+        check = led.verify()
+    finally:
+        led.dispose()
+    gone = [n for n in trigger_names(dialect) if n.startswith("budget_spend_")]
+    assert gone == (["budget_spend_no_delete", "budget_spend_no_update"] if dialect == "sqlite"
+                    else ["budget_spend_append_only", "budget_spend_no_truncate"])
+    assert (check.entries, check.head, check.problem) == (
+        intact.entries, intact.head,
+        f"append-only trigger(s) missing or disabled: {gone[0]}, {gone[1]}")
+
+
+def test_stored_noise_is_recorded_once_and_never_replaced(ledger_url: str) -> None:
+    """The same record again is a no-op (nothing written); another sha256, another cell
+    count or both are refused with the full text, and nothing is written."""
+    from dp_ops.errors import NoiseRecordConflict
+
+    led = Ledger(ledger_url)
+    try:
+        (spend,) = led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily",
+                               kind="noise", cap=CAP, method_version="v1",
+                               terms=TERMS).spends
+        led.record_stored(spend.id, "a" * 64, 10)
+        head = led.head()
+        led.record_stored(spend.id, "a" * 64, 10)
+        assert led.head() == head
+        for sha256, cells in (("b" * 64, 10), ("a" * 64, 11), ("b" * 64, 11)):
+            with pytest.raises(NoiseRecordConflict) as err:
+                led.record_stored(spend.id, sha256, cells)
+            assert str(err.value) == (
+                f"ledger spend {spend.id}: its stored noise was recorded with sha256 "
+                f"{'a' * 64} (10 cells), not {sha256} ({cells} cells); noise is drawn once "
+                "and never replaced")
+        assert led.head() == head
+        assert [(s.stored_sha256, s.stored_cells) for s in led.spends()] == [("a" * 64, 10)]
+    finally:
+        led.dispose()
+
+
+@pytest.mark.parametrize("sha256", ["A" * 64, "g" * 64, "X" * 64, "a" * 63 + "-", "a" * 63,
+                                    "a" * 65, "", "b" * 80])
+def test_a_recorded_sha256_is_64_lowercase_hex_digits(ledger_url: str, sha256: str) -> None:
+    """Stored noise and derived files are recorded under exactly 64 lowercase hex digits;
+    anything else (upper case, other letters, too short or long) is refused, showing at
+    most its first 70 characters, before anything is written."""
+    led = Ledger(ledger_url)
+    try:
+        (spend,) = led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily",
+                               kind="noise", cap=CAP, method_version="v1",
+                               terms=TERMS).spends
+        head = led.head()
+        message = f"sha256={sha256[:70]!r}: expected 64 lowercase hex digits"
+        for record in (lambda: led.record_stored(spend.id, sha256, 1),
+                       lambda: led.record_derived("mobility", "baseline", sha256)):
+            with pytest.raises(ValueError) as err:
+                record()
+            assert str(err.value) == message
+        assert led.head() == head
+    finally:
+        led.dispose()
+
+
+def test_installing_the_guards_again_keeps_a_disabled_trigger_named(
+        pg_schema: tuple[str, str]) -> None:
+    """PostgreSQL: every guard exists under its exact name. A trigger an owner disabled
+    still exists, so installing the guards again (a migration) creates none twice (the name
+    is taken: that would fail) and leaves it disabled: missing_guards names it."""
+    from dp_ops.privacy.ledger_schema import (
+        VERSION_TABLE,
+        _pg_trigger_names,
+        install_guards,
+        install_version_guards,
+        missing_guards,
+        trigger_names,
+    )
+
+    url, _ = pg_schema
+    Ledger(url).dispose()
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            names = trigger_names("postgresql")
+            assert set(names) <= _pg_trigger_names(conn)  # (and the foreign key's own)
+            assert names == sorted(
+                [f"{t}_{g}" for t in APPEND_ONLY for g in ("append_only", "no_truncate")]
+                + [f"{VERSION_TABLE}_guard", f"{VERSION_TABLE}_no_truncate"])
+            for tbl in ("budget_spend", VERSION_TABLE):
+                conn.exec_driver_sql(f"ALTER TABLE {tbl} DISABLE TRIGGER USER")
+            install_guards(conn)
+            install_version_guards(conn)
+            assert set(names) <= _pg_trigger_names(conn)  # (and the foreign key's own)
+            assert missing_guards(conn) == [
+                "budget_spend_append_only", "budget_spend_no_truncate",
+                f"{VERSION_TABLE}_guard", f"{VERSION_TABLE}_no_truncate"]
+    finally:
+        engine.dispose()

@@ -174,6 +174,24 @@ def test_the_summary_text_exactly() -> None:
     assert format_ledger_summary([]) == "(no spends)"
 
 
+def test_the_headroom_is_zero_up_to_the_tolerance_itself() -> None:
+    """A total within the tolerance of the cap has no headroom (0.0000, not -0.0000), up
+    to and including the tolerance; past it, the headroom is negative and the date over.
+    Float subtraction is exact at that edge only near zero: a cap of 0 and a total of
+    exactly the tolerance, then twice it."""
+    from dp_ops.privacy.ledger import _EPS_TOLERANCE
+
+    def last_line(total: float) -> str:
+        spends = [_spend(1, "mobility", 1, 1, "a", total)]
+        return format_ledger_summary(spends, caps={"mobility": 0.0}).splitlines()[-1]
+
+    assert last_line(_EPS_TOLERANCE) == (
+        "  mobility   2020-03-01               0.0000  cap 0.0000, headroom 0.0000")
+    assert last_line(2 * _EPS_TOLERANCE) == (
+        "  mobility   2020-03-01               0.0000  cap 0.0000, headroom -0.0000"
+        "  OVER THE CAP")
+
+
 def test_dates_are_one_range_while_their_spends_agree_to_12_decimals() -> None:
     def days(*eps: float) -> list[str]:
         spends = [_spend(i, "mobility", i + 1, 1, "a", e) for i, e in enumerate(eps)]
@@ -274,4 +292,17 @@ def test_a_cap_below_a_spent_date_is_refused_naming_the_date(ledger: Ledger) -> 
         ledger.set_policy("mobility", reason="why", run_id="op", cap=0.3)
     assert str(exceeded.value) == ("cap=0.3: date 2020-03-02 of mobility has already spent "
                                    "0.375000 per user-day; a cap below that would leave it over")
+    assert ledger.set_policy("mobility", reason="why", run_id="op", cap=0.375).cap == 0.375
+
+
+def test_a_cap_the_tolerance_below_a_spent_date_is_not_below_it(ledger: Ledger) -> None:
+    """A new cap is compared with what a date spent as a reservation is: a date that spent
+    the new cap plus exactly the tolerance (float rounding) is within it, so the cap is
+    recorded."""
+    from dp_ops.privacy.ledger import _EPS_TOLERANCE
+
+    spent = 0.375 + _EPS_TOLERANCE
+    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), spent)],
+                   run_id="r", kind="noise", cap=1.0, method_version="v1")
+    assert ledger.spent("mobility", date(2020, 3, 1)) == spent
     assert ledger.set_policy("mobility", reason="why", run_id="op", cap=0.375).cap == 0.375
