@@ -26,7 +26,8 @@ made the tests hang) and mutants mypy rejects; everything else (survived, reache
 fast test, or not checked yet when a run was stopped) counts against it. The results are
 stamped with the commit staged for the run. ``tests/mutation/equivalent.toml`` lists
 mutants that change no behaviour, each with its reason; a listed name that no longer exists
-is reported.
+is reported, and so is a listed mutant a test kills (it counts as killed, not listed).
+``--recheck`` skips the listed ones: they survived every test when they were listed.
 """
 
 from __future__ import annotations
@@ -191,9 +192,13 @@ def main(argv: list[str] | None = None) -> int:
             where = stage(group, mine)
             print(f"== mutmut over {', '.join(mine)} ({where.relative_to(REPO)})", flush=True)
             code = run_mutmut(where, args.max_children)
-            # mutmut keeps a survivor's verdict when tests are added: check those again
+            # mutmut keeps a survivor's verdict when tests are added: check those again,
+            # except the ones listed as equivalent (they survived every test when listed,
+            # and no test can kill an equivalent mutant; each costs a whole test selection)
+            listed = equivalent()
             again = [k for statuses in outcomes(mine).values()
-                     for k, s in statuses.items() if s in ("survived", "no tests")]
+                     for k, s in statuses.items()
+                     if s in ("survived", "no tests") and k not in listed]
             if args.recheck and again and code in (0, 1):
                 print(f"== {len(again)} survivors against the current tests", flush=True)
                 code = run_mutmut(where, args.max_children, again)
@@ -227,11 +232,14 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
         commits.add(staged.read_text().strip() if staged.is_file() else "unknown")
     commit = ", ".join(sorted(commits))
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    rows, survivors = [], []
+    rows, survivors, wrongly_listed = [], [], []
     for module, statuses in by_module.items():
         counts = Counter(statuses.values())
-        listed = sum(1 for k in statuses if k in known)
+        # a listed mutant that a test kills is not equivalent: it counts as killed, not
+        # listed, and is reported below
+        listed = sum(1 for k, s in statuses.items() if k in known and s not in KILLED)
         killed = sum(counts[s] for s in KILLED)
+        wrongly_listed += [k for k, s in statuses.items() if k in known and s in KILLED]
         scored = len(statuses) - listed
         rows.append({"module": MODULES[module], "mutants": len(statuses), "killed": killed,
                      "equivalent": listed, "survived": counts["survived"],
@@ -247,7 +255,8 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "mutation.json").write_text(json.dumps(
         {"commit": commit, "date": stamp, "seconds": round(seconds), "score": round(score, 4),
-         "modules": rows, "survivors": survivors, "stale_equivalents": stale}, indent=2) + "\n")
+         "modules": rows, "survivors": survivors, "stale_equivalents": stale,
+         "listed_but_killed": sorted(wrongly_listed)}, indent=2) + "\n")
     not_run = [str(r["module"]) for r in rows if r["score"] is None]
     lines = [f"Mutation score, commit {commit}, {stamp} (`make mutation`, mutmut, fast tests):"
              f" {killed} of {total - listed} killed = {score:.1%} ({listed} listed "
@@ -264,6 +273,9 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
     lines += [f"- {s['mutant']} ({s['status']})" for s in survivors]
     if stale:
         lines += ["", "Listed as equivalent but no longer a mutant: " + ", ".join(stale)]
+    if wrongly_listed:
+        lines += ["", "Listed as equivalent but killed by a test (counted as killed; remove "
+                  "from equivalent.toml): " + ", ".join(sorted(wrongly_listed))]
     (RESULTS / "mutation.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:4 + len(rows)]))
 
