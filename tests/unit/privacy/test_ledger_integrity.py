@@ -285,6 +285,59 @@ def test_the_pipeline_role_reads_and_appends_only(pg_schema: tuple[str, str],
         app.dispose()
 
 
+def _no_ddl_message(url: str, state: str) -> str:
+    return (f"the ledger at {sa.make_url(url).render_as_string(hide_password=True)} {state} "
+            "and this role may not create or change its schema: run `python -m dp_ops ledger "
+            "init` as the ledger's owner role (the compose stack's airflow-init does at every "
+            "start; docs/deploy.md)")
+
+
+def test_a_role_that_may_not_create_the_schema_is_told_what_to_run(
+        pg_schema: tuple[str, str], app_url: str) -> None:
+    """An empty schema, and a ledger at an older migration, opened by the pipeline's role
+    (no DDL): refused with the state it found and the command for the owner."""
+    from alembic import command
+
+    from dp_ops.privacy import ledger_migrations
+
+    with pytest.raises(LedgerSchemaError) as empty:
+        Ledger(app_url)
+    assert str(empty.value) == _no_ddl_message(app_url, "has no schema")
+    owner_url, _ = pg_schema
+    role = sa.make_url(app_url).username
+    engine = sa.create_engine(owner_url)
+    try:
+        with engine.begin() as conn:  # the first migration only, granted as deploy.md says
+            command.upgrade(ledger_migrations._config(conn), "0001")
+            ident = conn.dialect.identifier_preparer.quote(str(role))
+            conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA {pg_schema[1]} TO {ident}")
+            conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA {pg_schema[1]} "
+                                 f"TO {ident}")
+    finally:
+        engine.dispose()
+    with pytest.raises(LedgerSchemaError) as old:
+        Ledger(app_url)
+    assert str(old.value) == _no_ddl_message(
+        app_url, f"is at schema migration 0001, this version needs "
+                 f"{ledger_migrations.head()},")
+
+
+def test_an_upgrade_failing_for_another_reason_is_not_called_a_permission_problem(
+        ledger_url: str) -> None:
+    """Only "permission denied" (or no schema selected) becomes the ledger-init message;
+    any other database error of the upgrade (here a table in the way) is raised as it is."""
+    if not ledger_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL only: SQLite reports a table in the way as another error")
+    engine = sa.create_engine(ledger_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE noise_store (x integer)")
+    finally:
+        engine.dispose()
+    with pytest.raises(sa.exc.ProgrammingError, match="already exists"):
+        Ledger(ledger_url)
+
+
 # -- the recorded policy (finding 5) -------------------------------------------------------------
 
 

@@ -202,10 +202,13 @@ def test_the_wrong_key_message_names_the_ledger_the_key_and_what_to_read(
 def test_a_process_keeps_the_key_it_checked(ledger_url: str,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The key is loaded and checked once; a key file replaced while the process runs does
-    not change what it signs with."""
+    not change what it signs with. The ledger is opened afresh, as a task opens an existing
+    one: its key is loaded on first use (a new ledger holds the key it was made with)."""
+    made = Ledger(ledger_url)
+    _spend(made)
+    made.dispose()
     led = Ledger(ledger_url)
     try:
-        _spend(led)
         key = led.key()
         monkeypatch.setenv(ledger_key.KEY_ENV, OTHER)
         assert led.key() == key
@@ -254,3 +257,22 @@ def test_a_postgresql_ledger_survives_its_connections_being_dropped(ledger_url: 
     finally:
         admin.dispose()
         led.dispose()
+
+
+def test_each_new_ledger_gets_its_own_uuid(tmp_path: Path) -> None:
+    """The ledger id names the ledger in every message and in the data root's binding: a
+    new ledger draws a fresh UUID, and reopening it reads that id back."""
+    import uuid
+
+    ids = []
+    for name in ("a", "b"):
+        led = Ledger(f"sqlite:///{tmp_path / name}.db")
+        ids.append(led.ledger_id)
+        led.dispose()
+    assert ids[0] != ids[1]
+    assert all(str(uuid.UUID(i)) == i and uuid.UUID(i).version == 4 for i in ids)
+    again = Ledger(f"sqlite:///{tmp_path / 'a'}.db")
+    try:
+        assert again.ledger_id == ids[0]
+    finally:
+        again.dispose()

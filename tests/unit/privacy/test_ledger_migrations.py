@@ -195,6 +195,45 @@ def test_opening_an_up_to_date_ledger_takes_no_write_lock(ledger_url: str) -> No
     assert len(opened) == 1
 
 
+def test_a_write_waits_for_the_write_lock(ledger_url: str) -> None:
+    """Writers are serialised: a reserve started while another connection holds the write
+    lock (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock) waits for it, then spends."""
+    import threading
+    from datetime import date
+
+    from dp_ops.privacy import ledger as ledger_module
+    from dp_ops.privacy.ledger import Slot, SpendRequest
+
+    led = Ledger(ledger_url)
+    holder = sa.create_engine(ledger_url)
+    done: list[int] = []
+
+    def spend() -> None:
+        res = led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places"), 0.1)],
+                          run_id="r", kind="noise", cap=2.0, method_version="v1")
+        done.append(len(res.spends))
+
+    try:
+        with holder.connect() as conn:
+            if ledger_url.startswith("sqlite"):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.execute(sa.text("BEGIN"))
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": ledger_module._PG_LOCK_KEY})
+            worker = threading.Thread(target=spend, daemon=True)
+            worker.start()
+            worker.join(timeout=1.0)
+            waited = worker.is_alive()
+            conn.exec_driver_sql("ROLLBACK")
+        worker.join(timeout=60)
+    finally:
+        holder.dispose()
+        led.dispose()
+    assert waited, "the reserve did not wait for the write lock"
+    assert done == [1]
+
+
 def test_a_ledger_from_before_the_hash_chain_is_refused(tmp_path: Any) -> None:
     from dp_ops.errors import LedgerSchemaError
 
