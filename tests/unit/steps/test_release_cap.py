@@ -53,6 +53,8 @@ def test_a_staged_record_written_outside_the_gate_is_refused(tmp_path: Path) -> 
     import json
 
     root = DataRoot(tmp_path / "data")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    Ledger(url).dispose()  # the ledger and its key, as the noise step leaves them
     stage = staging_dir(root, "run-x")
     (stage / "release").mkdir(parents=True)
     write_staged(stage, {"empty": True, "run_id": "run-x"})
@@ -61,6 +63,5 @@ def test_a_staged_record_written_outside_the_gate_is_refused(tmp_path: Path) -> 
         "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},
         "gate": {"success": True, "evaluated": 1, "data_docs": None}}))
     with pytest.raises(PublishRefused, match="MAC does not verify"):
-        publish_staged(root, CFG, run_id="run-x",
-                       ledger_url=f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+        publish_staged(root, CFG, run_id="run-x", ledger_url=url)
     assert not root.latest_release("mobility").exists()
