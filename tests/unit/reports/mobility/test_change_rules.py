@@ -74,12 +74,14 @@ def test_a_method_update_divides_the_hull_by_the_factor_interval_and_takes_its_a
 
 
 def test_residential_changes_values_and_decisions() -> None:
-    hours = [15.0, 12.0, 12.0, 12.0, 6.0, 12.0, 12.0, 0.0]
-    lo = [14.9, 10.0, 11.9, 11.9, 5.9, 11.0, 11.0, 0.0]
-    hi = [15.1, 12.1, 12.1, 12.1, 6.1, 13.0, 13.0, 0.0]
-    base = [12.0, 12.0, 12.0, 0.5, 12.0, 0.0, math.inf, 0.0]
-    base_lo = [11.9, 11.9, 11.9, 0.4, 11.9, 0.5, 11.0, 0.0]
-    base_hi = [12.1, 12.1, 12.1, 0.6, 12.1, 1.0, math.inf, 0.0]
+    # the last three rows have no change: no positive baseline, an infinite one, and a
+    # positive baseline whose interval reaches 0 (no ratio bound above)
+    hours = [15.0, 12.0, 12.0, 12.0, 6.0, 12.0, 12.0, 0.0, 12.0]
+    lo = [14.9, 10.0, 11.9, 11.9, 5.9, 11.0, 11.0, 0.0, 11.9]
+    hi = [15.1, 12.1, 12.1, 12.1, 6.1, 13.0, 13.0, 0.0, 12.1]
+    base = [12.0, 12.0, 12.0, 0.5, 12.0, 0.0, math.inf, 0.0, 12.0]
+    base_lo = [11.9, 11.9, 11.9, 0.4, 11.9, 0.5, 11.0, 0.0, 0.0]
+    base_hi = [12.1, 12.1, 12.1, 0.6, 12.1, 1.0, math.inf, 0.0, 12.1]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         change, publish = residential_changes(hours, lo, hi, base, base_lo, base_hi,
@@ -223,6 +225,21 @@ def test_residential_hours_clamps_to_the_day_and_bounds_every_row() -> None:
     assert 0 < hi[7] < 1
     # 12 -+ 14 hours: outside the day, the test rejects every offset: the whole day
     assert empty[1:3].all() and lo[1:3].tolist() == [0.0, 0.0] and hi[1:3].tolist() == [24.0] * 2
+
+
+def test_residential_hours_without_a_positive_count_have_no_estimate_and_no_warning() -> None:
+    """A noisy count of 0 (or below) beside a non-zero noisy sum: no estimate, and no
+    division-by-zero warning in the task log."""
+    from dp_ops.reports.mobility.estimates import residential_hours
+
+    s, c = np.array([5.0, -7.0, 0.0, 3.0]), np.array([0.0, 0.0, 0.0, -2.0])
+    n = s.size
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est, _, _ = residential_hours(s, c, np.full(n, 0.22), np.full(n, 48.0),
+                                      np.full(n, 0.22), np.ones(n), grid_per_hour=4,
+                                      alpha=0.025)
+    assert np.isnan(est).all()
 
 
 def test_strictly_below_is_the_next_float_down() -> None:
