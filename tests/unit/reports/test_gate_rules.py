@@ -193,9 +193,29 @@ def test_the_mobility_gate_counts_come_from_the_table_itself() -> None:
                                           "published_rows": 3}
     assert _internal_parameters(pd.DataFrame()) == {"domain_rows": 0, "release_days": 0,
                                                     "published_rows": 0}
+    # an undecided row (NA) is not published, whatever the column's dtype
+    for undecided in (pd.array([True, False, pd.NA, True, True, False], dtype="boolean"),
+                      [1.0, 0.0, float("nan"), 1.0, 1.0, 0.0]):
+        assert _internal_parameters(full.assign(publish_row=undecided))["published_rows"] == 3
     no_regions = full.drop(columns=["region_id"]).assign(date_value=pd.NaT)
     assert _internal_parameters(no_regions) == {"domain_rows": 0, "release_days": 0,
                                                 "published_rows": 3}
     no_dates = full.drop(columns=["date", "date_value", "publish_row"])
     assert _internal_parameters(no_dates) == {"domain_rows": 0, "release_days": 0,
                                               "published_rows": 0}
+
+
+def test_the_internal_tables_column_rule_names_at_least_its_columns() -> None:
+    """The internal table carries the published columns and the internal ones, and may
+    carry more (the rule is "at least these", as Data Docs shows it: an exact_match left
+    unset would be rendered as "exactly")."""
+    import great_expectations.expectations as gxe
+
+    from dp_ops.reports.mobility.config import MobilityConfig
+    from dp_ops.reports.mobility.report import PUBLISHED_COLUMNS
+    from dp_ops.reports.mobility.suites import INTERNAL_EXTRA_COLUMNS, internal_suite
+
+    (rule,) = [e for e in internal_suite(MobilityConfig()).expectations
+               if isinstance(e, gxe.ExpectTableColumnsToMatchSet)]
+    assert rule.exact_match is False
+    assert sorted(rule.column_set or []) == sorted(PUBLISHED_COLUMNS + INTERNAL_EXTRA_COLUMNS)
