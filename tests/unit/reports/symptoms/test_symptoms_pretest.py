@@ -134,3 +134,25 @@ def test_the_pre_test_is_its_docstring_on_the_production_tests(n: int) -> None:
     verdict = apply_test(a, b, test, T)
     assert np.array_equal(~np.isnan(verdict["lower"]), expected)
     assert not (verdict["reliable"] & ~expected).any()
+
+
+def test_a_hull_exactly_on_the_band_is_reliable() -> None:
+    """``lower >= (1 - t) R`` and ``upper <= (1 + t) R`` hold with equality: A = B = 4,
+    R = 1, and the hand-made test accepts exactly the cell [0.75, 1.25] (its neighbours'
+    thresholds of 0 reject them; the pre-test looks only at those two)."""
+    out = apply_test(4.0, 4.0, made([0.0, 0.75, 1.25, 2.0], [GOOD, 100.0, GOOD]), T)
+    assert out["lower"].tolist() == [0.75] and out["upper"].tolist() == [1.25]
+    assert out["reliable"].tolist() == [True]
+
+
+def test_ratios_of_every_denominator_and_no_warning() -> None:
+    """A / B wherever B > 0 (B = 1 included), NaN where B <= 0, and no division warning
+    (1 / 0, 0 / 0) in the task log."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = apply_test([1.0, 0.0, 3.0, 3.0, -2.0], [0.0, 0.0, 1.0, 2.0, -1.0],
+                         made(HALVES, [GOOD, GOOD]), T)
+    ratio = out["ratio"]
+    assert np.isnan(ratio[[0, 1, 4]]).all() and ratio[2:4].tolist() == [3.0, 1.5]
