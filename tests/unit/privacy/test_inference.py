@@ -481,9 +481,11 @@ def test_hull_above_the_last_edge() -> None:
     assert lower.tolist() == pytest.approx([2.0, 0.0, 1.0, 0.3])
     assert upper.tolist() == [math.inf] * 4
     strict = inference.RatioTest(test.edges, test.thresholds, 0.4, 0.1)
-    lower, upper = strict.hull([10.0, -1.0, 3.0], [2.0, 1.0, 2.0])
-    assert lower.tolist() == [2.0, 0.0, 1.0]
-    assert upper.tolist() == [math.inf, 1.0, 2.0]
+    # the last: 0.8 - 0 / 2 = 0.8 > 0.4, rejected (with a positive part floored at 1
+    # instead of 0 it would be 0.3 and not rejected)
+    lower, upper = strict.hull([10.0, -1.0, 3.0, 0.0], [2.0, 1.0, 2.0, 0.8])
+    assert lower.tolist() == [2.0, 0.0, 1.0, 0.0]
+    assert upper.tolist() == [math.inf, 1.0, 2.0, 2.0]
 
 
 def test_hull_is_everything_without_a_positive_finite_denominator() -> None:
