@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"mutmut run exited {code}", file=sys.stderr)
                 return code
     seconds = time.perf_counter() - started
-    report(outcomes(chosen), equivalent(), seconds)
+    report(outcomes(chosen), equivalent(), None if args.report_only else seconds)
     return 0
 
 
@@ -225,7 +225,10 @@ def run_mutmut(where: Path, max_children: int, names: list[str] | None = None) -
                            *(names or [])], cwd=where, env=env).returncode
 
 
-def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds: float) -> None:
+def report(by_module: dict[str, dict[str, str]], known: dict[str, str],
+           seconds: float | None) -> None:
+    """Writes the results; ``seconds`` is this run's time (None: the stored verdicts of
+    earlier runs, summarised)."""
     commits = set()
     for module in (m for m, statuses in by_module.items() if statuses):
         staged = STAGES / group_of(module) / "staged_commit"
@@ -254,13 +257,15 @@ def report(by_module: dict[str, dict[str, str]], known: dict[str, str], seconds:
     score = killed / (total - listed) if total > listed else 0.0
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "mutation.json").write_text(json.dumps(
-        {"commit": commit, "date": stamp, "seconds": round(seconds), "score": round(score, 4),
+        {"commit": commit, "date": stamp,
+         "seconds": None if seconds is None else round(seconds), "score": round(score, 4),
          "modules": rows, "survivors": survivors, "stale_equivalents": stale,
          "listed_but_killed": sorted(wrongly_listed)}, indent=2) + "\n")
     not_run = [str(r["module"]) for r in rows if r["score"] is None]
     lines = [f"Mutation score, commit {commit}, {stamp} (`make mutation`, mutmut, fast tests):"
              f" {killed} of {total - listed} killed = {score:.1%} ({listed} listed "
-             f"equivalent; {seconds:.0f} s)" + (f"; not run yet: {', '.join(not_run)}"
+             f"equivalent; " + ("from the stored verdicts" if seconds is None else
+                                 f"{seconds:.0f} s") + ")" + (f"; not run yet: {', '.join(not_run)}"
                                                  if not_run else ""), "",
              "| module | mutants | killed | equivalent | survived | no fast test | not checked "
              "| score |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
