@@ -4,6 +4,7 @@ before the migrations (today's schema, no version table) is stamped and kept as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -159,15 +160,39 @@ def test_roles_are_refused_on_sqlite(tmp_path: Any) -> None:
     assert str(err.value) == "roles are a PostgreSQL matter; SQLite has none"
 
 
-def test_opening_an_up_to_date_ledger_takes_no_write_lock(ledger_url: str) -> None:
-    """A task that opens the ledger while another holds its write lock (a long reserve)
-    does not queue behind it: the schema check of an up-to-date ledger only reads."""
+def still_running_under_the_write_lock(url: str, work: Callable[[], None], *,
+                                       wait_s: float) -> bool:
+    """Start ``work`` in a thread while another connection holds the ledger's write lock
+    (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock), release the lock after
+    ``wait_s`` and let ``work`` finish: whether it was still running (waiting) then."""
     import threading
 
     from dp_ops.privacy import ledger as ledger_module
 
+    holder = sa.create_engine(url)
+    try:
+        with holder.connect() as conn:
+            if url.startswith("sqlite"):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.execute(sa.text("BEGIN"))
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": ledger_module._PG_LOCK_KEY})
+            worker = threading.Thread(target=work, daemon=True)
+            worker.start()
+            worker.join(timeout=wait_s)
+            running = worker.is_alive()
+            conn.exec_driver_sql("ROLLBACK")
+        worker.join(timeout=150)
+    finally:
+        holder.dispose()
+    return running
+
+
+def test_opening_an_up_to_date_ledger_takes_no_write_lock(ledger_url: str) -> None:
+    """A task that opens the ledger while another holds its write lock (a long reserve)
+    does not queue behind it: the schema check of an up-to-date ledger only reads."""
     Ledger(ledger_url).dispose()  # created and migrated
-    holder = sa.create_engine(ledger_url)
     opened: list[str] = []
 
     def open_ledger() -> None:
@@ -175,22 +200,7 @@ def test_opening_an_up_to_date_ledger_takes_no_write_lock(ledger_url: str) -> No
         opened.append(led.ledger_id)
         led.dispose()
 
-    try:
-        with holder.connect() as conn:
-            if ledger_url.startswith("sqlite"):
-                conn.exec_driver_sql("BEGIN IMMEDIATE")  # SQLite's write lock
-            else:
-                conn.execute(sa.text("BEGIN"))
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                             {"k": ledger_module._PG_LOCK_KEY})  # the writers' lock
-            worker = threading.Thread(target=open_ledger, daemon=True)
-            worker.start()
-            worker.join(timeout=20)
-            blocked = worker.is_alive()
-            conn.exec_driver_sql("ROLLBACK")
-        worker.join(timeout=150)
-    finally:
-        holder.dispose()
+    blocked = still_running_under_the_write_lock(ledger_url, open_ledger, wait_s=20)
     assert not blocked, "opening the ledger waited for the write lock"
     assert len(opened) == 1
 
@@ -198,14 +208,11 @@ def test_opening_an_up_to_date_ledger_takes_no_write_lock(ledger_url: str) -> No
 def test_a_write_waits_for_the_write_lock(ledger_url: str) -> None:
     """Writers are serialised: a reserve started while another connection holds the write
     lock (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock) waits for it, then spends."""
-    import threading
     from datetime import date
 
-    from dp_ops.privacy import ledger as ledger_module
     from dp_ops.privacy.ledger import Slot, SpendRequest
 
     led = Ledger(ledger_url)
-    holder = sa.create_engine(ledger_url)
     done: list[int] = []
 
     def spend() -> None:
@@ -214,21 +221,8 @@ def test_a_write_waits_for_the_write_lock(ledger_url: str) -> None:
         done.append(len(res.spends))
 
     try:
-        with holder.connect() as conn:
-            if ledger_url.startswith("sqlite"):
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                conn.execute(sa.text("BEGIN"))
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                             {"k": ledger_module._PG_LOCK_KEY})
-            worker = threading.Thread(target=spend, daemon=True)
-            worker.start()
-            worker.join(timeout=1.0)
-            waited = worker.is_alive()
-            conn.exec_driver_sql("ROLLBACK")
-        worker.join(timeout=60)
+        waited = still_running_under_the_write_lock(ledger_url, spend, wait_s=1.0)
     finally:
-        holder.dispose()
         led.dispose()
     assert waited, "the reserve did not wait for the write lock"
     assert done == [1]
