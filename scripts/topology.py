@@ -591,9 +591,10 @@ class Outcome:
     self_approval: str = ""
     approval_body: str = ""
     rerun_done_while_backfill_ran: bool = False
-    # the daily DAGs' scheduled run for yesterday (unpausing creates it): dag_id -> run
-    # state and its failed tasks (the synthetic input has no data for yesterday)
-    scheduled: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # the daily DAGs' scheduled runs: unpausing creates the run for yesterday, and one more
+    # comes each time the scenario crosses midnight UTC. dag_id -> run id -> its state and
+    # failed tasks (the synthetic input has no data for these days)
+    scheduled: dict[str, dict[str, tuple[str, list[str]]]] = field(default_factory=dict)
     consumer_runs: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     # the daily runs' deadlines the scheduler created, as seen while the backfills ran:
@@ -844,15 +845,15 @@ def run_scenario(stack: Stack, data_root: Path, timeout_s: float = 2400,
     outcome.consumer_runs = wait_for("the consumer DAG's run after the method update",
                                      consumed, stack, timeout=600)
     for dag_id in spans:
-        def scheduled_done(dag_id: str = dag_id) -> tuple[str, list[str]] | None:
+        def scheduled_done(dag_id: str = dag_id) -> dict[str, tuple[str, list[str]]] | None:
             runs = [r for r in admin.runs(dag_id) if r["run_type"] == "scheduled"]
-            if not runs or runs[0]["state"] not in ("success", "failed"):
+            if not runs or any(r["state"] not in ("success", "failed") for r in runs):
                 return None
-            failed = [t["task_id"] for t in admin.task_instances(dag_id, runs[0]["dag_run_id"])
-                      if t["state"] == "failed"]
-            return str(runs[0]["state"]), failed
+            return {str(r["dag_run_id"]): (str(r["state"]), [
+                t["task_id"] for t in admin.task_instances(dag_id, r["dag_run_id"])
+                if t["state"] == "failed"]) for r in runs}
 
-        outcome.scheduled[dag_id] = wait_for(f"{dag_id}'s scheduled run", scheduled_done,
+        outcome.scheduled[dag_id] = wait_for(f"{dag_id}'s scheduled runs", scheduled_done,
                                              stack, timeout=600)
     outcome.seconds["total"] = time.monotonic() - t0
     log(f"scenario done in {outcome.seconds['total']:.0f} s")
