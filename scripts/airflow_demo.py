@@ -626,13 +626,17 @@ class Evaluations:
 
     def start(self, report: str) -> None:
         out = self.log_dir / f"evaluate-{report}.log"
-        cmd = [self.python, "-m", "dp_ops", "evaluate", report]
+        cmd = [self.python, "-m", "dp_ops", "evaluate", report,
+               "--json", str(self.figures_file(report))]
         log(f"evaluating the {report} release beside the rest: {shlex.join(cmd)}")
         with open(out, "wb") as fh:
             self.procs[report] = (subprocess.Popen(
                 cmd, stdout=fh, stderr=subprocess.STDOUT,
                 env={**os.environ, "DP_DATA_ROOT": str(self.data_root)},
                 preexec_fn=lower_priority), out)
+
+    def figures_file(self, report: str) -> Path:
+        return self.log_dir / f"evaluate-{report}.json"
 
     def finish(self) -> int:
         """Wait for the evaluations, print their output in report order; 1 if one failed."""
@@ -747,7 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     generator = Generator(args, data_root)
     evaluations = Evaluations(data_root, log_dir)
 
+    backfilled: dict[str, float] = {}
+
     def evaluate(dag_id: str) -> None:
+        backfilled[dag_id] = time.monotonic() - t0
         if args.evaluate and dag_id in REPORT_OF:
             generator.wait()  # the truth is written after the input
             evaluations.start(REPORT_OF[dag_id])
@@ -800,10 +807,51 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"{report} release missing: {release}/ does not exist")
         status = 1
-    if evaluations.procs:
+    evaluated = list(evaluations.procs)
+    if evaluated:
         status = max(status, evaluations.finish())
         log(f"evaluated; elapsed {time.monotonic() - t0:.0f} s")
+    if status == 0:
+        path = write_results(args, time.monotonic() - t0, backfilled,
+                             {r: evaluations.figures_file(r) for r in evaluated},
+                             {r: log_dir / f"evaluate-{r}.log" for r in evaluated})
+        log(f"figures written to {path}")
     return status
+
+
+def write_results(args: argparse.Namespace, elapsed: float, backfilled: dict[str, float],
+                  figures: dict[str, Path], texts: dict[str, Path],
+                  results_dir: Path | None = None) -> Path:
+    """The demo's results file (``benchmarks/results/demo.md`` and ``.json``): the run's
+    parameters, its wall and CPU time, when each backfill was done, and each report's
+    evaluation against the synthetic truth, stamped with the commit and the date."""
+    import resource
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import results_file
+
+    own, children = (resource.getrusage(resource.RUSAGE_SELF),
+                     resource.getrusage(resource.RUSAGE_CHILDREN))
+    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    data: dict[str, object] = {
+        "command": "make demo" if args.generate_users is not None else "airflow_demo.py",
+        "users": args.generate_users, "start": str(args.start), "end": str(args.end),
+        "dag_ids": list(args.dag_ids), "together": args.together,
+        "seconds": round(elapsed, 1), "cpu_seconds": round(cpu, 1),
+        "backfill_done_after_seconds": {d: round(t, 1) for d, t in backfilled.items()},
+        "evaluation": {r: json.loads(p.read_text()) for r, p in figures.items()
+                       if p.exists()}}
+    lines = [f"`{data['command']}`: {args.start}..{args.end}, "
+             f"{args.generate_users or 'existing'} users, DAGs {', '.join(args.dag_ids)}.",
+             "", "| what | seconds |", "|---|---:|",
+             f"| end to end (wall) | {elapsed:.0f} |", f"| CPU, every process | {cpu:.0f} |"]
+    lines += [f"| {d} backfill done | {t:.0f} |" for d, t in backfilled.items()]
+    for report, text in texts.items():
+        lines += ["", f"## {report}: the release against the synthetic truth", "",
+                  "```", text.read_text(errors="replace").rstrip(), "```"]
+    return results_file.write("demo", "make demo: both reports through Airflow",
+                              "\n".join(lines), data,
+                              results_dir=results_dir or results_file.RESULTS)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ entry points (pyproject.toml), and also run on their own as ``python -m dp_demo`
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from dp_ops import settings
@@ -47,15 +49,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from dp_demo.evaluation import evaluate_mobility, evaluate_symptoms
+    from dp_demo.evaluation import (
+        MobilityEvaluation,
+        SymptomsEvaluation,
+        evaluate_mobility,
+        evaluate_symptoms,
+    )
 
     t0 = time.monotonic()
     root = settings.data_root()
+    evaluation: MobilityEvaluation | SymptomsEvaluation
     if args.report == "mobility":
         oracle = {k: v for k, v in (("draws", args.draws), ("seed", args.seed)) if v is not None}
-        print(evaluate_mobility(root, **oracle).describe())
+        evaluation = evaluate_mobility(root, **oracle)
     else:
-        print(evaluate_symptoms(root).describe())
+        evaluation = evaluate_symptoms(root)
+    print(evaluation.describe())
+    if args.json is not None:
+        args.json.write_text(json.dumps(evaluation.figures(), indent=2) + "\n")
     print(f"evaluated in {time.monotonic() - t0:.1f} s")
     return 0
 
@@ -82,6 +93,8 @@ def evaluate_command(sub: Any) -> None:
                          "(default 2000)")
     ev.add_argument("--seed", type=int, default=None,
                     help="mobility: seed of the oracle's simulation (default 2020)")
+    ev.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="also write the figures to PATH as JSON")
     ev.set_defaults(func=cmd_evaluate)
 
 

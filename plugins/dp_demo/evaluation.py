@@ -196,6 +196,13 @@ def format_coverage(table: pd.DataFrame) -> str:
     return str(shown.to_string())
 
 
+def table_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """A coverage table as JSON-ready rows (index columns first, NaN as None)."""
+    rows = table.reset_index().astype(object).where(table.reset_index().notna(), None)
+    return [{str(k): (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+            for row in rows.to_dict(orient="records")]
+
+
 def _release_days(release_dir: Path) -> tuple[dict[str, Any], list[date]]:
     manifest = json.loads((release_dir / "manifest.json").read_text())
     first = date.fromisoformat(manifest["first_date"])
@@ -216,6 +223,14 @@ class MobilityEvaluation:
     # the five count categories pooled: index "all", then each level
     pooled: pd.DataFrame
     draws: int
+
+    def figures(self) -> dict[str, Any]:
+        """The evaluation as JSON-ready values (for the demo's results file)."""
+        return {"published_values": self.published_values,
+                "within_10_points": self.within_10_points,
+                "within_by_category": self.within_by_category,
+                "pooled": table_records(self.pooled),
+                "coverage": table_records(self.coverage), "oracle_draws": self.draws}
 
     def describe(self) -> str:
         lines = [
@@ -422,6 +437,16 @@ class SymptomsEvaluation:
     coverage: pd.DataFrame
     # per resolution over every level: index resolution
     pooled: pd.DataFrame
+
+    def figures(self) -> dict[str, Any]:
+        """The evaluation as JSON-ready values (for the demo's results file)."""
+        return {"series": self.series, "published": self.published,
+                "published_share": self.published_share, "within_25": self.within_25,
+                "within_25_bounded": self.within_25_bounded,
+                "median_relative_error": self.median_relative_error,
+                "within_25_by_level": table_records(self.within_25_by_level),
+                "pooled": table_records(self.pooled),
+                "coverage": table_records(self.coverage)}
 
     def describe(self) -> str:
         lines = [f"series decided daily: {self.series.get('daily', 0)}, weekly: "

@@ -136,8 +136,10 @@ def test_evaluations_run_beside_and_print_at_the_end(
     # a stand-in for `python -m dp_ops evaluate <report>`: prints, fails for "symptoms"
     stand_in = tmp_path / "python"
     stand_in.write_text(f"#!{sys.executable}\nimport sys, time; time.sleep(0.5)\n"
-                        "print('evaluated', sys.argv[-1])\n"
-                        "raise SystemExit(4 if sys.argv[-1] == 'symptoms' else 0)\n")
+                        "report = sys.argv[sys.argv.index('evaluate') + 1]\n"
+                        "print('evaluated', report)\n"
+                        "open(sys.argv[sys.argv.index('--json') + 1], 'w').write('{}')\n"
+                        "raise SystemExit(4 if report == 'symptoms' else 0)\n")
     stand_in.chmod(0o755)
     evaluations = demo.Evaluations(tmp_path / "data", tmp_path, python=str(stand_in))
     evaluations.start("mobility")
@@ -149,6 +151,7 @@ def test_evaluations_run_beside_and_print_at_the_end(
     assert out.index("evaluated mobility") < out.index("evaluated symptoms")
     assert "evaluating symptoms failed (exit 4" in out
     assert (tmp_path / "evaluate-mobility.log").read_text() == "evaluated mobility\n"
+    assert evaluations.figures_file("mobility").read_text() == "{}"
 
 
 def _niceness(pid: int) -> list[int]:
@@ -194,3 +197,31 @@ def test_the_truth_and_the_evaluations_run_in_the_background(tmp_path: Path) -> 
     evaluations.start("mobility")
     evaluations.procs["mobility"][0].wait()
     assert (tmp_path / "evaluate-mobility.log").read_text() == f"{expected}\n"
+
+
+def test_the_demo_writes_its_figures_to_a_stamped_results_file(tmp_path: Path) -> None:
+    """``make demo``'s figures go to one results file, stamped with the commit and the date:
+    the Markdown holds the timings and each evaluation's text, the JSON the same as
+    numbers."""
+    import json
+
+    demo = load_airflow_demo()
+    args = demo.parse_args(["--generate-users", "5000", "--end", "2020-02-20"])
+    figures = tmp_path / "evaluate-mobility.json"
+    figures.write_text(json.dumps({"published_values": 12, "within_10_points": 1.0}))
+    text = tmp_path / "evaluate-mobility.log"
+    text.write_text("published values: 12\n")
+    md = demo.write_results(args, 61.4, {"mobility_report": 50.2},
+                            {"mobility": figures}, {"mobility": text},
+                            results_dir=tmp_path / "results")
+    assert md == tmp_path / "results" / "demo.md"
+    body = md.read_text()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(demo.__file__).parents[1]).stdout.strip()
+    assert f"Measured at commit {head[:12]}" in body
+    assert "| end to end (wall) | 61 |" in body and "published values: 12" in body
+    data = json.loads((tmp_path / "results" / "demo.json").read_text())
+    assert data["stamp"]["commit"] == head and data["users"] == 5000
+    assert data["seconds"] == 61.4 and data["end"] == "2020-02-20"
+    assert data["evaluation"]["mobility"]["published_values"] == 12
+    assert data["backfill_done_after_seconds"] == {"mobility_report": 50.2}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import date, timedelta
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -148,3 +149,27 @@ def test_cli_prints_the_oracle(root: DataRoot, monkeypatch: pytest.MonkeyPatch,
     assert cli.main(["evaluate", "symptoms"]) == 0
     out = capsys.readouterr().out
     assert "per resolution, every level" in out and "evaluated in" in out
+
+
+def test_cli_writes_the_figures_as_json(root: DataRoot, monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
+    """``--json`` writes what ``describe`` prints as numbers (the demo's results file reads
+    them): the same published count and shares, NaN as null."""
+    from dp_ops import cli
+
+    monkeypatch.setenv("DP_DATA_ROOT", str(root.root))
+    out = tmp_path / "mobility.json"
+    assert cli.main(["evaluate", "mobility", "--draws", "100", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    expected = evaluate_mobility(root, draws=100)
+    assert figures["published_values"] == expected.published_values > 0
+    assert figures["within_10_points"] == pytest.approx(expected.within_10_points)
+    assert "all" in figures["pooled"][0].values()  # the first row pools every level
+    assert figures["pooled"][0]["eligible"] == int(expected.pooled["eligible"].iloc[0])
+    out = tmp_path / "symptoms.json"
+    assert cli.main(["evaluate", "symptoms", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    sym = evaluate_symptoms(root)
+    assert figures["published"] == sym.published
+    assert figures["within_25"] == pytest.approx(sym.within_25)
+    assert len(figures["coverage"]) == len(sym.coverage)
