@@ -43,9 +43,9 @@ from dp_ops.airflow.operators import (
 )
 from dp_ops.airflow.tags import Tag, tags
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
 
-REPORT = ReportName.MOBILITY
+REPORT = "mobility"
 
 COUNT_CATEGORIES = [c for c in PUBLISHED_CATEGORIES if c != "residential"]
 
@@ -76,7 +76,7 @@ COUNT_CATEGORIES = [c for c in PUBLISHED_CATEGORIES if c != "residential"]
                         description="Why the method changed; recorded with the spends."),
     },
     doc_md=__doc__,
-    tags=tags(Tag.MOBILITY, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+    tags=tags(REPORT, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def mobility_method_update() -> None:
     # waits for another person's approval (DP_SPEND_APPROVERS), showing the spend per
@@ -87,7 +87,7 @@ def mobility_method_update() -> None:
         effective_date="{{ params.effective_date }}", categories="{{ params.categories }}",
         factor="{{ params.factor }}", reason="{{ params.reason }}")
     method_update = MethodUpdateOperator(
-        task_id="method_update", method_version="{{ params.method_version }}",
+        task_id="method_update", report=REPORT, method_version="{{ params.method_version }}",
         effective_date="{{ params.effective_date }}", categories="{{ params.categories }}",
         factor="{{ params.factor }}", reason="{{ params.reason }}")
     gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)

@@ -45,9 +45,9 @@ from dp_ops.airflow.operators import (
     ValidateRerunRequestOperator,
 )
 from dp_ops.airflow.tags import Tag, tags
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
 
-REPORT = ReportName.MOBILITY
+REPORT = "mobility"
 
 DAY, REGION, RENOISE, REASON = RERUN_DAY, RERUN_REGION, RERUN_RENOISE, RERUN_REASON
 
@@ -61,7 +61,7 @@ DAY, REGION, RENOISE, REASON = RERUN_DAY, RERUN_REGION, RERUN_RENOISE, RERUN_REA
     default_args=ON_CALL_ARGS,
     params=rerun_params("mobility_report"),
     doc_md=__doc__,
-    tags=tags(Tag.MOBILITY, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+    tags=tags(REPORT, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def mobility_region_rerun() -> None:
     validate_request = ValidateRerunRequestOperator(

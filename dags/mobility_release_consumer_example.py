@@ -20,9 +20,12 @@ from typing import Any
 
 from airflow.sdk import dag, task
 
-from dp_ops.airflow.assets import MOBILITY_RELEASE
+from dp_ops.airflow.assets import report_asset
 from dp_ops.airflow.defaults import DEFAULT_ARGS
 from dp_ops.airflow.tags import Tag, tags
+
+REPORT = "mobility"
+MOBILITY_RELEASE = report_asset(REPORT)
 
 
 @dag(
@@ -33,7 +36,7 @@ from dp_ops.airflow.tags import Tag, tags
     is_paused_upon_creation=True,
     default_args=DEFAULT_ARGS,
     doc_md=__doc__,
-    tags=tags(Tag.MOBILITY, Tag.CONSUMER),
+    tags=tags(REPORT, Tag.CONSUMER),
 )
 def mobility_release_consumer_example() -> None:
     @task
@@ -41,7 +44,7 @@ def mobility_release_consumer_example() -> None:
         from dp_ops.airflow.consumer import check_announced_releases
 
         events = triggering_asset_events[MOBILITY_RELEASE] if triggering_asset_events else []
-        return check_announced_releases("mobility", [e.extra for e in events])
+        return check_announced_releases(REPORT, [e.extra for e in events])
 
     verify_release()
 

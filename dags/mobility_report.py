@@ -51,7 +51,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import CronDataIntervalTimetable, TriggerRule, chain, dag
 
-from dp_ops.airflow.assets import MOBILITY_BASELINE_EVENTS
+from dp_ops.airflow.assets import events_alias
 from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, bounding_pool, run_deadline
 from dp_ops.airflow.operators import (
     BaselineReadySensor,
@@ -60,9 +60,9 @@ from dp_ops.airflow.operators import (
     ReportStepOperator,
 )
 from dp_ops.airflow.tags import Tag, tags
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
 
-REPORT = ReportName.MOBILITY
+REPORT = "mobility"
 
 # The day a run processes: the start of its one-day data interval.
 DAY = RUN_DAY
@@ -82,7 +82,7 @@ DAY = RUN_DAY
     # an alert when a run is not done DP_RUN_DEADLINE_HOURS (6) after being queued
     deadline=run_deadline(REPORT),
     doc_md=__doc__,
-    tags=tags(Tag.MOBILITY, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+    tags=tags(REPORT, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def mobility_report() -> None:
     ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
@@ -97,9 +97,10 @@ def mobility_report() -> None:
                                        skip_unneeded=True)
     baseline = BaselineReadySensor(
         task_id="baseline",
+        report=REPORT,
         day=DAY,
         # through an alias: one `mobility_baseline` event, from the poke that froze it
-        outlets=[MOBILITY_BASELINE_EVENTS],
+        outlets=[events_alias(REPORT, "baseline")],
         mode="reschedule",
         poke_interval=30,
         timeout=timedelta(hours=12),

@@ -52,9 +52,9 @@ from dp_ops.airflow.operators import (
     ReportStepOperator,
 )
 from dp_ops.airflow.tags import Tag, tags
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
 
-REPORT = ReportName.SYMPTOMS
+REPORT = "symptoms"
 # The day a run processes: the start of its one-day data interval.
 DAY = RUN_DAY
 
@@ -70,7 +70,7 @@ DAY = RUN_DAY
     # an alert when a run is not done DP_RUN_DEADLINE_HOURS (6) after being queued
     deadline=run_deadline(REPORT),
     doc_md=__doc__,
-    tags=tags(Tag.SYMPTOMS, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+    tags=tags(REPORT, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def symptoms_dataset() -> None:
     ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)

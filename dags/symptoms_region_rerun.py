@@ -49,10 +49,10 @@ from dp_ops.airflow.operators import (
     ValidateRerunRequestOperator,
 )
 from dp_ops.airflow.tags import Tag, tags
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
 
 DAY, REGION, RENOISE, REASON = RERUN_DAY, RERUN_REGION, RERUN_RENOISE, RERUN_REASON
-REPORT = ReportName.SYMPTOMS
+REPORT = "symptoms"
 
 
 @dag(
@@ -64,7 +64,7 @@ REPORT = ReportName.SYMPTOMS
     default_args=ON_CALL_ARGS,
     params=rerun_params("symptoms_dataset"),
     doc_md=__doc__,
-    tags=tags(Tag.SYMPTOMS, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
+    tags=tags(REPORT, Tag.ON_CALL, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
 )
 def symptoms_region_rerun() -> None:
     validate_request = ValidateRerunRequestOperator(

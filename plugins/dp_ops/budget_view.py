@@ -32,7 +32,7 @@ from typing import Any
 
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import _EPS_TOLERANCE, Ledger, Spend
+from dp_ops.privacy.ledger import EPS_TOLERANCE, Ledger, Spend
 from dp_ops.steps.release import current_release
 
 MANIFEST_FILE = "manifest.json"
@@ -54,7 +54,7 @@ class DateBudget:
 
     @property
     def above_normal(self) -> bool:
-        return self.spent > self.normal_run + _EPS_TOLERANCE
+        return self.spent > self.normal_run + EPS_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -320,7 +320,7 @@ def _chart(b: ReportBudget, width: int = 900, height: int = 180) -> str:
     parts = [f"<svg viewBox='0 0 {width} {height + 18}' class='chart' role='img' "
              f"aria-label='composed epsilon per date, {_e(b.report)}'>"]
     for i, d in enumerate(b.dates):
-        colour = ("#c0392b" if d.spent > d.cap + _EPS_TOLERANCE
+        colour = ("#c0392b" if d.spent > d.cap + EPS_TOLERANCE
                   else "#e67e22" if d.above_normal else "#2e86c1")
         parts.append(f"<rect x='{i * bar + pad:.2f}' y='{y(d.spent):.2f}' "
                      f"width='{max(bar - 2 * pad, 0.5):.2f}' "

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from dp_ops import requests, settings
 from dp_ops.errors import BadRequest
-from dp_ops.reports.protocol import ReportName
+from dp_ops.reports.spec import report_names
 
 if TYPE_CHECKING:
     from dp_ops.reports.registry import AnyReport
@@ -127,7 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    from dp_ops.privacy.ledger import Ledger, format_ledger, format_ledger_summary
+    from dp_ops.ledger_text import format_ledger, format_ledger_summary
+    from dp_ops.privacy.ledger import Ledger
 
     action = getattr(args, "action", None)
     if action is not None:
@@ -139,10 +140,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     try:
         spends = ledger.spends(args.report, args.date)
         caps = {}
-        for name in ReportName:
-            policy = ledger.policy(name.value)
+        for name in report_names():
+            policy = ledger.policy(name)
             if policy is not None:
-                caps[name.value] = policy.cap
+                caps[name] = policy.cap
     finally:
         ledger.dispose()
     if args.spends:
@@ -308,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a report in-process, in date order")
-    run.add_argument("report", choices=[name.value for name in ReportName])
+    run.add_argument("report", choices=report_names())
     run.add_argument("--start", type=_date, required=True)
     run.add_argument("--end", type=_date, required=True)
     run.add_argument("--region", type=_region, default=None,
@@ -346,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--grant", default=None, metavar="ROLE",
                       help="PostgreSQL: grant this role SELECT and INSERT, nothing else")
     init.set_defaults(ledger_func=cmd_ledger_init)
-    reports = [name.value for name in ReportName]
+    reports = report_names()
     cap = actions.add_parser("set-cap", help="record a new per-user-day cap for a report")
     cap.add_argument("report", choices=reports)
     cap.add_argument("value", type=_positive)

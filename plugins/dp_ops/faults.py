@@ -41,8 +41,8 @@ POINTS: dict[str, str] = {
                              "published/",
     "publish.after_rename": "release directory moved under published/<report>/releases/, "
                             "latest not repointed",
-    "publish.after_scaling": "symptoms: new scaling factors c stored, the release not "
-                             "promoted",
+    "publish.after_scaling": "a report's state fixed at its first release (scaling "
+                             "factors) stored, the release not promoted",
 }
 
 _passes: Counter[str] = Counter()

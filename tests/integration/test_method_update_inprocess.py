@@ -25,6 +25,7 @@ from dp_ops.reports.mobility.method_update import (
     read_method_updates,
 )
 from dp_ops.reports.mobility.new_methods import ScaledCounts
+from dp_ops.reports.protocol import MethodUpdateForm
 from dp_ops.steps.result import StepResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -73,15 +74,10 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                 method_version="v2", effective_date=EFFECTIVE, categories=("parks",),
                 method=ScaledCounts.for_categories(["parks"], FACTOR),
                 reason="parks classifier v2"), run_id="update")
-        result = steps.method_update(root, cfg, method_version="v2",
-                                     effective_date=EFFECTIVE, categories=["parks"],
-                                     factor=FACTOR, reason="parks classifier v2",
-                                     run_id="update", ledger_url=url)
+        form = MethodUpdateForm("v2", EFFECTIVE, ["parks"], FACTOR, "parks classifier v2")
+        result = steps.method_update(root, cfg, form, run_id="update", ledger_url=url)
         after_update = ledger.spends()
-        rerun = steps.method_update(root, cfg, method_version="v2", effective_date=EFFECTIVE,
-                                    categories=["parks"], factor=FACTOR,
-                                    reason="parks classifier v2", run_id="update-again",
-                                    ledger_url=url)
+        rerun = steps.method_update(root, cfg, form, run_id="update-again", ledger_url=url)
         after_rerun = ledger.spends()
         ledger.dispose()
         steps.run_days(root, cfg, days(EFFECTIVE, END), run_id="daily-2", ledger_url=url)

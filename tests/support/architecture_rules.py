@@ -8,6 +8,7 @@ left out. ``docs/architecture.md`` explains each rule.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,7 @@ def check(root: Path) -> list[Violation]:
             out.append(Violation("engines know no steps, reports or Airflow", where, ""))
     out += [Violation("no import cycles", " -> ".join(cycle), "")
             for cycle in cycles(imports, modules)]
+    out += report_names_used(root)
     return out
 
 
@@ -201,3 +203,61 @@ def cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
         if node not in state:
             visit(node)
     return found
+
+
+# -- nothing outside a report's package names a report ------------------------------------
+
+REPORT_RULE = "nothing outside a report's package names a report"
+
+
+def report_packages(root: Path) -> dict[str, str]:
+    """Report name -> its package, for every ``dp_ops/reports/<name>/spec.py``."""
+    return {p.parent.name: f"{PACKAGE}.reports.{p.parent.name}"
+            for p in sorted((root / PACKAGE / "reports").glob("*/spec.py"))}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the module, class and function docstring nodes of ``tree``."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                             ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                out.add(id(first.value))
+    return out
+
+
+def report_names_used(root: Path) -> list[Violation]:
+    """Every module of dp_ops outside ``dp_ops.reports.<name>`` that imports a report's
+    package or has a report's name in a string of its code (docstrings and comments are
+    prose, not code): such a module would have to be edited to add a report."""
+    packages = report_packages(root)
+    if not packages:
+        return []
+    # the name as a word or an identifier's first part ("mobility", "mobility_release"),
+    # not inside a file name or another word ("symptoms.txt", "symptom_names")
+    word = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, packages))
+                      + r")(?![A-Za-z0-9.])")
+    out: list[Violation] = []
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        module = module_name(root, path)
+        if any(_within(module, pkg) for pkg in packages.values()):
+            continue
+        for imp in imports_of(root, path):
+            named = [n for n, pkg in packages.items() if _within(imp.target, pkg)]
+            if named:
+                out.append(Violation(REPORT_RULE, f"{module}:{imp.line} imports "
+                                     f"{imp.target}", f"names {named[0]}"))
+        tree = ast.parse(path.read_text(), filename=str(path))
+        prose = _docstrings(tree)
+        for node in _walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and id(node) not in prose:
+                found = word.search(node.value)
+                if found:
+                    out.append(Violation(REPORT_RULE, f"{module}:{node.lineno}",
+                                         f"the string {node.value[:50]!r} names "
+                                         f"{found.group(1)}"))
+    return out

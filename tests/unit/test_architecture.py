@@ -75,6 +75,14 @@ def test_a_clean_synthetic_tree_passes(tmp_path: Path) -> None:
      "steps are report-agnostic"),
     ({"dp_ops/engine/duckdb.py": "from dp_ops.steps import bound\n"},
      "engines know no steps, reports or Airflow"),
+    ({"dp_ops/reports/visits/__init__.py": "",
+      "dp_ops/reports/visits/spec.py": "SPEC = None\n",
+      "dp_ops/steps/page.py": '"""A docstring may say visits."""\nTITLES = {"visits": "V"}\n'},
+     "nothing outside a report's package names a report"),
+    ({"dp_ops/reports/visits/__init__.py": "",
+      "dp_ops/reports/visits/spec.py": "SPEC = None\n",
+      "dp_ops/airflow/ops.py": "def f():\n    from dp_ops.reports.visits import spec\n"},
+     "nothing outside a report's package names a report"),
     ({"dp_ops/reports/other.py": "from dp_ops.reports.mobility import x\n",
       "dp_ops/reports/mobility.py": "def f():\n    from dp_ops.reports.other import y\n"},
      "no import cycles"),
@@ -97,3 +105,15 @@ def test_a_cycle_is_reported_as_its_path(tmp_path: Path) -> None:
     modules = {module_name(root, p) for p in root.rglob("*.py")}
     found = cycles(all_imports(root), modules)
     assert found == [["dp_ops.reports.a", "dp_ops.reports.b", "dp_ops.reports.a"]]
+
+
+def test_a_report_may_name_itself_and_others_may_name_files_like_it(tmp_path: Path) -> None:
+    """Inside ``reports/<name>/`` the name is the report's own; outside, a docstring, a
+    file name (``visits.txt``) or a longer word (``visitsx``) is no report's name."""
+    files = {"dp_ops/reports/visits/__init__.py": "",
+             "dp_ops/reports/visits/spec.py": 'NAME = "visits"\nASSET = "visits_release"\n',
+             "dp_ops/layout.py": '"""visits"""\nFILE = "visits.txt"\nOTHER = "visitsx"\n'}
+    assert check(_tree(tmp_path, files)) == []
+    bad = check(_tree(tmp_path, {**files, "dp_ops/layout.py": 'ASSET = "visits_release"\n'}))
+    assert [v.rule for v in bad] == ["nothing outside a report's package names a report"]
+    assert "dp_ops.layout:1" in bad[0].where and "visits_release" in bad[0].detail

@@ -44,13 +44,11 @@ if TYPE_CHECKING:
 
 
 def report_dags() -> dict[str, str]:
-    """Report name -> the daily DAG whose read permission guards its figures and files."""
-    from dp_ops.reports.registry import MOBILITY, SYMPTOMS
+    """Report name -> the daily DAG whose read permission guards its figures and files,
+    for every installed report."""
+    from dp_ops.reports.spec import report_specs
 
-    return {steps.REPORT: steps.DAILY_DAG_ID for steps in (MOBILITY, SYMPTOMS)}
-
-
-REPORTS = ("mobility", "symptoms")
+    return {name: spec.daily_dag_id for name, spec in report_specs().items()}
 
 
 def _file_response(content: bytes | None, name: str) -> Response:
@@ -78,7 +76,7 @@ def _budgets() -> tuple[list[Any], str]:
         state = ("the ledger's hash chain verifies" if check.ok
                  else f"THE LEDGER FAILS VERIFICATION: {check.problem}")
         out = []
-        for name in REPORTS:
+        for name in report_dags():
             report = load_report(name)
             out.append(report_budget(root, ledger, name, cap=report.cap,
                                      normal_run=report.cfg.run_epsilon))
@@ -101,7 +99,7 @@ def create_app() -> FastAPI:
         # dag_id path or query parameter, which the caller chooses
         return [Depends(requires_access_dag(method="GET", param_dag_id=d)) for d in dag_ids]
 
-    every_report = guard(*(dags[r] for r in REPORTS))
+    every_report = guard(*dags.values())
 
     @app.get("/", response_class=HTMLResponse, dependencies=every_report)
     def page() -> HTMLResponse:
@@ -120,7 +118,7 @@ def create_app() -> FastAPI:
         budgets, state = _budgets()
         return {"ledger": state, "reports": to_json(budgets)}
 
-    for report in REPORTS:
+    for report in dags:
         # one route per report, so that its DAG is fixed by the path, not read from it
         app.get(f"/release/{report}/{{path:path}}", dependencies=guard(dags[report]),
                 name=f"release_file_{report}")(_release_route(report))

@@ -105,16 +105,16 @@ def ledger_key_from_connection() -> bytes | None:
 
 
 def announced_releases() -> list[Mapping[str, Any]]:
-    """The extras of every release asset event (both reports), from Airflow's metadata DB
+    """The extras of every release asset event (every report), from Airflow's metadata DB
     through the Execution API: what was announced, kept outside the data root."""
     from airflow.sdk.execution_time.context import InletEventsAccessor
 
-    from dp_ops.airflow.assets import MOBILITY_RELEASE, SYMPTOMS_RELEASE
+    from dp_ops.airflow.assets import release_assets
 
     if not _in_task():
         return []
     out: list[Mapping[str, Any]] = []
-    for asset in (MOBILITY_RELEASE, SYMPTOMS_RELEASE):
+    for asset in release_assets():
         for event in InletEventsAccessor(asset_name=asset.name, asset_uri=asset.uri):
             out.append(dict(event.extra or {}))
     return out

@@ -9,7 +9,8 @@ from airflow.sdk import BaseSensorOperator, Context
 from airflow.sdk.bases.skipmixin import SkipMixin
 
 from dp_ops.airflow.operators.steps import emit_events, skip_downstream
-from dp_ops.airflow.runtime import ledger_url_from_connection, parse_day
+from dp_ops.airflow.runtime import parse_day
+from dp_ops.errors import BadRequest
 
 
 class BaselineReadySensor(BaseSensorOperator, SkipMixin):
@@ -25,26 +26,31 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
     each poke that does not find it runs the report's ``build_baseline`` step, which
     freezes the baseline once every day of the baseline window is noised (by any run;
     the first to freeze it wins, see ``store_first_wins``) and does nothing otherwise.
-    One task instead of a build task plus a wait task saves a task per daily run
-    (about 1 s of CPU each on a 2-core machine, docs/airflow.md).
+    One task instead of a build task plus a wait task saves a task process per daily run.
 
     Use ``mode="reschedule"``: between pokes the sensor frees its worker slot, so a waiting
     run does not starve the runs that noise the baseline window.
 
-    Only the mobility report has a baseline, so the sensor is the mobility report's.
+    The report's steps must have a baseline
+    (:class:`~dp_ops.reports.protocol.BaselineSteps`).
 
+    :param report: the report whose baseline the run waits for.
     :param day: the day the run reports, ``YYYY-MM-DD`` (templated).
     """
 
     template_fields: Sequence[str] = ("day",)
 
-    def __init__(self, *, day: str, **kwargs: Any) -> None:
+    def __init__(self, *, report: str, day: str, **kwargs: Any) -> None:
+        from dp_ops.reports.spec import report_spec
+
         super().__init__(**kwargs)
+        self.report = report_spec(report).name
         self.day = day
 
     def execute(self, context: Context) -> Any:
-        from dp_ops.reports.mobility import steps
+        from dp_ops.reports.spec import report_spec
 
+        steps = report_spec(self.report).steps
         cfg = steps.load_config()
         day = parse_day(self.day)
         if steps.needs_baseline(cfg, day):
@@ -55,11 +61,13 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
         return None
 
     def poke(self, context: Context) -> bool:
-        from dp_ops.reports.mobility import steps
-        from dp_ops.reports.protocol import ReportName
-        from dp_ops.reports.registry import load_report
+        from dp_ops.airflow.runtime import load
+        from dp_ops.reports.protocol import BaselineSteps
 
-        rt = load_report(ReportName.MOBILITY, ledger_url=ledger_url_from_connection)
+        rt = load(self.report)
+        if not isinstance(rt.steps, BaselineSteps):
+            raise BadRequest(f"report={rt.name!r} has no baseline to wait for")
+        steps = rt.steps
         path = rt.root.baseline_file(rt.name)
         if path.exists():
             self.log.info("baseline ready: %s", path)
@@ -69,7 +77,6 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
         emit_events(self, context, result.event)  # once: only the poke that froze it
         if path.exists():
             return True
-        self.log.info("baseline not frozen yet (%s missing): the baseline window "
-                      "%s..%s is not fully noised", path, rt.cfg.baseline_start,
-                      rt.cfg.baseline_end)
+        self.log.info("baseline not frozen yet (%s missing): its window is not fully "
+                      "noised", path)
         return False

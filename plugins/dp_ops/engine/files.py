@@ -2,11 +2,12 @@
 
 Permissions follow what a file holds, whatever the process's umask. Under a data root the
 private areas (docs/design.md, Data root) are ``work/clean``, ``work/bounded`` (raw rows
-and true aggregates), ``work/tmp`` (DuckDB's spill files), ``quarantine/<source>``
-(rejected raw rows) and ``noise/<report>`` (noisy values before publication): their
-directories are created 0700 and their files 0600. Everything else (reports, releases,
-the baseline) is 0644 in 0755 directories, for readers. The area is recognised from the
-path itself (:func:`private_anchor`), so every writer gets it right without being told.
+and true aggregates), ``work/tmp`` (DuckDB's spill files), every ``quarantine/<source>``
+(rejected raw rows) and every ``noise/<report>`` (noisy values before publication),
+whatever the source or report: their directories are created 0700 and their files 0600.
+Everything else (reports, releases, the baseline) is 0644 in 0755 directories, for
+readers. The area is recognised from the path itself (:func:`private_anchor`), so every
+writer gets it right without being told.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.contract import LOCATION_SOURCE, SEARCH_SOURCE
-
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 PUBLIC_FILE_MODE = 0o644
-_PRIVATE_CHILDREN = {
+# The private areas: a directory and which of its children are private (None: every
+# child, so that a new report's noise or a new source's quarantine is private without
+# being listed anywhere).
+_PRIVATE_CHILDREN: dict[str, tuple[str, ...] | None] = {
     "work": ("clean", "bounded", "tmp"),
-    "quarantine": (LOCATION_SOURCE, SEARCH_SOURCE),
-    "noise": ("mobility", "symptoms"),
+    "quarantine": None,
+    "noise": None,
 }
 
 
@@ -42,7 +44,10 @@ def private_anchor(path: Path) -> int | None:
     root that itself sits under a directory called ``work`` is read right."""
     parts = path.parts
     for i in range(len(parts) - 2, -1, -1):
-        if parts[i + 1] in _PRIVATE_CHILDREN.get(parts[i], ()):
+        if parts[i] not in _PRIVATE_CHILDREN:
+            continue
+        children = _PRIVATE_CHILDREN[parts[i]]
+        if children is None or parts[i + 1] in children:
             return i
     return None
 

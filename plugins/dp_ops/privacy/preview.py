@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from dp_ops.privacy.ledger import _EPS_TOLERANCE as _TOLERANCE  # the cap check's own
+from dp_ops.privacy.ledger import EPS_TOLERANCE as _TOLERANCE  # the cap check's own
 from dp_ops.privacy.ledger import SpendRequest, cap_refusal
 
 

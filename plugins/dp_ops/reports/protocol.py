@@ -1,9 +1,10 @@
 """The contract every report keeps: the task functions its DAGs and the CLI run.
 
-A report is a package under :mod:`dp_ops.reports` whose ``steps`` module provides the
-functions of :class:`ReportSteps`, typed with its own config class. mypy checks each
-``steps`` module against the protocol where :mod:`dp_ops.reports.registry` names it, so a
-report that drops or changes a step fails the type check, not a run.
+A report is a package whose ``steps`` module provides the functions of :class:`ReportSteps`,
+typed with its own config class, and whose ``spec`` module exports its
+:class:`~dp_ops.reports.spec.ReportSpec`. The ``spec`` module checks the ``steps`` module
+against the protocol for mypy, so a report that drops or changes a step fails the type
+check, not a run.
 
 Every step takes the data root and the config, writes its outputs under the data root and
 returns a :class:`~dp_ops.steps.result.StepResult` whose summary is safe to log (paths and
@@ -14,22 +15,17 @@ and the noise step spends budget at most once per slot.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from dp_ops.layout import DataRoot
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
+    from dp_ops.privacy.ledger import ApprovalRequest, SpendRequest
     from dp_ops.steps.noising import NoisePlan
-
-
-class ReportName(StrEnum):
-    """The reports this factory publishes (their names in paths, the ledger and DAGs)."""
-
-    MOBILITY = "mobility"
-    SYMPTOMS = "symptoms"
 
 
 class Step(StrEnum):
@@ -54,6 +50,11 @@ class ReportConfig(Protocol):
     def first_public_date(self) -> date:
         ...
 
+    @property
+    def run_epsilon(self) -> float:
+        """The composed epsilon per user-day of one normal run."""
+        ...
+
 
 C = TypeVar("C", bound=ReportConfig)
 
@@ -61,13 +62,15 @@ C = TypeVar("C", bound=ReportConfig)
 class ReportSteps(Protocol[C]):
     """The task functions of one report, over its config type ``C``."""
 
-    # The report's name (as in ReportName) and its daily DAG's id.
-    REPORT: str
-    DAILY_DAG_ID: str
-
     def load_config(self) -> C:
         """The report's config from the environment (defaults, overridden by its
         ``DP_<REPORT>_CONFIG`` JSON file)."""
+        ...
+
+    def prepare(self, cfg: C) -> int:
+        """Build, in this process, what the report's tasks need in memory and would
+        otherwise build each time (noise samplers, reliability tests); the processes that
+        fork Airflow tasks call it once at start. Returns how many things were built."""
         ...
 
     def first_noised_date(self, cfg: C) -> date:
@@ -126,4 +129,51 @@ class ReportSteps(Protocol[C]):
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:
         """The whole chain in-process, in date order (``python -m dp_ops run``)."""
+        ...
+
+
+# -- optional capabilities: a report's steps module provides them or not ---------------
+
+C_contra = TypeVar("C_contra", bound=ReportConfig, contravariant=True)
+
+@runtime_checkable
+class BaselineSteps(Protocol[C_contra]):
+    """A report whose later days are reported against a baseline frozen from earlier
+    noisy days (the daily DAG waits for it: ``BaselineReadySensor``)."""
+
+    def build_baseline(self, root: DataRoot, cfg: C_contra, *, ledger_url: str) -> StepResult:
+        """Freeze the baseline once its window is noised; afterwards a no-op. Its result's
+        ``event`` is set once, by the call that froze it."""
+        ...
+
+
+@dataclass(frozen=True)
+class MethodUpdateForm:
+    """What an operator asks for in a method update (the trigger form's fields)."""
+
+    method_version: str
+    effective_date: date
+    categories: list[str]
+    factor: float
+    reason: str = ""
+
+
+@runtime_checkable
+class MethodUpdateSteps(Protocol[C_contra]):
+    """A report whose method can change from an effective date, with factors that keep
+    its published series continuous (``MethodUpdateOperator``, approved first)."""
+
+    def method_update(self, root: DataRoot, cfg: C_contra, form: MethodUpdateForm, *,
+                      run_id: str, ledger_url: str) -> StepResult:
+        """Compute, store and apply the update's factors (spending through the ledger)."""
+        ...
+
+    def method_update_request(self, cfg: C_contra, form: MethodUpdateForm) -> ApprovalRequest:
+        """The update as its approver approves it and as :meth:`method_update` reserves
+        it (their digests agree)."""
+        ...
+
+    def method_update_spends(self, cfg: C_contra, form: MethodUpdateForm,
+                             ) -> tuple[str, list[SpendRequest]]:
+        """A description of the update and the spends it would reserve (the preview)."""
         ...

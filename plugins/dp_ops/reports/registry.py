@@ -1,7 +1,8 @@
 """Find a report by name and bind it to its config, data root and ledger.
 
-The one place that maps a report name to its ``steps`` module. The assignments below are
-where mypy checks each module against :class:`~dp_ops.reports.protocol.ReportSteps`.
+Reports are found through their specs (:mod:`dp_ops.reports.spec`, the ``dp_ops.reports``
+entry points); nothing here names one. Each report package checks its ``steps`` module
+against :class:`~dp_ops.reports.protocol.ReportSteps` in its ``spec`` module.
 """
 
 from __future__ import annotations
@@ -10,22 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from dp_ops import settings
 from dp_ops.layout import DataRoot
-from dp_ops.reports.mobility import steps as mobility_steps
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.protocol import ReportConfig, ReportName, ReportSteps, Step
-from dp_ops.reports.symptoms import steps as symptoms_steps
-from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.reports.protocol import ReportConfig, ReportSteps, Step
+from dp_ops.reports.spec import ReportSpec, report_spec, report_specs
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
     from dp_ops.steps.noising import NoisePlan
-
-MOBILITY: ReportSteps[MobilityConfig] = mobility_steps
-SYMPTOMS: ReportSteps[SymptomsConfig] = symptoms_steps
 
 C = TypeVar("C", bound=ReportConfig)
 
@@ -39,6 +34,7 @@ class BoundReport(Generic[C]):
     :attr:`ledger_url`: in Airflow it looks up the ``dp_ledger`` connection (an
     Execution API call), which ingest, bounding and the gate never need."""
 
+    spec: ReportSpec
     steps: ReportSteps[C]
     cfg: C
     root: DataRoot
@@ -50,7 +46,7 @@ class BoundReport(Generic[C]):
 
     @property
     def name(self) -> str:
-        return self.steps.REPORT
+        return self.spec.name
 
     def run_step(self, step: Step, day: date | None, *, run_id: str,
                  shard: int | None = None) -> StepResult:
@@ -102,44 +98,32 @@ class BoundReport(Generic[C]):
 
     @property
     def daily_dag_id(self) -> str:
-        return self.steps.DAILY_DAG_ID
+        return self.spec.daily_dag_id
 
     @property
     def cap(self) -> float:
         return self.cfg.cap
 
 
-AnyReport = BoundReport[MobilityConfig] | BoundReport[SymptomsConfig]
+# a report bound to its own config type, as the generic code sees it
+AnyReport = BoundReport[Any]
 
 
 def prepare_noise_samplers() -> int:
-    """Build the exact noise sampler of every metric group of both reports' configs (from
-    the environment, as the tasks load them), and the symptoms reliability tests, once,
-    in this process: the Airflow processes that fork task processes call it at start
-    (``airflow_local_settings.py``), so a noise task does not spend ~0.6 s building the
-    samplers, nor a symptoms report or gate task 0.3-1 s building the tests. Returns how
-    many were built."""
-    from dp_ops.privacy.noise import prepare_samplers
-    from dp_ops.reports.symptoms.reliability import prepare_ratio_tests
-
-    symptoms = SYMPTOMS.load_config()
-    budgets = (*MOBILITY.load_config().metric_budgets, *symptoms.metric_budgets)
-    return (prepare_samplers((b.cell_epsilon, b.sensitivity) for b in budgets)
-            + prepare_ratio_tests(symptoms))
+    """Build, once in this process, what every installed report's tasks would otherwise
+    build each time (the exact noise samplers, reliability tests: each report's
+    ``prepare``), from the configs as the tasks load them. The Airflow processes that fork
+    task processes call it at start (``airflow_local_settings.py``). Returns how many
+    were built."""
+    total = 0
+    for spec in report_specs().values():
+        steps = spec.steps
+        total += steps.prepare(steps.load_config())
+    return total
 
 
 # a ledger URL, a function returning one (or None for the default), or None
 LedgerSource = str | Callable[[], str | None] | None
-
-
-@overload
-def load_report(name: Literal[ReportName.MOBILITY], *,
-                ledger_url: LedgerSource = None) -> BoundReport[MobilityConfig]: ...
-@overload
-def load_report(name: Literal[ReportName.SYMPTOMS], *,
-                ledger_url: LedgerSource = None) -> BoundReport[SymptomsConfig]: ...
-@overload
-def load_report(name: str, *, ledger_url: LedgerSource = None) -> AnyReport: ...
 
 
 def load_report(name: str, *, ledger_url: LedgerSource = None) -> AnyReport:
@@ -148,11 +132,7 @@ def load_report(name: str, *, ledger_url: LedgerSource = None) -> AnyReport:
     called at the first use: the Airflow adapters pass the lookup of the ``dp_ledger``
     connection; else, or when it returns None, ``DP_LEDGER_URL`` or the default). An
     unknown name is a ``ValueError`` naming the known ones."""
-    try:
-        report = ReportName(name)
-    except ValueError:
-        raise ValueError(f"report={name!r}: unknown report, expected one of "
-                         f"{sorted(r.value for r in ReportName)}") from None
+    spec = report_spec(name)
     root = settings.data_root()
     url: str | Callable[[], str]
     if callable(ledger_url):
@@ -162,6 +142,5 @@ def load_report(name: str, *, ledger_url: LedgerSource = None) -> AnyReport:
             return lookup() or settings.ledger(root)
     else:
         url = ledger_url or settings.ledger(root)
-    if report is ReportName.MOBILITY:
-        return BoundReport(MOBILITY, MOBILITY.load_config(), root, url)
-    return BoundReport(SYMPTOMS, SYMPTOMS.load_config(), root, url)
+    steps = spec.steps
+    return BoundReport(spec, steps, steps.load_config(), root, url)

@@ -10,11 +10,13 @@ recorded in the ledger (the configured one before the first spend).
 from __future__ import annotations
 
 from datetime import date
+from typing import Any
 
+from dp_ops.errors import BadRequest
 from dp_ops.privacy.ledger import SpendRequest
 from dp_ops.privacy.preview import SpendPreview, preview
-from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.registry import AnyReport, BoundReport
+from dp_ops.reports.protocol import MethodUpdateForm, MethodUpdateSteps
+from dp_ops.reports.registry import AnyReport
 from dp_ops.steps.ledger_binding import open_ledger
 
 
@@ -40,16 +42,16 @@ def renoise_preview(report: AnyReport, day: date, region: str) -> SpendPreview:
     return _preview(report, f"re-noise of {report.name} {day} region {region}", requests)
 
 
-def method_update_preview(report: BoundReport[MobilityConfig], *, method_version: str,
-                          effective_date: date, categories: list[str],
-                          factor: float) -> SpendPreview:
-    """What a mobility method update spends (on every date of its comparison window)."""
-    from dp_ops.reports.mobility.method_update import MethodUpdate, plan_requests
-    from dp_ops.reports.mobility.new_methods import ScaledCounts
+def method_update_preview(report: AnyReport, form: MethodUpdateForm) -> SpendPreview:
+    """What a method update of ``report`` spends (on every date of its comparison
+    window); a report without method updates is a ``BadRequest``."""
+    steps = method_update_steps(report)
+    what, requests = steps.method_update_spends(report.cfg, form)
+    return _preview(report, what, requests)
 
-    update = MethodUpdate(method_version=method_version, effective_date=effective_date,
-                          categories=tuple(categories),
-                          method=ScaledCounts.for_categories(categories, factor))
-    return _preview(report, f"method update {method_version} of mobility from "
-                    f"{effective_date} ({', '.join(categories)})",
-                    plan_requests(report.cfg, update))
+
+def method_update_steps(report: AnyReport) -> MethodUpdateSteps[Any]:
+    """``report``'s method-update steps; ``BadRequest`` if it has none."""
+    if not isinstance(report.steps, MethodUpdateSteps):
+        raise BadRequest(f"report={report.name!r} has no method updates")
+    return report.steps

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 # The GX data source every suite's pandas asset hangs off (named for the first report to
 # use it; renaming it would orphan the assets of existing GX projects).
-DATA_SOURCE = "mobility_release"
+DATA_SOURCE = "candidate_release"
 SITE_NAME = "local_site"
 # Stored validation results (and their Data Docs pages) kept per suite.
 KEEP_VALIDATIONS = 50

@@ -304,7 +304,7 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
     if renoise and day < plan.first_public_date:
         raise BadRequest(
             f"date={day}: before the first public date {plan.first_public_date}; its values "
-            "are never published (for mobility: the baseline window, frozen once), so a "
+            "are never published (at most a baseline frozen once is built from them), so a "
             "re-noise would spend budget for nothing")
     regions = read_regions(root.regions_csv)
     if region is not None:

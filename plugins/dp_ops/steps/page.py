@@ -37,9 +37,6 @@ from dp_ops.steps.release import sha256_file
 
 INDEX_FILE = "index.html"
 
-REPORT_TITLES = {"mobility": "Community Mobility Report",
-                 "symptoms": "Search Trends symptoms dataset"}
-
 # renders a report's "What is published" section from its manifest
 PublishedSection = Callable[[Mapping[str, Any]], str]
 
@@ -245,15 +242,14 @@ def _regions(charts: Sequence[Mapping[str, Any]], uncharted: Sequence[int]) -> s
 
 
 def render_index(manifest: Mapping[str, Any], charts: Sequence[Mapping[str, Any]], *,
-                 published: PublishedSection, data_docs_href: str | None = None,
+                 title: str, published: PublishedSection, data_docs_href: str | None = None,
                  data_docs_path: str | None = None,
                  uncharted_levels: Sequence[int] = ()) -> str:
-    """The page for ``manifest`` (its files, this page aside) and the chart entries
+    """The page, titled ``title`` (the report's), for ``manifest`` (its files, this page
+    aside) and the chart entries
     recorded at staging (:meth:`dp_ops.steps.charts.ChartEntry.as_dict`); ``published``
     renders the report's "What is published" section from the manifest;
     ``uncharted_levels`` are the report's levels the deployment does not chart."""
-    report = str(manifest.get("report", ""))
-    title = REPORT_TITLES.get(report, report)
     release_id = str(manifest.get("release_id", ""))
     published_section = published(manifest)
     drawn = sum(1 for c in charts if c.get("file"))
@@ -279,7 +275,8 @@ def render_index(manifest: Mapping[str, Any], charts: Sequence[Mapping[str, Any]
 
 
 def write_release_index(files_dir: Path, manifest: Mapping[str, Any],
-                        charts: Sequence[Mapping[str, Any]], *, published: PublishedSection,
+                        charts: Sequence[Mapping[str, Any]], *, title: str,
+                        published: PublishedSection,
                         data_docs: str | None, release_dir: Path, data_root: Path,
                         uncharted_levels: Sequence[int] = ()) -> dict[str, dict[str, Any]]:
     """Write ``index.html`` (:func:`render_index`, with the report's ``published``
@@ -289,7 +286,8 @@ def write_release_index(files_dir: Path, manifest: Mapping[str, Any],
     if data_docs:
         href = Path(os.path.relpath(data_docs, release_dir)).as_posix()
         path = Path(os.path.relpath(data_docs, data_root)).as_posix()
-    page = render_index(manifest, charts, published=published, data_docs_href=href,
+    page = render_index(manifest, charts, title=title, published=published,
+                        data_docs_href=href,
                         data_docs_path=path, uncharted_levels=uncharted_levels)
     target = files_dir / INDEX_FILE
     target.write_text(page, encoding="utf-8", newline="\n")

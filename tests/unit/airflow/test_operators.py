@@ -11,11 +11,11 @@ from dp_ops.airflow.operators import (
     ReportStepOperator,
     ValidateRerunRequestOperator,
 )
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
 
 
 def test_a_step_operator_stores_the_report_and_step_it_was_given() -> None:
-    op = ReportStepOperator(task_id="bound_contributions", report=ReportName.SYMPTOMS,
+    op = ReportStepOperator(task_id="bound_contributions", report="symptoms",
                             step=Step.BOUND_CONTRIBUTIONS, day="2020-03-02")
     assert (op.report, op.step, op.day) == ("symptoms", "bound_contributions", "2020-03-02")
 

@@ -42,6 +42,11 @@ def test_the_private_areas_are_recognised_from_the_path(tmp_path: Path) -> None:
     assert is_private(root / "work" / "tmp" / "spill")
     assert is_private(root / "quarantine" / "search_activity" / "date=2020-01-01" / "r")
     assert is_private(root / "noise" / "symptoms" / "date=2020-01-01" / "n")
+    # a report or source the rule has never heard of is private too: the rule lists none
+    assert is_private(root / "noise" / "visits" / "date=2020-01-01" / "n")
+    assert is_private(root / "noise" / "visits")
+    assert is_private(root / "quarantine" / "card_payments" / "date=2020-01-01" / "r")
+    assert not is_private(root / "noise")  # the area itself holds only report directories
     for public in ("published/mobility/releases/r/file.csv", "report/mobility/x.parquet",
                    "baseline/mobility/baseline.parquet", "reference/regions.csv"):
         assert not is_private(root / public), public

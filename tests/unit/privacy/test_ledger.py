@@ -32,6 +32,7 @@ from approvals import approve, request_of, reserve_approved
 from ledger_race_worker import RacePool
 
 from dp_ops.errors import BudgetExceeded
+from dp_ops.ledger_text import format_ledger, format_ledger_summary
 from dp_ops.privacy.ledger import (
     ALL_REGIONS,
     Ledger,
@@ -40,8 +41,6 @@ from dp_ops.privacy.ledger import (
     Spend,
     SpendRequest,
     budget_spend,
-    format_ledger,
-    format_ledger_summary,
     set_wal_mode,
 )
 

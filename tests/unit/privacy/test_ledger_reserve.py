@@ -139,7 +139,7 @@ def test_a_spend_past_the_cap_is_refused_before_any_noise(ledger: Ledger) -> Non
 
 def test_the_cap_is_reached_exactly_not_passed() -> None:
     cap = 1.0
-    at_edge = cap + ledger_module._EPS_TOLERANCE  # so_far + epsilon == cap + tolerance
+    at_edge = cap + ledger_module.EPS_TOLERANCE  # so_far + epsilon == cap + tolerance
     assert cap_refusal([SpendRequest(SLOT, at_edge)], lambda *_: 0.0, cap) is None
     over = [SpendRequest(SLOT, 0.5), SpendRequest(Slot("mobility", DAY, 2, "a"), 0.5 + 2e-9)]
     assert cap_refusal(over, lambda *_: 0.0, cap) is not None

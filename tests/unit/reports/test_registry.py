@@ -7,17 +7,19 @@ from pathlib import Path
 
 import pytest
 
+from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.protocol import ReportName, Step
-from dp_ops.reports.registry import MOBILITY, SYMPTOMS, load_report
+from dp_ops.reports.protocol import Step
+from dp_ops.reports.registry import load_report
+from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 
 
 def test_every_report_name_loads_its_own_steps_and_config(dp_data_root: Path) -> None:
-    mobility = load_report(ReportName.MOBILITY)
+    mobility = load_report("mobility")
     symptoms = load_report("symptoms")
-    assert mobility.steps is MOBILITY and isinstance(mobility.cfg, MobilityConfig)
-    assert symptoms.steps is SYMPTOMS and isinstance(symptoms.cfg, SymptomsConfig)
+    assert mobility.steps is mobility_steps and isinstance(mobility.cfg, MobilityConfig)
+    assert symptoms.steps is symptoms_steps and isinstance(symptoms.cfg, SymptomsConfig)
     assert (mobility.name, symptoms.name) == ("mobility", "symptoms")
     assert (mobility.daily_dag_id, symptoms.daily_dag_id) == ("mobility_report",
                                                               "symptoms_dataset")

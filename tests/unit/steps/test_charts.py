@@ -97,7 +97,8 @@ def test_index_holds_the_reports_section_links_every_file_and_names_no_run(
                 "charts/DM-01.png", "names": ["Demoland", "<b>"], "alt": "a \"b\"",
                 "width": 720, "height": 420}]
     release_dir = Path("/data/published/mobility/releases") / m["release_id"]
-    listed = write_release_index(tmp_path, m, entries, published=section,
+    listed = write_release_index(tmp_path, m, entries, title="Community Mobility Report",
+                                 published=section,
                                  data_docs=m["gate"]["data_docs"], release_dir=release_dir,
                                  data_root=Path("/data"))
     page = (tmp_path / INDEX_FILE).read_text(encoding="utf-8")
@@ -135,10 +136,11 @@ def test_chart_levels_setting_leaves_levels_out_and_the_page_says_so(
     monkeypatch.delenv("DP_CHART_LEVELS")
     charted, skipped = charts.charted_regions(regions, (0, 1, 2))
     assert len(charted) == len(regions) and skipped == []
-    page = render_index(manifest({}), [], published=section, uncharted_levels=[2])
+    page = render_index(manifest({}), [], title="T", published=section,
+                        uncharted_levels=[2])
     assert "Not charted in this deployment" in page and "Sub-region 2" in page
     assert charts.LEVEL_LABELS[2] == "Sub-region 2"
-    page = render_index(manifest({}), [], published=section)
+    page = render_index(manifest({}), [], title="T", published=section)
     assert "No region is published" in page and "No Data Docs site was recorded" in page
 
 

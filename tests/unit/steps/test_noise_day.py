@@ -185,8 +185,8 @@ def test_a_renoise_of_an_unpublished_day_is_refused(home: tuple[DataRoot, str]) 
                           renoise=True, reason="why")
     assert str(err.value) == (
         "date=2020-02-14: before the first public date 2020-02-15; its values are never "
-        "published (for mobility: the baseline window, frozen once), so a re-noise would "
-        "spend budget for nothing")
+        "published (at most a baseline frozen once is built from them), so a re-noise "
+        "would spend budget for nothing")
     # the first public date itself may be re-noised (refused later, for want of approval)
     with pytest.raises(Exception) as later:
         noising.noise_day(root, PLAN, date(2020, 2, 15), run_id="r", ledger_url=url,

@@ -51,7 +51,8 @@ from dp_ops.airflow.runtime import (
     refusals_fail_without_retry,
 )
 from dp_ops.errors import BadRequest, BudgetExceeded
-from dp_ops.reports.protocol import ReportName
+from dp_ops.reports.protocol import MethodUpdateForm
+from dp_ops.reports.spec import report_spec
 
 if TYPE_CHECKING:
     from dp_ops.privacy.ledger import ApprovalRequest
@@ -177,7 +178,7 @@ class SpendApprovalOperator(ApprovalOperator):
         "effective_date", "categories", "factor", "reason")
     ui_color = "#fff3cd"
 
-    def __init__(self, *, report: ReportName | str, spend: str, reason: str = "",
+    def __init__(self, *, report: str, spend: str, reason: str = "",
                  day: str | None = None, region: str | None = None,
                  renoise: bool | str = True, repeat_renoise: bool | str = False,
                  method_version: str | None = None, effective_date: str | None = None,
@@ -187,7 +188,7 @@ class SpendApprovalOperator(ApprovalOperator):
         super().__init__(subject="Approve an extra privacy-budget spend",
                          defaults=self.REJECT, response_timeout=APPROVAL_TIMEOUT,
                          ignore_downstream_trigger_rules=True, **kwargs)
-        self.report = ReportName(report).value
+        self.report = report_spec(report).name
         self.spend = spend
         self.reason = reason
         self.day = day
@@ -205,13 +206,14 @@ class SpendApprovalOperator(ApprovalOperator):
         report = load(self.report)
         if self.spend == RENOISE:
             return renoise_preview(report, parse_day(self.day, field="date"), self._region())
-        if report.name != ReportName.MOBILITY:
-            raise BadRequest(f"report={report.name!r}: only mobility has method updates")
-        return method_update_preview(
-            report,  # type: ignore[arg-type]  # mobility, checked above
+        return method_update_preview(report, self._form())
+
+    def _form(self) -> MethodUpdateForm:
+        return MethodUpdateForm(
             method_version=str(self.method_version or "").strip(),
             effective_date=parse_day(self.effective_date, field="effective_date"),
-            categories=parse_categories(self.categories), factor=parse_factor(self.factor))
+            categories=parse_categories(self.categories), factor=parse_factor(self.factor),
+            reason=str(self.reason or ""))
 
     def _region(self) -> str:
         region = parse_region(self.region)
@@ -227,20 +229,9 @@ class SpendApprovalOperator(ApprovalOperator):
             return renoise_request(report.noise_plan(), parse_day(self.day, field="date"),
                                    self._region(), str(self.reason or ""),
                                    parse_bool(self.repeat_renoise, field="repeat_renoise"))
-        from dp_ops.reports.mobility.method_update import MethodUpdate
-        from dp_ops.reports.mobility.method_update_step import approval_request
-        from dp_ops.reports.mobility.new_methods import ScaledCounts
+        from dp_ops.reports.spend_preview import method_update_steps
 
-        if report.name != ReportName.MOBILITY:
-            raise BadRequest(f"report={report.name!r}: only mobility has method updates")
-        categories = parse_categories(self.categories)
-        update = MethodUpdate(
-            method_version=str(self.method_version or "").strip(),
-            effective_date=parse_day(self.effective_date, field="effective_date"),
-            categories=tuple(categories),
-            method=ScaledCounts.for_categories(categories, parse_factor(self.factor)),
-            reason=str(self.reason or ""))
-        return approval_request(report.cfg, update)  # type: ignore[arg-type]  # mobility
+        return method_update_steps(report).method_update_request(report.cfg, self._form())
 
     def _record_approval(self, context: Context, event: Mapping[str, Any]) -> None:
         """Record the approval in ``event`` in the ledger, or refuse (nothing recorded)."""

@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from dp_ops.airflow.links import DataDocsLink
 from dp_ops.airflow.runtime import load, parse_region, refusals_fail_without_retry
-from dp_ops.reports.protocol import ReportName
+from dp_ops.reports.spec import report_spec
 
 
 class GreatExpectationsGateOperator(BaseOperator):
@@ -34,10 +34,10 @@ class GreatExpectationsGateOperator(BaseOperator):
     # a link to the Great Expectations Data Docs (served by the "Privacy budget" plugin)
     operator_extra_links = (DataDocsLink(),)
 
-    def __init__(self, *, report: ReportName | str, region: str | None = None,
+    def __init__(self, *, report: str, region: str | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.report = ReportName(report).value
+        self.report = report_spec(report).name
         self.region = region
 
     def execute(self, context: Context) -> str:

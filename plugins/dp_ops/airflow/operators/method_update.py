@@ -8,11 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from dp_ops.airflow.runtime import (
-    ledger_url_from_connection,
-    parse_day,
-    refusals_fail_without_retry,
-)
+from dp_ops.airflow.runtime import load, parse_day, refusals_fail_without_retry
 from dp_ops.errors import BadRequest
 
 
@@ -48,9 +44,10 @@ def parse_factor(value: Any) -> float:
 
 
 class MethodUpdateOperator(BaseOperator):
-    """Estimate and store the scaling factors of a mobility method update
-    (``dp_ops.reports.mobility.steps.method_update``), spending ``method_update_fraction`` of the
-    cell epsilon on each comparison-window date through the ledger.
+    """Estimate and store the scaling factors of a method update of ``report`` (its
+    steps' ``method_update``: :class:`~dp_ops.reports.protocol.MethodUpdateSteps`),
+    spending ``method_update_fraction`` of the cell epsilon on each comparison-window date
+    through the ledger.
 
     A budget refusal (``BudgetExceeded``) or a bad request (``MethodUpdateError``, or
     ``BadRequest`` from parsing the form) fails the task *without* retry: retrying changes neither.
@@ -60,6 +57,7 @@ class MethodUpdateOperator(BaseOperator):
     Approve; without it (the task marked successful by hand) the ledger refuses
     (``ApprovalMissing``) and the task fails without retry, nothing spent.
 
+    :param report: the report (one whose steps have method updates).
     :param method_version: the new method version (templated).
     :param effective_date: first day computed with the new method, ``YYYY-MM-DD`` (templated).
     :param categories: the published categories the update changes (templated).
@@ -72,9 +70,12 @@ class MethodUpdateOperator(BaseOperator):
                                       "factor", "reason")
     ui_color = "#fbe8e8"
 
-    def __init__(self, *, method_version: str, effective_date: str, categories: Any,
-                 factor: Any, reason: str, **kwargs: Any) -> None:
+    def __init__(self, *, report: str, method_version: str, effective_date: str,
+                 categories: Any, factor: Any, reason: str, **kwargs: Any) -> None:
+        from dp_ops.reports.spec import report_spec
+
         super().__init__(**kwargs)
+        self.report = report_spec(report).name
         self.method_version = method_version
         self.effective_date = effective_date
         self.categories = categories
@@ -82,21 +83,19 @@ class MethodUpdateOperator(BaseOperator):
         self.reason = reason
 
     def execute(self, context: Context) -> str:
-        from dp_ops.reports.mobility import steps
-        from dp_ops.reports.protocol import ReportName
-        from dp_ops.reports.registry import load_report
+        from dp_ops.reports.protocol import MethodUpdateForm
+        from dp_ops.reports.spend_preview import method_update_steps
 
         with refusals_fail_without_retry(self.log, "method update"):
-            effective = parse_day(self.effective_date, field="effective_date")
-            categories = parse_categories(self.categories)
-            factor = parse_factor(self.factor)
-            mobility = load_report(ReportName.MOBILITY,
-                                   ledger_url=ledger_url_from_connection)
-            result = steps.method_update(
-                mobility.root, mobility.cfg, method_version=str(self.method_version).strip(),
-                effective_date=effective, categories=categories, factor=factor,
-                reason=str(self.reason or ""), run_id=context["run_id"],
-                ledger_url=mobility.ledger_url)
+            form = MethodUpdateForm(
+                method_version=str(self.method_version).strip(),
+                effective_date=parse_day(self.effective_date, field="effective_date"),
+                categories=parse_categories(self.categories),
+                factor=parse_factor(self.factor), reason=str(self.reason or ""))
+            report = load(self.report)
+            result = method_update_steps(report).method_update(
+                report.root, report.cfg, form, run_id=context["run_id"],
+                ledger_url=report.ledger_url)
         for path in result.paths:
             self.log.info("method_update wrote %s", path)
         self.log.info("method_update: %s", result.summary)

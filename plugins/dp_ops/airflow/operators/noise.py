@@ -17,7 +17,7 @@ from dp_ops.airflow.runtime import (
     parse_region,
     refusals_fail_without_retry,
 )
-from dp_ops.reports.protocol import ReportName
+from dp_ops.reports.spec import report_spec
 
 
 class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
@@ -54,7 +54,7 @@ class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
     template_fields: Sequence[str] = ("day", "region", "renoise", "reason", "repeat_renoise")
     ui_color = "#fbe8e8"
 
-    def __init__(self, *, report: ReportName | str, day: str, region: str | None = None,
+    def __init__(self, *, report: str, day: str, region: str | None = None,
                  renoise: bool | str = False, reason: str = "",
                  repeat_renoise: bool | str = False, skip_unneeded: bool = False,
                  **kwargs: Any) -> None:
@@ -65,7 +65,7 @@ class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
         self.renoise = renoise
         self.reason = reason
         self.repeat_renoise = repeat_renoise
-        self.report = ReportName(report).value
+        self.report = report_spec(report).name
 
     def execute(self, context: Context) -> str:
         with refusals_fail_without_retry(self.log, "noise request"):

@@ -14,7 +14,7 @@ from dp_ops.airflow.runtime import (
     parse_region,
     refusals_fail_without_retry,
 )
-from dp_ops.reports.protocol import ReportName
+from dp_ops.reports.spec import report_spec
 
 
 class ValidateRerunRequestOperator(BaseOperator):
@@ -29,14 +29,14 @@ class ValidateRerunRequestOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("day", "region", "renoise", "reason")
 
-    def __init__(self, *, report: ReportName | str, day: str, region: str,
+    def __init__(self, *, report: str, day: str, region: str,
                  renoise: bool | str = False, reason: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.day = day
         self.region = region
         self.renoise = renoise
         self.reason = reason
-        self.report = ReportName(report).value
+        self.report = report_spec(report).name
 
     def execute(self, context: Context) -> str:
         # A bad request does not get better by retrying: it fails without retry.

@@ -10,7 +10,8 @@ from airflow.sdk.bases.skipmixin import SkipMixin
 
 from dp_ops.airflow.links import ReleasePageLink
 from dp_ops.airflow.runtime import load, parse_day, refusals_fail_without_retry
-from dp_ops.reports.protocol import ReportName, Step
+from dp_ops.reports.protocol import Step
+from dp_ops.reports.spec import report_spec
 
 
 def emit_events(task: BaseOperator, context: Context,
@@ -21,11 +22,12 @@ def emit_events(task: BaseOperator, context: Context,
         return
     from airflow.sdk import AssetAlias
 
-    from dp_ops.airflow.assets import ALIAS_TARGETS
+    from dp_ops.airflow.assets import alias_targets
 
+    targets = alias_targets()
     for outlet in task.outlets:
-        if isinstance(outlet, AssetAlias) and outlet.name in ALIAS_TARGETS:
-            asset = ALIAS_TARGETS[outlet.name]
+        if isinstance(outlet, AssetAlias) and outlet.name in targets:
+            asset = targets[outlet.name]
             context["outlet_events"][outlet].add(asset, extra=dict(event))
             task.log.info("asset event for %s: %s", asset.name, dict(event))
 
@@ -67,18 +69,18 @@ class ReportStepOperator(BaseOperator):
     # an Execution API call each (729 of the demo's 8,065 calls when every step had it).
     operator_extra_links: tuple[ReleasePageLink, ...] = ()
 
-    def __init__(self, *, report: ReportName | str, step: Step | str, day: str | None = None,
+    def __init__(self, *, report: str, step: Step | str, day: str | None = None,
                  shard: int | None = None, **kwargs: Any) -> None:
         step = Step(step)  # a ValueError naming the bad value at parse time
         if step is not Step.PUBLISH and day is None:
             raise ValueError(f"step={step.value!r} processes one day: pass day=")
         if step is Step.PUBLISH and "outlets" not in kwargs:
             # every publish task announces a new `latest` (docs/airflow.md, Assets)
-            from dp_ops.airflow.assets import RELEASE_EVENTS
+            from dp_ops.airflow.assets import events_alias
 
-            kwargs["outlets"] = [RELEASE_EVENTS[ReportName(report).value]]
+            kwargs["outlets"] = [events_alias(report)]
         super().__init__(**kwargs)
-        self.report = ReportName(report).value
+        self.report = report_spec(report).name
         self.step = step.value
         self.day = day
         self.shard = shard

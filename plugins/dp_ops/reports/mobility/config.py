@@ -14,11 +14,11 @@ from dp_ops.contract import LEVELS
 from dp_ops.errors import ConfigError
 from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
 from dp_ops.reports._config import check, mapping_kwargs
-from dp_ops.reports.protocol import ReportName
+from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.settings import json_object
 
 # The report's name in paths, the ledger and the DAGs.
-REPORT: str = ReportName.MOBILITY.value
+REPORT: str = SPEC.name
 
 # The published categories and the source categories each one sums.
 PUBLISHED_CATEGORIES: dict[str, tuple[str, ...]] = {

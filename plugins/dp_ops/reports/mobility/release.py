@@ -35,6 +35,7 @@ from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES
 from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
+from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.day_files import read_release_days, recorded_days, release_days
@@ -316,7 +317,8 @@ def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
         }
         # the page shows the manifest's figures; it is listed in the manifest itself
         manifest["files"] = write_release_index(
-            files_dir, manifest, staged.get("charts", []), published=published_mobility,
+            files_dir, manifest, staged.get("charts", []), title=SPEC.title,
+            published=published_mobility,
             data_docs=staged["gate"]["data_docs"],
             release_dir=root.published_dir(REPORT) / "releases" / release_id,
             data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))

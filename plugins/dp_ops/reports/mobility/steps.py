@@ -20,22 +20,34 @@ from typing import TYPE_CHECKING
 from dp_ops import requests
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig, load_mobility_config
+from dp_ops.reports.mobility.spec import SPEC
+from dp_ops.reports.protocol import MethodUpdateForm
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
+    from dp_ops.privacy.ledger import ApprovalRequest, SpendRequest
+    from dp_ops.reports.mobility.method_update import MethodUpdate
     from dp_ops.steps.noising import NoisePlan
 
-DAILY_DAG_ID = "mobility_report"
+DAILY_DAG_ID = SPEC.daily_dag_id
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
            "first_noised_date", "gate", "ingest", "load_config", "method_update",
-           "needs_baseline", "noise", "noise_plan", "publish", "report", "run_days",
-           "skipped_after_noise"]
+           "method_update_request", "method_update_spends", "needs_baseline", "noise",
+           "noise_plan", "prepare", "publish", "report", "run_days", "skipped_after_noise"]
 
 
 def load_config() -> MobilityConfig:
     """Defaults, overridden by the JSON file named in ``DP_MOBILITY_CONFIG``."""
     return load_mobility_config()
+
+
+def prepare(cfg: MobilityConfig) -> int:
+    """Build the exact noise sampler of every metric group once, in
+    this process (the Airflow processes that fork tasks call it at start)."""
+    from dp_ops.privacy.noise import prepare_samplers
+
+    return prepare_samplers((b.cell_epsilon, b.sensitivity) for b in cfg.metric_budgets)
 
 
 def first_noised_date(cfg: MobilityConfig) -> date:
@@ -117,39 +129,54 @@ def noise_plan(root: DataRoot, cfg: MobilityConfig) -> NoisePlan:
     return plan(cfg)
 
 
-def method_update(
-    root: DataRoot,
-    cfg: MobilityConfig,
-    *,
-    method_version: str,
-    effective_date: date,
-    categories: list[str],
-    factor: float,
-    reason: str,
-    run_id: str,
-    ledger_url: str,
-) -> StepResult:
-    """Scaling factors for a method update from ``effective_date`` (ledger kind
-    ``method_update``, refused past the cap before any draw; a rerun reuses the stored
-    factors and spends nothing), then re-report the days from the effective date that
-    already have report rows. The new method here is the demo's stand-in: the counts of the
-    ``categories``' source cells are ``factor`` times the old ones."""
+def _update(cfg: MobilityConfig, form: MethodUpdateForm) -> MethodUpdate:
+    """The update an operator's form asks for. The new method here is the demo's
+    stand-in: the counts of the ``categories``' source cells are ``factor`` times the old
+    ones, ``factor`` within ``method_update_factor_range``."""
     from dp_ops.errors import MethodUpdateError
     from dp_ops.reports.mobility.method_update import MethodUpdate
-    from dp_ops.reports.mobility.method_update_step import run_method_update
     from dp_ops.reports.mobility.new_methods import ScaledCounts
 
     low, high = cfg.method_update_factor_range
-    if not (math.isfinite(factor) and low <= factor <= high):
+    if not (math.isfinite(form.factor) and low <= form.factor <= high):
         raise MethodUpdateError(
-            f"factor={requests.shown(factor)}: the demo method scales counts by a factor "
-            f"in [{low:g}, {high:g}] (method_update_factor_range); a factor outside it is "
-            "not a plausible change of method")
-    update = MethodUpdate(method_version=method_version, effective_date=effective_date,
-                          categories=tuple(categories),
-                          method=ScaledCounts.for_categories(categories, factor),
-                          reason=reason)
-    return run_method_update(root, cfg, update, run_id=run_id, ledger_url=ledger_url)
+            f"factor={requests.shown(form.factor)}: the demo method scales counts by a "
+            f"factor in [{low:g}, {high:g}] (method_update_factor_range); a factor outside "
+            "it is not a plausible change of method")
+    return MethodUpdate(method_version=form.method_version,
+                        effective_date=form.effective_date,
+                        categories=tuple(form.categories),
+                        method=ScaledCounts.for_categories(form.categories, form.factor),
+                        reason=form.reason)
+
+
+def method_update(root: DataRoot, cfg: MobilityConfig, form: MethodUpdateForm, *,
+                  run_id: str, ledger_url: str) -> StepResult:
+    """Scaling factors for a method update from ``form.effective_date`` (ledger kind
+    ``method_update``, refused past the cap before any draw; a rerun reuses the stored
+    factors and spends nothing), then re-report the days from the effective date that
+    already have report rows."""
+    from dp_ops.reports.mobility.method_update_step import run_method_update
+
+    return run_method_update(root, cfg, _update(cfg, form), run_id=run_id,
+                             ledger_url=ledger_url)
+
+
+def method_update_request(cfg: MobilityConfig, form: MethodUpdateForm) -> ApprovalRequest:
+    """The update as its approver approves it and as :func:`method_update` reserves it."""
+    from dp_ops.reports.mobility.method_update_step import approval_request
+
+    return approval_request(cfg, _update(cfg, form))
+
+
+def method_update_spends(cfg: MobilityConfig, form: MethodUpdateForm,
+                         ) -> tuple[str, list[SpendRequest]]:
+    """What the update spends, on every date of its comparison window (the preview)."""
+    from dp_ops.reports.mobility.method_update import plan_requests
+
+    what = (f"method update {form.method_version} of mobility from {form.effective_date} "
+            f"({', '.join(form.categories)})")
+    return what, plan_requests(cfg, _update(cfg, form))
 
 
 def gate(root: DataRoot, cfg: MobilityConfig, *, run_id: str, ledger_url: str,

@@ -44,6 +44,7 @@ from dp_ops.reports.symptoms.charts import write_symptom_charts
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.reports.symptoms.period import load_period
+from dp_ops.reports.symptoms.spec import SPEC
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.day_files import recorded_days, release_days
 from dp_ops.steps.derived import read_recorded, store_recorded
@@ -378,7 +379,8 @@ def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
         }
         # the page shows the manifest's figures; it is listed in the manifest itself
         manifest["files"] = write_release_index(
-            files_dir, manifest, staged.get("charts", []), published=published_symptoms,
+            files_dir, manifest, staged.get("charts", []), title=SPEC.title,
+            published=published_symptoms,
             data_docs=staged["gate"]["data_docs"],
             release_dir=root.published_dir(REPORT) / "releases" / release_id,
             data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))

@@ -17,21 +17,32 @@ from typing import TYPE_CHECKING
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig, load_symptoms_config
+from dp_ops.reports.symptoms.spec import SPEC
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
     from dp_ops.steps.noising import NoisePlan
 
-DAILY_DAG_ID = "symptoms_dataset"
+DAILY_DAG_ID = SPEC.daily_dag_id
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "first_noised_date", "gate",
-           "ingest", "load_config", "needs_baseline", "noise", "noise_plan", "publish", "report",
-           "run_days", "skipped_after_noise"]
+           "ingest", "load_config", "needs_baseline", "noise", "noise_plan", "prepare",
+           "publish", "report", "run_days", "skipped_after_noise"]
 
 
 def load_config() -> SymptomsConfig:
     """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG``."""
     return load_symptoms_config()
+
+
+def prepare(cfg: SymptomsConfig) -> int:
+    """Build the exact noise sampler of every metric group and the reliability tests
+    once, in this process (the Airflow processes that fork tasks call it at start)."""
+    from dp_ops.privacy.noise import prepare_samplers
+    from dp_ops.reports.symptoms.reliability import prepare_ratio_tests
+
+    return (prepare_samplers((b.cell_epsilon, b.sensitivity) for b in cfg.metric_budgets)
+            + prepare_ratio_tests(cfg))
 
 
 def first_noised_date(cfg: SymptomsConfig) -> date:

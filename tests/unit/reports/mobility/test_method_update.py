@@ -46,6 +46,7 @@ from dp_ops.reports.mobility.method_update import (
 )
 from dp_ops.reports.mobility.method_update_step import run_method_update
 from dp_ops.reports.mobility.new_methods import ScaledCounts
+from dp_ops.reports.protocol import MethodUpdateForm
 
 EFFECTIVE = date(2020, 3, 9)  # a Monday; window 2020-02-10 .. 2020-03-08 (after the baseline)
 FACTOR = 1.3
@@ -408,9 +409,8 @@ def test_an_implausible_factor_is_refused_before_any_spend(
     root, cfg, url = _unpack(noised_window)
     before = _spend_count(url)
     with pytest.raises(MethodUpdateError, match="method_update_factor_range"):
-        steps.method_update(root, cfg, method_version="v9", effective_date=EFFECTIVE,
-                            categories=["parks"], factor=factor, reason="test",
-                            run_id="mu", ledger_url=url)
+        steps.method_update(root, cfg, MethodUpdateForm("v9", EFFECTIVE, ["parks"], factor,
+                                                        "test"), run_id="mu", ledger_url=url)
     assert _spend_count(url) == before
     assert not root.method_update_file("mobility", "v9").exists()
 
@@ -494,9 +494,8 @@ def test_an_effective_date_whose_window_overlaps_the_baseline_is_refused(
     root, cfg, url = _unpack(noised_window)
     before = _spend_count(url)
     with pytest.raises(MethodUpdateError, match="earliest effective date is 2020-03-06"):
-        steps.method_update(root, cfg, method_version="v8", effective_date=date(2020, 3, 2),
-                            categories=["parks"], factor=1.2, reason="test", run_id="mu",
-                            ledger_url=url)
+        form = MethodUpdateForm("v8", date(2020, 3, 2), ["parks"], 1.2, "test")
+        steps.method_update(root, cfg, form, run_id="mu", ledger_url=url)
     assert _spend_count(url) == before
 
 

@@ -21,6 +21,7 @@ from dp_ops.reports.mobility import charts
 from dp_ops.reports.mobility.estimates import CATEGORIES
 from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import PUBLISHED_COLUMNS
+from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.steps.charts import chart_style, charted_regions
 from dp_ops.steps.page import INDEX_FILE, write_release_index
 from dp_ops.steps.release import sha256_file
@@ -172,7 +173,7 @@ def test_index_shows_the_figures_links_everything_and_escapes(regions: pd.DataFr
     m = manifest(files)
     release_dir = Path("/data/published/mobility/releases") / m["release_id"]
     listed = write_release_index(tmp_path, m, [e.as_dict() for e in entries],
-                                 published=published_mobility,
+                                 title=SPEC.title, published=published_mobility,
                                  data_docs=m["gate"]["data_docs"], release_dir=release_dir,
                                  data_root=Path("/data"))
     page = (tmp_path / INDEX_FILE).read_text(encoding="utf-8")

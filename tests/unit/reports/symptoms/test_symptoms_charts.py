@@ -18,6 +18,7 @@ from PIL import Image
 from dp_ops.reports.symptoms import charts
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS as SYMPTOM_KEYS
 from dp_ops.reports.symptoms.page import published_symptoms
+from dp_ops.reports.symptoms.spec import SPEC
 from dp_ops.steps.charts import chart_style
 from dp_ops.steps.page import render_index
 
@@ -113,7 +114,8 @@ def test_index_of_a_symptoms_release() -> None:
         "files": {"2020_DM_weekly_symptoms_dataset.csv": {"sha256": "ab" * 32, "bytes": 9}},
         "gate": {"success": True, "evaluated": 48},
     }
-    page = render_index(m, [], published=published_symptoms, data_docs_href=None)
+    page = render_index(m, [], title=SPEC.title, published=published_symptoms,
+                        data_docs_href=None)
     for figure in ("Search Trends symptoms dataset", "264", "1,116", "369,672", "0.3%",
                    "40.0%", "30,806", "0.448", "max_symptoms_per_day",
                    'href="2020_DM_weekly_symptoms_dataset.csv"',

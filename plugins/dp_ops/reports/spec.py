@@ -1,0 +1,127 @@
+"""What a report package exports so the factory can find it: a :class:`ReportSpec`.
+
+A report is one package (``dp_ops.reports.mobility``, ``dp_ops.reports.symptoms``, or a
+package of an agency's own) with a ``spec`` module holding a ``ReportSpec``, registered
+under the entry-point group ``dp_ops.reports``::
+
+    [project.entry-points."dp_ops.reports"]
+    mobility = "dp_ops.reports.mobility.spec:SPEC"
+
+Everything outside a report's package that needs to know about reports (the registry, the
+DAG tags and assets, the Privacy budget view, the release page, ingest) reads the specs:
+none of it names a report. A spec is a light, declarative value: loading it imports no
+pandas, DuckDB or Great Expectations (the DAG files read it at parse time); its step
+functions are imported on first use (:attr:`ReportSpec.steps`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dp_ops.reports.protocol import ReportSteps
+
+ENTRY_POINT_GROUP = "dp_ops.reports"
+# A report's name appears in paths, ledger rows, asset and DAG ids: a plain identifier.
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """One report, as the factory sees it.
+
+    ``name``: in paths (``noise/<name>/``), the ledger, asset names and tags.
+    ``title``: the release page's title.
+    ``daily_dag_id``: the DAG that runs the report day by day; its read permission guards
+    the report's figures in the Privacy budget view.
+    ``sources``: the raw input sources it reads (``raw/<source>/date=D/``), each with its
+    contract in :mod:`dp_ops.steps.ingest`.
+    ``steps_module``: the module providing :class:`~dp_ops.reports.protocol.ReportSteps`.
+    ``assets``: the assets it emits events to besides ``<name>_release`` (e.g.
+    ``baseline`` for ``<name>_baseline``).
+    """
+
+    name: str
+    title: str
+    daily_dag_id: str
+    sources: tuple[str, ...]
+    steps_module: str
+    assets: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for label, value in (("name", self.name), ("daily_dag_id", self.daily_dag_id)):
+            if not NAME_PATTERN.fullmatch(value):
+                raise ValueError(f"report spec {label}={value!r}: expected lower-case "
+                                 f"letters, digits and '_' (at most 40), starting with a "
+                                 f"letter")
+        if not self.sources:
+            raise ValueError(f"report spec {self.name!r}: sources is empty")
+        for asset in self.assets:
+            if not NAME_PATTERN.fullmatch(asset):
+                raise ValueError(f"report spec {self.name!r}: asset {asset!r} is no "
+                                 "plain identifier")
+
+    @property
+    def steps(self) -> ReportSteps[Any]:
+        """The report's step functions (imported on first use)."""
+        module: ReportSteps[Any] = importlib.import_module(self.steps_module)
+        return module
+
+    @property
+    def release_asset(self) -> str:
+        """The asset whose events announce each new release."""
+        return f"{self.name}_release"
+
+    def asset(self, suffix: str) -> str:
+        """The name of one of :attr:`assets` (``<name>_<suffix>``)."""
+        if suffix not in self.assets:
+            raise ValueError(f"report {self.name!r} declares no asset {suffix!r}; it has "
+                             f"{list(self.assets)}")
+        return f"{self.name}_{suffix}"
+
+
+class UnknownReport(ValueError):
+    """A report name no installed package registers."""
+
+
+@cache
+def report_specs() -> dict[str, ReportSpec]:
+    """Every installed report, by name, in name order: each ``dp_ops.reports`` entry point
+    loaded once per process. A second package registering a taken name, or an entry point
+    that is no ``ReportSpec`` or whose name differs from its spec's, is an error naming
+    it."""
+    specs: dict[str, ReportSpec] = {}
+    origin: dict[str, str] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        spec = ep.load()
+        if not isinstance(spec, ReportSpec):
+            raise TypeError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) is "
+                            f"a {type(spec).__name__}, not a ReportSpec")
+        if spec.name != ep.name:
+            raise ValueError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "
+                             f"holds the spec of {spec.name!r}: the names must agree")
+        if spec.name in specs and origin[spec.name] != ep.value:
+            raise ValueError(f"report {spec.name!r} is registered twice: {origin[spec.name]}"
+                             f" and {ep.value}")
+        specs[spec.name], origin[spec.name] = spec, ep.value
+    return dict(sorted(specs.items()))
+
+
+def report_names() -> list[str]:
+    return list(report_specs())
+
+
+def report_spec(name: str) -> ReportSpec:
+    """The installed report ``name``; :class:`UnknownReport` (a ``ValueError``) naming
+    the known ones otherwise."""
+    specs = report_specs()
+    try:
+        return specs[str(name)]
+    except KeyError:
+        raise UnknownReport(f"report={str(name)[:40]!r}: unknown report, expected one of "
+                            f"{sorted(specs)}") from None
