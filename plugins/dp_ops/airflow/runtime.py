@@ -32,39 +32,16 @@ class ErrorLog(Protocol):
 
 LEDGER_CONN_ID = "dp_ledger"
 LEDGER_KEY_CONN_ID = "dp_ledger_key"
-# Airflow connection types and the SQLAlchemy driver each maps to
-_LEDGER_DRIVERS = {"postgres": "postgresql+psycopg", "postgresql": "postgresql+psycopg",
-                   "sqlite": "sqlite"}
 
 
 def ledger_url_from_connection() -> str | None:
-    """The ledger's SQLAlchemy URL from the Airflow Connection ``dp_ledger`` (a
-    ``postgres`` or ``sqlite`` connection; its password is masked in every log), or None
-    when there is no such connection: then ``DP_LEDGER_URL`` or the default applies."""
-    import sqlalchemy as sa
-    from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowNotFoundException
-    from airflow.sdk.log import mask_secret
+    """The ledger's SQLAlchemy URL from the Airflow Connection ``dp_ledger``, through
+    :class:`~dp_ops.airflow.hooks.ledger.LedgerHook` (its password masked in every log),
+    or None when there is no such connection: then ``DP_LEDGER_URL`` or the default
+    applies."""
+    from dp_ops.airflow.hooks.ledger import LedgerHook
 
-    try:
-        conn = Connection.get(LEDGER_CONN_ID)
-    except AirflowNotFoundException:
-        return None
-    driver = _LEDGER_DRIVERS.get(str(conn.conn_type or "").lower())
-    if driver is None:
-        raise BadRequest(f"connection {LEDGER_CONN_ID}: conn_type={conn.conn_type!r}, "
-                         f"expected one of {sorted(_LEDGER_DRIVERS)}")
-    if driver == "sqlite":
-        return f"sqlite:///{conn.host or conn.schema}"
-    if conn.password:
-        mask_secret(conn.password)
-    url = sa.URL.create(driver, username=conn.login or None, password=conn.password or None,
-                        host=conn.host or None, port=conn.port or None,
-                        database=conn.schema or None,
-                        query={k: str(v) for k, v in conn.extra_dejson.items()})
-    rendered = url.render_as_string(hide_password=False)
-    mask_secret(rendered)
-    return rendered
+    return LedgerHook(LEDGER_CONN_ID).get_url()
 
 
 def _in_task() -> bool:

@@ -1,0 +1,1 @@
+"""Airflow hooks of the report factory (registered in the provider info)."""
