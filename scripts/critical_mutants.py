@@ -79,12 +79,18 @@ def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
 
 
 def copy_repository(dst: Path) -> None:
-    """The tracked files (the working tree's versions) under ``dst``."""
+    """The tracked files (the working tree's versions) under ``dst``; a tracked symlink
+    (``plugins/dp_ops/sql`` -> ``include/sql``) stays a symlink, so a mutant of the SQL
+    is what the package reads."""
     names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
                            capture_output=True).stdout.decode().split("\0")
     for name in filter(None, names):
         src = REPO / name
-        if src.is_file():
+        if src.is_symlink():
+            target = dst / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(src), target)
+        elif src.is_file():
             target = dst / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)

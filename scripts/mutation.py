@@ -114,10 +114,14 @@ def stage(group: str, modules: list[str]) -> Path:
     where.mkdir(parents=True, exist_ok=True)
     for name in filter(None, names):
         src = REPO / name
-        if not src.is_file():
-            continue
         rel = Path("src", *Path(name).parts[1:]) if name.startswith("plugins/") else Path(name)
         target = where / rel
+        if src.is_symlink() and src.is_dir():
+            # plugins/dp_ops/sql -> include/sql: a real copy, whatever mutmut does with links
+            shutil.copytree(src, target, dirs_exist_ok=True)
+            continue
+        if not src.is_file():
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_bytes() != src.read_bytes():
             shutil.copy2(src, target)

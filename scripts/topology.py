@@ -21,7 +21,7 @@ file stays the one source of truth. Each service becomes a process on loopback:
   environment.
 
 What differs from the containers, and nothing else (:func:`relocate`, :data:`LOCAL`):
-``/opt/airflow`` is a directory of ours (``AIRFLOW_HOME``), whose ``dags``, ``include``,
+``/opt/airflow`` is a directory of ours (``AIRFLOW_HOME``), whose ``dags``,
 ``data``, ``logs`` and ``dp_config`` are symlinks to what the compose file mounts there;
 the host names ``postgres``, ``redis`` and ``airflow-apiserver`` are 127.0.0.1 with a free
 port each; the processes share one network namespace, so each listening component gets a
@@ -230,7 +230,7 @@ def service_env(compose: Mapping[str, Any], service: str, home: Path,
 
 def link_volumes(compose: Mapping[str, Any], home: Path) -> None:
     """``home`` laid out as the containers see ``/opt/airflow``: a symlink for each bind
-    mount of the Airflow services (``./dags``, ``./include``, the data root, the logs, the
+    mount of the Airflow services (``./dags``, the data root, the logs, the
     configuration), a directory for each named volume."""
     home.mkdir(parents=True, exist_ok=True)
     for spec in compose["x-airflow-common"]["volumes"]:

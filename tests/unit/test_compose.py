@@ -225,12 +225,13 @@ def test_repository_and_data_root_are_mounted(compose: dict[str, Any],
                                               services: dict[str, Any]) -> None:
     for name in airflow_image_services(compose):
         mounts = volume_map(services[name])
-        for target in (DAGS, INCLUDE, CONFIG, DATA):
+        for target in (DAGS, CONFIG, DATA):
             assert target in mounts, f"{name}: nothing mounted at {target}"
-        for target, repo_dir in ((DAGS, "dags"), (INCLUDE, "include")):
-            source, mode = mounts[target]
-            assert (REPO / source).resolve() == REPO / repo_dir, f"{name}: {target}"
-            assert mode == "ro", f"{name}: {target} should be read-only"
+        source, mode = mounts[DAGS]
+        assert (REPO / source).resolve() == REPO / "dags", f"{name}: {DAGS}"
+        assert mode == "ro", f"{name}: {DAGS} should be read-only"
+        # the SQL is package data of the image's dp_ops: a mounted include/ would not be read
+        assert INCLUDE not in mounts, f"{name}: include/ is mounted but never read"
         # dp_ops is imported from the image (test_dockerfile_installs_the_project): a
         # mounted copy of plugins/ would look like the code in use without being it.
         for target, (source, _) in mounts.items():
@@ -252,12 +253,9 @@ def test_dp_ops_settings_point_at_the_mounts(compose: dict[str, Any],
     # Airflow exec()s every .py under its plugins folder (dp_ops/__main__ would run the
     # CLI): the plugins folder is an empty directory of the container, never plugins/.
     assert PurePosixPath(env["AIRFLOW__CORE__PLUGINS_FOLDER"]) == PurePosixPath(AIRFLOW_PLUGINS)
-    # The installed (non-editable) dp_ops cannot find include/sql beside itself: DP_SQL_DIR
-    # must name the mounted one, and dp_ops.engine.sql must read it.
-    assert env["DP_SQL_DIR"] == f"{INCLUDE}/sql"
-    source, _ = volume_map(compose["x-airflow-common"])[INCLUDE]
-    assert list((REPO / source / "sql").glob("*.sql"))
-    assert 'os.environ.get("DP_SQL_DIR"' in (REPO / "plugins/dp_ops/engine/sql.py").read_text()
+    # The installed (non-editable) dp_ops reads its SQL as package data (the wheel test,
+    # tests/integration/test_wheel.py): no DP_SQL_DIR to keep in step with the image.
+    assert "DP_SQL_DIR" not in env
     for variable in ("DP_MOBILITY_CONFIG", "DP_SYMPTOMS_CONFIG", "DP_EXECUTION_CONFIG"):
         assert variable in env
 
@@ -643,11 +641,15 @@ def test_dockerfile_installs_the_project() -> None:
     """dp_ops and dp_demo are installed into the image (what every container imports),
     after the pinned requirements and without touching them."""
     sources = _dockerfile_copies()
-    project = {"pyproject.toml", "README.md", "plugins"}  # README.md: pyproject's readme
+    project = {"pyproject.toml", "README.md", "plugins", "include"}  # README.md: the readme
     assert project <= set(sources), "the Dockerfile must copy the project"
     src = PurePosixPath(sources["pyproject.toml"])
     assert PurePosixPath(sources["README.md"]) == src
     assert PurePosixPath(sources["plugins"]) == src / "plugins"
+    # plugins/dp_ops/sql is a symlink to include/sql: both must be in the build directory
+    assert PurePosixPath(sources["include"]) == src / "include"
+    assert (REPO / "plugins/dp_ops/sql").is_symlink()
+    assert (REPO / "plugins/dp_ops/sql").resolve() == REPO / "include/sql"
     installs = _pip_installs()
     assert len(installs) == 2 and "-r" in installs[0], "the project after the requirements"
     pip = installs[1]
@@ -687,6 +689,7 @@ def test_dockerignore_keeps_private_data_and_secrets_out() -> None:
         assert _docker_ignored(path, patterns), f"{path} would be sent to the build"
     for path in ("requirements.txt", "constraints.txt", "pyproject.toml", "README.md",
                  "plugins/dp_ops/__init__.py", "plugins/dp_ops/engine/sql.py",
+                 "include/sql/aggregate_cells.sql",
                  "plugins/dp_demo/__init__.py", "plugins/dp_demo/data/x.txt"):
         assert not _docker_ignored(path, patterns), f"the Dockerfile copies {path}"
 

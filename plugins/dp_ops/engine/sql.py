@@ -1,4 +1,6 @@
-"""Load the SQL that the engines run from ``include/sql`` (STYLE principle 8).
+"""Load the SQL that the engines run: package data of ``dp_ops`` (``dp_ops/sql``, the
+repository's ``include/sql`` through a symlink, copied into the wheel), so an installed
+package needs no checkout. ``DP_SQL_DIR`` overrides it (to try edited SQL).
 
 Values always go in as bind parameters (``$name`` in DuckDB). Jinja renders identifiers
 only (table names), never values.
@@ -8,17 +10,17 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-_REPO_SQL = Path(__file__).resolve().parents[3] / "include" / "sql"
-
 
 def sql_dir() -> Path:
-    """``DP_SQL_DIR`` if set, else the repository's ``include/sql``."""
-    return Path(os.environ.get("DP_SQL_DIR", _REPO_SQL))
+    """``DP_SQL_DIR`` if set, else the package's ``sql`` directory."""
+    override = os.environ.get("DP_SQL_DIR")
+    return Path(override) if override else Path(str(files("dp_ops") / "sql"))
 
 
 @lru_cache(maxsize=64)
@@ -29,7 +31,7 @@ def _template(path: str) -> jinja2.Template:
 
 
 def render_sql(name: str, **identifiers: Any) -> str:
-    """The SQL of ``include/sql/<name>.sql`` with Jinja identifiers filled in."""
+    """The SQL of ``<name>.sql`` (:func:`sql_dir`) with Jinja identifiers filled in."""
     path = sql_dir() / f"{name}.sql"
     if not path.is_file():
         raise FileNotFoundError(f"SQL file {path} not found")
