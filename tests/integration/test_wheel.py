@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -31,9 +32,20 @@ def test_a_wheel_in_a_fresh_venv_runs_a_report_without_the_checkout(tmp_path: Pa
     outside.mkdir()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("DP_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    # the build: pip's isolated build, as a user's `pip wheel .` does
+    # the build: pip's isolated build, as a user's `pip wheel .` does, of a copy of the
+    # tracked files (setuptools writes build/ and an egg-info beside the sources)
+    source = tmp_path / "source"
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        src, target = REPO / name, source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            target.symlink_to(os.readlink(src))
+        elif src.is_file():
+            shutil.copy2(src, target)
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
-         str(REPO)], cwd=outside, env=env)
+         str(source)], cwd=outside, env=env)
     (wheel,) = (tmp_path / "dist").glob("dp_report_factory-*.whl")
     # a fresh venv; the pinned dependencies are those of the project's venv, reached by a
     # .pth line (a line adds a path, it runs none of that path's .pth files: the checkout's
