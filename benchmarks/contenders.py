@@ -47,6 +47,7 @@ import numpy as np
 from dp_ops.contract import PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.steps.noise_request import NoiseRequest, RunRequest
 
 BENCH_DAY = date(2020, 2, 15)  # the first public date: the whole day publishes it
 STAYS_FILE = "stays.parquet"
@@ -115,7 +116,8 @@ def ours_step(data: Path, work: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     steps.bound_contributions(root, cfg, BENCH_DAY)
     t1 = time.perf_counter()
-    result = steps.noise(root, cfg, BENCH_DAY, run_id="benchmark", ledger_url=ledger)
+    result = steps.noise(root, cfg, NoiseRequest(day=BENCH_DAY, run_id="benchmark"),
+                         ledger_url=ledger)
     t2 = time.perf_counter()
     noisy = pd.concat([pq.read_table(p).to_pandas() for p in result.paths], ignore_index=True)
     return {
@@ -286,7 +288,7 @@ def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
     for day in cfg.baseline_dates:
         steps.ingest(root, cfg, day)
         steps.bound_contributions(root, cfg, day)
-        steps.noise(root, cfg, day, run_id="benchmark-window", ledger_url=ledger)
+        steps.noise(root, cfg, NoiseRequest(day=day, run_id="benchmark-window"), ledger_url=ledger)
         steps.build_baseline(root, cfg, ledger_url=ledger)
         steps.report(root, cfg, day, ledger_url=ledger)
     return {"seconds": time.perf_counter() - t0, "days": len(cfg.baseline_dates),
@@ -318,7 +320,7 @@ def whole_day(data: Path, work: Path) -> dict[str, Any]:
     for name in names:
         setattr(steps, name, timed(name, getattr(steps, name)))
     t0 = time.perf_counter()
-    results = steps.run_days(root, cfg, [BENCH_DAY], run_id="benchmark-day",
+    results = steps.run_days(root, cfg, [BENCH_DAY], RunRequest(run_id="benchmark-day"),
                              ledger_url=root.default_ledger_url)
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "steps_s": {n: round(timings.get(n, 0.0), 3) for n in names},

@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
+    from dp_ops.steps.noise_request import NoiseRequest
+
     if args.report == "symptoms":
         from dp_ops.reports.symptoms import steps
     else:
@@ -96,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             timed = day in {YEAR_START + timedelta(days=d - 1) for d in at}
             chain = [("ingest", lambda d=day: steps.ingest(root, cfg, d)),
                      ("bound", lambda d=day: steps.bound_contributions(root, cfg, d)),
-                     ("noise", lambda d=day: steps.noise(root, cfg, d, run_id=f"day-{d}",
-                                                         ledger_url=url))]
+                     ("noise", lambda d=day: steps.noise(
+                         root, cfg, NoiseRequest(day=d, run_id=f"day-{d}"), ledger_url=url))]
             if args.report == "mobility":
                 chain.append(("baseline", lambda: steps.build_baseline(  # type: ignore[attr-defined]
                     root, cfg, ledger_url=url)))

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from dp_ops.reports.symptoms.suites import published_values, validate_symptoms_release
     from dp_ops.steps.charts import charted_regions
     from dp_ops.steps.ingest import read_symptoms
+    from dp_ops.steps.noise_request import NoiseRequest
     from dp_ops.steps.release_contract import require_contract
 
     at = sorted({int(x) for x in args.at.split(",")})
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             day = YEAR_START + timedelta(days=n - 1)
             steps.ingest(root, cfg, day)
             steps.bound_contributions(root, cfg, day)
-            steps.noise(root, cfg, day, run_id=f"day-{day}", ledger_url=url)
+            steps.noise(root, cfg, NoiseRequest(day=day, run_id=f"day-{day}"), ledger_url=url)
             steps.report(root, cfg, day, ledger_url=url)
             if n + 1 in at:
                 steps.gate(root, cfg, run_id=f"day-{day}", ledger_url=url)

@@ -64,6 +64,7 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
     from dp_ops.reports.mobility.config import MobilityConfig
     from dp_ops.reports.registry import prepare_noise_samplers
     from dp_ops.settings import load_execution_settings
+    from dp_ops.steps.noise_request import NoiseRequest
 
     prepare_noise_samplers()
     cfg = MobilityConfig()
@@ -91,7 +92,8 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
     t0 = time.perf_counter()
     steps.bound_contributions(root, cfg, BENCH_DAY)
     t1 = time.perf_counter()
-    steps.noise(root, cfg, BENCH_DAY, run_id="scale", ledger_url=f"sqlite:///{work}/ledger.db")
+    steps.noise(root, cfg, NoiseRequest(day=BENCH_DAY, run_id="scale"),
+                ledger_url=f"sqlite:///{work}/ledger.db")
     t2 = time.perf_counter()
     out |= {"bound_s": round(t1 - t0, 2), "noise_s": round(t2 - t1, 2),
             "seconds": round(t2 - t0, 2),

@@ -101,6 +101,7 @@ def _record_cli_approvals(report: AnyReport, days: list[date], run_id: str,
 
 def cmd_run(args: argparse.Namespace) -> int:
     from dp_ops.reports.registry import load_report
+    from dp_ops.steps.noise_request import RunRequest
     from dp_ops.steps.result import StepResult
 
     report = load_report(args.report)
@@ -118,9 +119,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info(result.summary)
         print(f"[{done}/{len(days)}] {day} done ({time.monotonic() - t0:.0f} s)", flush=True)
 
-    results = report.run_days(days, run_id=run_id, region=args.region,
-                              renoise=args.renoise, repeat_renoise=args.repeat_renoise,
-                              reason=args.reason, on_day=progress)
+    request = RunRequest(run_id=run_id, region=args.region, renoise=args.renoise,
+                         repeat_renoise=args.repeat_renoise, reason=args.reason)
+    results = report.run_days(days, request, on_day=progress)
     for result in results[-2:]:  # gate and publish
         print(result.summary)
     return 0

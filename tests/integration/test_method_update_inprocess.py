@@ -26,6 +26,7 @@ from dp_ops.reports.mobility.method_update import (
 )
 from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.reports.protocol import MethodUpdateForm
+from dp_ops.steps.noise_request import RunRequest
 from dp_ops.steps.result import StepResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -64,8 +65,9 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mobility_bounding, "bound_day", bound_with_new_method)
-        steps.run_days(root, cfg, days(START, EFFECTIVE - timedelta(days=1)), run_id="daily-1",
-                       ledger_url=url)
+        steps.run_days(root, cfg, days(START, EFFECTIVE - timedelta(days=1)), RunRequest(
+                                                                                         run_id="daily-1"),
+                                                                                         ledger_url=url)
         last_old = root.report_file("mobility", EFFECTIVE - timedelta(days=1)).read_bytes()
         ledger = Ledger(url)
         before_update = ledger.spends()
@@ -80,7 +82,8 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         rerun = steps.method_update(root, cfg, form, run_id="update-again", ledger_url=url)
         after_rerun = ledger.spends()
         ledger.dispose()
-        steps.run_days(root, cfg, days(EFFECTIVE, END), run_id="daily-2", ledger_url=url)
+        steps.run_days(root, cfg, days(EFFECTIVE, END), RunRequest(run_id="daily-2"),
+                                                                   ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url, "last_old": last_old,
             "before": before_update, "after": after_update, "after_rerun": after_rerun,
             "summaries": (result.summary, rerun.summary)}

@@ -19,6 +19,7 @@ from dp_ops.regions import read_regions, write_regions
 from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.noising import load_noisy_cells
+from dp_ops.steps.noise_request import NoiseRequest, RunRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -52,7 +53,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     write_regions(pd.concat([regions, extra.to_frame().T], ignore_index=True), root.regions_csv)
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    steps.run_days(root, cfg, days(START, END), run_id="first", ledger_url=url)
+    steps.run_days(root, cfg, days(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
 
@@ -105,7 +106,8 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     before = ledger.spends()
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
     release_dir = root.latest_release("mobility").resolve()
-    steps.run_days(root, cfg, days(date(2020, 2, 14), END), run_id="second", ledger_url=url)
+    steps.run_days(root, cfg, days(date(2020, 2, 14), END), RunRequest(run_id="second"),
+                                                                       ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
     latest = root.latest_release("mobility")
     # the release id names the staged files' checksums, charts included: same release
@@ -148,8 +150,8 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     steps.bound_contributions(root, cfg, day)
     approve_renoise(root, url, steps.noise_plan(root, cfg), day, region,
                     "raw data corrected", run_id="oncall")
-    steps.noise(root, cfg, day, run_id="oncall", ledger_url=url, region=region, renoise=True,
-                reason="raw data corrected")
+    steps.noise(root, cfg, NoiseRequest(day=day, run_id="oncall", region=region, renoise=True,
+                                        reason="raw data corrected"), ledger_url=url)
     spent = ledger.spent("mobility", day)
     assert spent == pytest.approx(2 * cfg.run_epsilon)  # the region's three levels again
     after_cells = load_noisy_cells(root, day, ledger.spends("mobility", day))

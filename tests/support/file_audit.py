@@ -241,12 +241,13 @@ def _child(argv: list[str]) -> int:
     from dp_ops.layout import DataRoot
     from dp_ops.reports.protocol import Step
     from dp_ops.reports.registry import load_report
+    from dp_ops.steps.noise_request import NoiseRequest
 
     report = load_report(args.report)
     if args.step == "prepare":  # the day's steps before the gate, untraced
         report.run_step(Step.INGEST, args.day, run_id=args.run_id)
         report.run_step(Step.BOUND_CONTRIBUTIONS, args.day, run_id=args.run_id)
-        report.noise(args.day, run_id=args.run_id)
+        report.noise(NoiseRequest(day=args.day, run_id=args.run_id))
         if report.needs_baseline(args.day) and "baseline" not in report.skipped_after_noise(
                 args.day):
             mobility: Any = report.steps  # the one report with a baseline step

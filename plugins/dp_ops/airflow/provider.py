@@ -22,9 +22,9 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": PACKAGE_NAME,
         "name": "DP report factory",
-        "description": "Differentially private public reports (mobility, search symptoms "
-                       "and reports of your own): privacy-budget ledger, budget-checked "
-                       "noise, Great Expectations gates, atomic releases.",
+        "description": "Differentially private public reports from private logs: a "
+                       "privacy-budget ledger, budget-checked noise, Great Expectations "
+                       "gates, atomic releases; each report a plug-in.",
         "versions": [__version__],
         "connection-types": [{"connection-type": "dp_ledger",
                               "hook-class-name": "dp_ops.airflow.hooks.ledger.LedgerHook",

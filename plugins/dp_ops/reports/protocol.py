@@ -25,6 +25,7 @@ from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
     from dp_ops.privacy.ledger import ApprovalRequest, SpendRequest
+    from dp_ops.steps.noise_request import NoiseRequest, RunRequest
     from dp_ops.steps.noising import NoisePlan
 
 
@@ -96,9 +97,8 @@ class ReportSteps(Protocol[C]):
         """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
         ...
 
-    def noise(self, root: DataRoot, cfg: C, day: date, *, run_id: str, ledger_url: str,
-              region: str | None = None, renoise: bool = False, repeat_renoise: bool = False,
-              reason: str = "") -> StepResult:
+    def noise(self, root: DataRoot, cfg: C, request: NoiseRequest, *,
+              ledger_url: str) -> StepResult:
         """Reserve budget in the ledger (refusing past the cap before any draw), then draw
         and store, or reuse, the noisy value of every cell of the public domain."""
         ...
@@ -122,10 +122,8 @@ class ReportSteps(Protocol[C]):
         """Atomically promote the staged release to ``published/<report>/latest``."""
         ...
 
-    def run_days(self, root: DataRoot, cfg: C, days: list[date], *, run_id: str,
-                 ledger_url: str, region: str | None = None, renoise: bool = False,
-                 repeat_renoise: bool = False,
-                 reason: str = "",
+    def run_days(self, root: DataRoot, cfg: C, days: list[date], request: RunRequest, *,
+                 ledger_url: str,
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:
         """The whole chain in-process, in date order (``python -m dp_ops run``)."""

@@ -20,6 +20,7 @@ from dp_ops.reports.spec import ReportSpec, report_spec, report_specs
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
+    from dp_ops.steps.noise_request import NoiseRequest, RunRequest
     from dp_ops.steps.noising import NoisePlan
 
 C = TypeVar("C", bound=ReportConfig)
@@ -64,12 +65,8 @@ class BoundReport(Generic[C]):
             raise ValueError(f"step={step.value!r} processes one day: a day is required")
         return calls[step](day)
 
-    def noise(self, day: date, *, run_id: str, region: str | None = None,
-              renoise: bool = False, repeat_renoise: bool = False, reason: str = "") -> StepResult:
-        return self.steps.noise(self.root, self.cfg, day, run_id=run_id,
-                                ledger_url=self.ledger_url, region=region, renoise=renoise,
-                                repeat_renoise=repeat_renoise,
-                                reason=reason)
+    def noise(self, request: NoiseRequest) -> StepResult:
+        return self.steps.noise(self.root, self.cfg, request, ledger_url=self.ledger_url)
 
     def noise_plan(self) -> NoisePlan:
         return self.steps.noise_plan(self.root, self.cfg)
@@ -78,14 +75,11 @@ class BoundReport(Generic[C]):
         return self.steps.gate(self.root, self.cfg, run_id=run_id, ledger_url=self.ledger_url,
                                region=region)
 
-    def run_days(self, days: list[date], *, run_id: str, region: str | None = None,
-                 renoise: bool = False, repeat_renoise: bool = False, reason: str = "",
+    def run_days(self, days: list[date], request: RunRequest, *,
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:
-        return self.steps.run_days(self.root, self.cfg, days, run_id=run_id,
-                                   ledger_url=self.ledger_url, region=region,
-                                   renoise=renoise,
-                                   repeat_renoise=repeat_renoise, reason=reason, on_day=on_day)
+        return self.steps.run_days(self.root, self.cfg, days, request,
+                                   ledger_url=self.ledger_url, on_day=on_day)
 
     def first_noised_date(self) -> date:
         return self.steps.first_noised_date(self.cfg)

@@ -50,6 +50,7 @@ from dp_ops.privacy.ledger import (
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.privacy.plan import MetricBudget
 from dp_ops.steps.ledger_binding import open_ledger, require_sound
+from dp_ops.steps.noise_request import NoiseRequest
 from dp_ops.steps.result import StepResult
 
 # Spend kinds whose noisy values are the cells' current values (method-update spends
@@ -282,10 +283,9 @@ def _read_true_cells(root: DataRoot, report: str, day: date) -> TrueCells:
     return cells
 
 
-def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
-              ledger_url: str, region: str | None = None, renoise: bool = False,
-              repeat_renoise: bool = False, reason: str = "") -> StepResult:
-    """Reserve, then draw and store (or reuse) the noisy values of one day.
+def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
+              ledger_url: str) -> StepResult:
+    """Reserve, then draw and store (or reuse) the noisy values of ``request.day``.
 
     A re-noise (one region, with a reason) is refused before anything is spent when the
     day is never published (before ``plan.first_public_date``), or when the region was
@@ -296,6 +296,8 @@ def noise_day(root: DataRoot, plan: NoisePlan, day: date, *, run_id: str,
     report's noise task calls :func:`dp_ops.steps.bound.finish_bounding` first."""
     from dp_ops.regions import read_regions
 
+    day, run_id, region, renoise = request.day, request.run_id, request.region, request.renoise
+    repeat_renoise, reason = request.repeat_renoise, request.reason
     if renoise and region is None:
         raise BadRequest("renoise=True needs a region: re-noising a whole day is a new "
                          "release of it; rerun one region at a time")

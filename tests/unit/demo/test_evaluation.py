@@ -29,6 +29,7 @@ from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES, COUNT_CATEGORY_CELLS
 from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.steps.noise_request import RunRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -45,10 +46,12 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
     root = DataRoot(tmp_path_factory.mktemp("evaluation"))
     generate(root, START, MOBILITY_END, users=6000, seed=3)
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    mobility_steps.run_days(root, MobilityConfig(), _days(START, MOBILITY_END), run_id="eval",
-                            ledger_url=url)
-    symptoms_steps.run_days(root, SymptomsConfig(), _days(START, SYMPTOMS_END), run_id="eval",
-                            ledger_url=url)
+    mobility_steps.run_days(root, MobilityConfig(), _days(START, MOBILITY_END), RunRequest(
+                                                                                           run_id="eval"),
+                                                                                           ledger_url=url)
+    symptoms_steps.run_days(root, SymptomsConfig(), _days(START, SYMPTOMS_END), RunRequest(
+                                                                                           run_id="eval"),
+                                                                                           ledger_url=url)
     return root
 
 

@@ -26,6 +26,7 @@ from dp_ops.privacy.plan import MetricBudget
 from dp_ops.regions import write_regions
 from dp_ops.steps import noising
 from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
+from dp_ops.steps.noise_request import NoiseRequest
 from dp_ops.steps.noising import NoisePlan
 
 DAY = date(2020, 3, 2)
@@ -75,7 +76,7 @@ def _true(level: int, region: str, metric: str) -> int:
 def test_a_day_spends_each_slot_once_and_stores_exactly_its_draw(
         home: tuple[DataRoot, str]) -> None:
     root, url = home
-    result = noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    result = noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     spends = _spends(root, url)
     # every level x metric group, whole day, in that order; each costs its ledger epsilon
     assert [(s.slot.level, s.slot.metric, s.slot.region_scope, s.kind, s.epsilon)
@@ -111,14 +112,14 @@ def test_a_day_spends_each_slot_once_and_stores_exactly_its_draw(
 def test_a_rerun_reuses_every_spend_and_never_redraws(home: tuple[DataRoot, str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     before = {p: p.read_bytes() for p in root.noise_dir("mobility", DAY).iterdir()}
 
     def no_draw() -> np.random.Generator:
         raise AssertionError("a stored spend was drawn again")
 
     monkeypatch.setattr(noising, "noise_generator", no_draw)
-    result = noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url)
+    result = noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-2"), ledger_url=url)
     assert result.summary.startswith(f"noise for {DAY}: 0 slot(s) spent (epsilon 0.0000), "
                                      "6 reused;")
     assert {p: p.read_bytes() for p in root.noise_dir("mobility", DAY).iterdir()} == before
@@ -126,13 +127,13 @@ def test_a_rerun_reuses_every_spend_and_never_redraws(home: tuple[DataRoot, str]
 
 def test_a_rerun_refuses_an_edited_stored_file(home: tuple[DataRoot, str]) -> None:
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     victim = noising.noise_file(root, _spends(root, url)[2])
     table = pq.read_table(victim)
     zeros = table.set_column(3, "noisy_value", pa.array([0] * len(table), pa.int64()))
     pq.write_table(zeros, victim)
     with pytest.raises(NoiseTampered, match=r"ledger spend 3 .* is not the file stored"):
-        noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url)
+        noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-2"), ledger_url=url)
 
 
 def test_a_file_planted_before_the_draw_is_replaced_not_adopted(
@@ -154,7 +155,7 @@ def test_a_file_planted_before_the_draw_is_replaced_not_adopted(
                              "spend_id": pa.array(np.full(n, spends[0].id))},
                             schema=noising.NOISE_SCHEMA), planted)
     planted_bytes = planted.read_bytes()
-    result = noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    result = noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     assert "0 slot(s) spent" in result.summary and "6 reused" in result.summary
     assert planted.read_bytes() != planted_bytes  # drawn, recorded, moved over it
     assert _spends(root, url)[0].stored_sha256 == noising.file_digest(planted)[0]
@@ -172,7 +173,7 @@ def test_a_renoise_without_region_or_reason_is_refused(home: tuple[DataRoot, str
                                                        message: str) -> None:
     root, url = home
     with pytest.raises(BadRequest) as err:
-        noising.noise_day(root, PLAN, DAY, run_id="r", ledger_url=url, **kw)
+        noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="r", **kw), ledger_url=url)
     assert str(err.value) == message
     assert not Path(url.removeprefix("sqlite:///")).exists()  # refused before the ledger
 
@@ -181,33 +182,36 @@ def test_a_renoise_of_an_unpublished_day_is_refused(home: tuple[DataRoot, str]) 
     root, url = home
     day = date(2020, 2, 14)
     with pytest.raises(BadRequest) as err:
-        noising.noise_day(root, PLAN, day, run_id="r", ledger_url=url, region="DM-01",
-                          renoise=True, reason="why")
+        noising.noise_day(root, PLAN, NoiseRequest(day=day, run_id="r", region="DM-01",
+                                                   renoise=True, reason="why"), ledger_url=url)
     assert str(err.value) == (
         "date=2020-02-14: before the first public date 2020-02-15; its values are never "
         "published (at most a baseline frozen once is built from them), so a re-noise "
         "would spend budget for nothing")
     # the first public date itself may be re-noised (refused later, for want of approval)
     with pytest.raises(Exception) as later:
-        noising.noise_day(root, PLAN, date(2020, 2, 15), run_id="r", ledger_url=url,
-                          region="DM-01", renoise=True, reason="why")
+        noising.noise_day(root, PLAN, NoiseRequest(day=date(2020, 2, 15), run_id="r",
+                                                   region="DM-01", renoise=True, reason="why"),
+                                                   ledger_url=url)
     assert not isinstance(later.value, BadRequest)
 
 
 def test_an_unknown_region_is_refused_before_the_ledger(home: tuple[DataRoot, str]) -> None:
     root, url = home
     with pytest.raises(ValueError, match=r"^region='XX': not in the region table$"):
-        noising.noise_day(root, PLAN, DAY, run_id="r", ledger_url=url, region="XX")
+        noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="r", region="XX"),
+                                                   ledger_url=url)
     assert not Path(url.removeprefix("sqlite:///")).exists()
 
 
 def test_an_approved_renoise_redraws_one_region_and_its_ancestors(
         home: tuple[DataRoot, str]) -> None:
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     approve_renoise(root, url, PLAN, DAY, "DM-01-001", "outlier", run_id="run-2")
-    result = noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url,
-                               region="DM-01-001", renoise=True, reason="outlier")
+    result = noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-2", region="DM-01-001",
+                                                        renoise=True, reason="outlier"),
+                                                        ledger_url=url)
     new = [s for s in _spends(root, url) if s.kind == "renoise"]
     assert [(s.slot.level, s.slot.region_scope, s.slot.metric, s.reason) for s in new] == [
         (lvl, rid, m, "outlier") for lvl, rid in ((2, "DM-01-001"), (1, "DM-01"), (0, "DM"))
@@ -221,13 +225,13 @@ def test_an_approved_renoise_redraws_one_region_and_its_ancestors(
 
 def test_a_repeated_renoise_is_marked_in_the_ledger(home: tuple[DataRoot, str]) -> None:
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     approve_renoise(root, url, PLAN, DAY, "DM", "first", run_id="run-2")
-    noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url, region="DM",
-                      renoise=True, reason="first")
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-2", region="DM", renoise=True,
+                                               reason="first"), ledger_url=url)
     approve_renoise(root, url, PLAN, DAY, "DM", "again", run_id="run-3", repeat=True)
-    noising.noise_day(root, PLAN, DAY, run_id="run-3", ledger_url=url, region="DM",
-                      renoise=True, reason="again", repeat_renoise=True)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-3", region="DM", renoise=True,
+                                               reason="again", repeat_renoise=True), ledger_url=url)
     assert [s.reason for s in _spends(root, url) if s.run_id == "run-3"] == [
         "[repeat re-noise] again"] * 2
 
@@ -237,7 +241,7 @@ def test_missing_bounded_sums_are_named(home: tuple[DataRoot, str]) -> None:
     path = root.bounded_file("mobility", DAY)
     path.unlink()
     with pytest.raises(FileNotFoundError) as err:
-        noising.noise_day(root, PLAN, DAY, run_id="r", ledger_url=url)
+        noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="r"), ledger_url=url)
     assert str(err.value) == (f"no bounded aggregates for {DAY} at {path}: run the "
                               "bound_contributions step first")
 
@@ -245,7 +249,7 @@ def test_missing_bounded_sums_are_named(home: tuple[DataRoot, str]) -> None:
 def test_a_draw_that_loses_the_record_race_leaves_the_winner(
         home: tuple[DataRoot, str]) -> None:
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     spend = _spends(root, url)[0]
     target = noising.noise_file(root, spend)
     winner = target.read_bytes()
@@ -287,10 +291,10 @@ def test_region_chain_and_plan_requests() -> None:
 def test_load_noisy_cells_keeps_the_latest_value_of_the_day(
         home: tuple[DataRoot, str]) -> None:
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     approve_renoise(root, url, PLAN, DAY, "DM", "why", run_id="run-2")
-    noising.noise_day(root, PLAN, DAY, run_id="run-2", ledger_url=url, region="DM",
-                      renoise=True, reason="why")
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-2", region="DM", renoise=True,
+                                               reason="why"), ledger_url=url)
     spends = _spends(root, url)
     cells = noising.load_noisy_cells(root, "mobility", DAY, spends)
     assert len(cells) == len(cells.drop_duplicates(["level", "region_id", "metric"]))
@@ -313,7 +317,7 @@ def test_a_recorded_draw_left_pending_is_moved_into_place(home: tuple[DataRoot, 
     """A writer that crashed between the ledger record and the move left its file under
     its pending name: the reader takes the recorded one and moves it into place."""
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     spend = _spends(root, url)[0]
     target = noising.noise_file(root, spend)
     data = target.read_bytes()
@@ -328,7 +332,7 @@ def test_stored_noise_that_does_not_verify_is_named_with_its_remedy(
         home: tuple[DataRoot, str]) -> None:
     root, url = home
     long_run = "scheduled__2020-03-03T00:00:00+00:00__and_more_than_forty"
-    noising.noise_day(root, PLAN, DAY, run_id=long_run, ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id=long_run), ledger_url=url)
     spend = _spends(root, url)[0]
     target = noising.noise_file(root, spend)
     what = (f"ledger spend {spend.id} (mobility/2020-03-02/level 0/a/region *, noise, run "
@@ -361,7 +365,8 @@ def test_a_region_without_renoise_runs_the_whole_day_and_records_the_policy(
     reason."""
     root, url = home
     plan = NoisePlan(**{**PLAN.__dict__, "policy_terms": {"max_places": 4.0}})
-    noising.noise_day(root, plan, DAY, run_id="run-1", ledger_url=url, region="DM-01-001")
+    noising.noise_day(root, plan, NoiseRequest(day=DAY, run_id="run-1", region="DM-01-001"),
+                                               ledger_url=url)
     spends = _spends(root, url)
     assert {s.slot.region_scope for s in spends} == {ALL_REGIONS} and len(spends) == 6
     assert {s.reason for s in spends} == {""}
@@ -374,11 +379,12 @@ def test_load_noisy_cells_reads_in_any_order(home: tuple[DataRoot, str]) -> None
     """Spends of other days first, a superseded generation listed after the one that
     replaced it: neither stops nor misleads the reading."""
     root, url = home
-    noising.noise_day(root, PLAN, DAY, run_id="run-1", ledger_url=url)
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     for run, repeat in (("run-2", False), ("run-3", True)):
         approve_renoise(root, url, PLAN, DAY, "DM", "why", run_id=run, repeat=repeat)
-        noising.noise_day(root, PLAN, DAY, run_id=run, ledger_url=url, region="DM",
-                          renoise=True, reason="why", repeat_renoise=repeat)
+        noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id=run, region="DM", renoise=True,
+                                                   reason="why", repeat_renoise=repeat),
+                                                   ledger_url=url)
     spends = _spends(root, url)
 
     def canonical(cells: pd.DataFrame) -> pd.DataFrame:

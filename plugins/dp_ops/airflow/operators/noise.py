@@ -68,6 +68,8 @@ class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
         self.report = report_spec(report).name
 
     def execute(self, context: Context) -> str:
+        from dp_ops.steps.noise_request import NoiseRequest
+
         with refusals_fail_without_retry(self.log, "noise request"):
             day = parse_day(self.day)
             renoise = parse_bool(self.renoise, field="renoise")
@@ -76,9 +78,11 @@ class BudgetCheckedNoiseOperator(BaseOperator, SkipMixin):
                 raise AirflowFailException(
                     "renoise=True needs a reason (it is recorded in the ledger)")
             repeat = parse_bool(self.repeat_renoise, field="repeat_renoise")
+            request = NoiseRequest(day=day, run_id=context["run_id"], region=region,
+                                   renoise=renoise, repeat_renoise=repeat,
+                                   reason=str(self.reason or ""))
             rt = load(self.report)
-            result = rt.noise(day, run_id=context["run_id"], region=region, renoise=renoise,
-                              repeat_renoise=repeat, reason=str(self.reason or ""))
+            result = rt.noise(request)
         self.log.info("noise: %s", result.summary)
         if self.skip_unneeded:
             skip_downstream(self, context, rt.skipped_after_noise(day),

@@ -13,6 +13,7 @@ from dp_ops.privacy.ledger import Spend, SpendRequest
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.steps import noising
 from dp_ops.steps.bound import finish_bounding
+from dp_ops.steps.noise_request import NoiseRequest
 from dp_ops.steps.result import StepResult
 
 __all__ = ["GROUP_CELLS", "load_noisy_cells", "noise_day", "noise_plan", "plan_requests"]
@@ -40,14 +41,10 @@ def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,
     return noising.plan_requests(noise_plan(cfg), regions, day, renoise_region)
 
 
-def noise_day(root: DataRoot, cfg: MobilityConfig, day: date, *, run_id: str,
-              ledger_url: str, region: str | None = None, renoise: bool = False,
-              repeat_renoise: bool = False,
-              reason: str = "") -> StepResult:
-    finish_bounding(root, REPORT, day)
-    return noising.noise_day(root, noise_plan(cfg), day, run_id=run_id, ledger_url=ledger_url,
-                             region=region, renoise=renoise,
-                             repeat_renoise=repeat_renoise, reason=reason)
+def noise_day(root: DataRoot, cfg: MobilityConfig, request: NoiseRequest, *,
+              ledger_url: str) -> StepResult:
+    finish_bounding(root, REPORT, request.day)
+    return noising.noise_day(root, noise_plan(cfg), request, ledger_url=ledger_url)
 
 
 def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:

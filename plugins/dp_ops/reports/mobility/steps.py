@@ -22,6 +22,7 @@ from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig, load_mobility_config
 from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.reports.protocol import MethodUpdateForm
+from dp_ops.steps.noise_request import NoiseRequest, RunRequest
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
@@ -89,23 +90,13 @@ def bound_contributions(root: DataRoot, cfg: MobilityConfig, day: date, *,
     return bound_day(root, cfg, day, shard=shard)
 
 
-def noise(
-    root: DataRoot,
-    cfg: MobilityConfig,
-    day: date,
-    *,
-    run_id: str,
-    ledger_url: str,
-    region: str | None = None,
-    renoise: bool = False, repeat_renoise: bool = False,
-    reason: str = "",
-) -> StepResult:
+def noise(root: DataRoot, cfg: MobilityConfig, request: NoiseRequest, *,
+          ledger_url: str) -> StepResult:
     """Reserve budget in the ledger (refusing past the cap before any draw), then draw and
     store noisy values for every cell of the public domain, or reuse stored ones."""
     from dp_ops.reports.mobility.noising import noise_day
 
-    return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                     renoise=renoise, repeat_renoise=repeat_renoise, reason=reason)
+    return noise_day(root, cfg, request, ledger_url=ledger_url)
 
 
 def build_baseline(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str) -> StepResult:
@@ -201,12 +192,9 @@ def run_days(
     root: DataRoot,
     cfg: MobilityConfig,
     days: list[date],
+    request: RunRequest,
     *,
-    run_id: str,
     ledger_url: str,
-    region: str | None = None,
-    renoise: bool = False, repeat_renoise: bool = False,
-    reason: str = "",
     on_day: Callable[[date, list[StepResult]], None] | None = None,
 ) -> list[StepResult]:
     """Run the whole chain in-process, in date order (the CLI's ``run mobility``);
@@ -216,14 +204,13 @@ def run_days(
         day_results = [
             ingest(root, cfg, day),
             bound_contributions(root, cfg, day),
-            noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                  renoise=renoise, repeat_renoise=repeat_renoise, reason=reason),
+            noise(root, cfg, request.for_day(day), ledger_url=ledger_url),
             build_baseline(root, cfg, ledger_url=ledger_url),
             report(root, cfg, day, ledger_url=ledger_url),
         ]
         results.extend(day_results)
         if on_day is not None:
             on_day(day, day_results)
-    results.append(gate(root, cfg, run_id=run_id, ledger_url=ledger_url))
-    results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
+    results.append(gate(root, cfg, run_id=request.run_id, ledger_url=ledger_url))
+    results.append(publish(root, cfg, run_id=request.run_id, ledger_url=ledger_url))
     return results

@@ -26,6 +26,7 @@ from dp_ops.reports.symptoms.config import (
 from dp_ops.steps import noising
 from dp_ops.steps.bound import finish_bounding
 from dp_ops.steps.ingest import read_symptoms
+from dp_ops.steps.noise_request import NoiseRequest
 from dp_ops.steps.result import StepResult
 
 
@@ -39,15 +40,11 @@ def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:
         policy_terms=cfg.policy_terms)
 
 
-def noise_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str,
-              ledger_url: str, region: str | None = None, renoise: bool = False,
-              repeat_renoise: bool = False,
-              reason: str = "") -> StepResult:
+def noise_day(root: DataRoot, cfg: SymptomsConfig, request: NoiseRequest, *,
+              ledger_url: str) -> StepResult:
     plan = noise_plan(cfg, read_symptoms(root.symptoms_txt))
-    finish_bounding(root, REPORT, day)
-    return noising.noise_day(root, plan, day, run_id=run_id, ledger_url=ledger_url,
-                             region=region, renoise=renoise,
-                             repeat_renoise=repeat_renoise, reason=reason)
+    finish_bounding(root, REPORT, request.day)
+    return noising.noise_day(root, plan, request, ledger_url=ledger_url)
 
 
 def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig, load_symptoms_config
 from dp_ops.reports.symptoms.spec import SPEC
+from dp_ops.steps.noise_request import NoiseRequest, RunRequest
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
@@ -84,15 +85,13 @@ def noise_plan(root: DataRoot, cfg: SymptomsConfig) -> NoisePlan:
     return plan(cfg, read_symptoms(root.symptoms_txt))
 
 
-def noise(root: DataRoot, cfg: SymptomsConfig, day: date, *, run_id: str, ledger_url: str,
-          region: str | None = None, renoise: bool = False,
-          repeat_renoise: bool = False, reason: str = "") -> StepResult:
+def noise(root: DataRoot, cfg: SymptomsConfig, request: NoiseRequest, *,
+          ledger_url: str) -> StepResult:
     """Reserve budget (refused past the cap before any draw), then draw and store noisy A
     and B for every cell of the public domain, or reuse the stored ones."""
     from dp_ops.reports.symptoms.noising import noise_day
 
-    return noise_day(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                     renoise=renoise, repeat_renoise=repeat_renoise, reason=reason)
+    return noise_day(root, cfg, request, ledger_url=ledger_url)
 
 
 def report(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: str) -> StepResult:
@@ -123,12 +122,9 @@ def run_days(
     root: DataRoot,
     cfg: SymptomsConfig,
     days: list[date],
+    request: RunRequest,
     *,
-    run_id: str,
     ledger_url: str,
-    region: str | None = None,
-    renoise: bool = False, repeat_renoise: bool = False,
-    reason: str = "",
     on_day: Callable[[date, list[StepResult]], None] | None = None,
 ) -> list[StepResult]:
     """Run the whole chain in-process, in date order (the CLI's ``run symptoms``)."""
@@ -137,13 +133,13 @@ def run_days(
         day_results = [
             ingest(root, cfg, day),
             bound_contributions(root, cfg, day),
-            noise(root, cfg, day, run_id=run_id, ledger_url=ledger_url, region=region,
-                  renoise=renoise, repeat_renoise=repeat_renoise, reason=reason),
+            noise(root, cfg, request.for_day(day), ledger_url=ledger_url),
             report(root, cfg, day, ledger_url=ledger_url),
         ]
         results.extend(day_results)
         if on_day is not None:
             on_day(day, day_results)
-    results.append(gate(root, cfg, run_id=run_id, ledger_url=ledger_url, region=region))
-    results.append(publish(root, cfg, run_id=run_id, ledger_url=ledger_url))
+    results.append(gate(root, cfg, run_id=request.run_id, ledger_url=ledger_url,
+                        region=request.region))
+    results.append(publish(root, cfg, run_id=request.run_id, ledger_url=ledger_url))
     return results
