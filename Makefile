@@ -40,7 +40,7 @@ generate: venv
 # the input is generated beside Airflow's start-up (--generate-users), not before it
 demo: venv
 	$(PY) scripts/airflow_demo.py --fresh --start $(DEMO_START) --end $(DEMO_END) \
-		--generate-users $(DEMO_USERS) --evaluate
+		--generate-users $(DEMO_USERS) --evaluate --results demo
 
 # the same chains in-process, without Airflow (fast local runs and debugging)
 run: generate

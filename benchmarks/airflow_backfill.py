@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+    from results_file import stamp
+
+    results = {"stamp": stamp(), **results}
     (out_dir / "airflow_backfill.json").write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)
     return 0

@@ -695,6 +695,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="compare each report's release with the synthetic truth (python -m "
                         "dp_ops evaluate <report>) as soon as its backfill is done, beside the "
                         "other's last runs; the output is printed at the end (`make demo`)")
+    p.add_argument("--results", default=None, metavar="NAME",
+                   help="write the run's figures (time, CPU, the evaluation) to "
+                        "benchmarks/results/NAME.{md,json}, stamped with the commit and "
+                        "the date (`make demo`: demo)")
     p.add_argument("--skip-input-check", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.dag_ids = args.dag_ids or list(DEFAULT_DAG_IDS)
@@ -811,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     if evaluated:
         status = max(status, evaluations.finish())
         log(f"evaluated; elapsed {time.monotonic() - t0:.0f} s")
-    if status == 0:
+    if status == 0 and args.results:
         path = write_results(args, time.monotonic() - t0, backfilled,
                              {r: evaluations.figures_file(r) for r in evaluated},
                              {r: log_dir / f"evaluate-{r}.log" for r in evaluated})
@@ -822,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
 def write_results(args: argparse.Namespace, elapsed: float, backfilled: dict[str, float],
                   figures: dict[str, Path], texts: dict[str, Path],
                   results_dir: Path | None = None) -> Path:
-    """The demo's results file (``benchmarks/results/demo.md`` and ``.json``): the run's
+    """The run's results file (``benchmarks/results/<--results>.md`` and ``.json``): the run's
     parameters, its wall and CPU time, when each backfill was done, and each report's
     evaluation against the synthetic truth, stamped with the commit and the date."""
     import resource
@@ -849,7 +853,7 @@ def write_results(args: argparse.Namespace, elapsed: float, backfilled: dict[str
     for report, text in texts.items():
         lines += ["", f"## {report}: the release against the synthetic truth", "",
                   "```", text.read_text(errors="replace").rstrip(), "```"]
-    return results_file.write("demo", "make demo: both reports through Airflow",
+    return results_file.write(args.results, "make demo: both reports through Airflow",
                               "\n".join(lines), data,
                               results_dir=results_dir or results_file.RESULTS)
 
