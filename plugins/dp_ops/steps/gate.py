@@ -450,16 +450,23 @@ def _quiet_gx_info() -> None:
         gx_logger.setLevel(logging.WARNING)
 
 
-def _no_data_fingerprint() -> None:
-    """GX fingerprints every in-memory frame under 1 GB by hashing every cell (the
-    ``pandas_data_fingerprint`` batch marker of the validation result), before it
-    validates anything: a fifth of a symptoms gate's Great Expectations time late in the
-    year (a year's daily file is ~14,000 rows of 430 columns). Nothing here reads the
-    marker: what a release holds is bound by the sha256 of every staged file (manifest),
-    so the frames are not fingerprinted (GX's own threshold, set to 0)."""
+@contextmanager
+def _no_data_fingerprint() -> Iterator[None]:
+    """While the block runs, GX does not fingerprint in-memory frames. GX hashes every
+    cell of a frame under 1 GB (the ``pandas_data_fingerprint`` batch marker of the
+    validation result) before it validates anything, a large share of a wide symptoms
+    gate's time. Nothing here reads the marker: what a release holds is bound by the
+    sha256 of every staged file (manifest). GX has no setting for it, only a module
+    constant, so it is set to 0 for the block and restored after it
+    (docs/adr/0008-own-great-expectations-runner.md)."""
     from great_expectations.execution_engine import pandas_execution_engine
 
+    before = pandas_execution_engine.HASH_THRESHOLD
     pandas_execution_engine.HASH_THRESHOLD = 0
+    try:
+        yield
+    finally:
+        pandas_execution_engine.HASH_THRESHOLD = before
 
 
 def _prepared(gx_dir: Path, runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
@@ -565,15 +572,15 @@ def run_suites(
     from dp_ops.settings import load_execution_settings
 
     _quiet_gx_info()
-    _no_data_fingerprint()
     refresh = load_execution_settings().docs_index_seconds
     gx_dir = Path(gx_dir)
     run_id = RunIdentifier(run_name=run_name, run_time=datetime.now(UTC))
     context, checkpoints = _prepared(gx_dir, runs)
     results: list[tuple[Any, ExpectationSuiteValidationResult]] = []
     with _project_lock(gx_dir, exclusive=False):
-        for checkpoint, (_, _, frame) in zip(checkpoints, runs, strict=True):
-            results += _run_checkpoint(checkpoint, frame, parameters, run_id)
+        with _no_data_fingerprint():
+            for checkpoint, (_, _, frame) in zip(checkpoints, runs, strict=True):
+                results += _run_checkpoint(checkpoint, frame, parameters, run_id)
         failed: list[str] = []
         evaluated = 0
         for _, suite_result in results:

@@ -67,14 +67,26 @@ def test_a_checkpoint_with_actions_is_refused(tmp_path: Path) -> None:
         gate._run_checkpoint(checkpoint, FRAME, {"top": 10}, RunIdentifier(run_name="x"))
 
 
-def test_frames_are_validated_without_a_data_fingerprint(tmp_path: Path) -> None:
+def test_frames_are_validated_without_a_data_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """run_suites switches off GX's per-cell fingerprint of the frame (a batch marker no
-    one reads); the outcome is the same as with it."""
+    one reads) while it validates, and puts GX's setting back afterwards (nothing else in
+    the process is changed); the outcome is the same as with it."""
     from great_expectations.execution_engine import pandas_execution_engine
 
+    before = pandas_execution_engine.HASH_THRESHOLD
+    assert before > 0
+    seen: list[int] = []
+    real = gate._run_checkpoint
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(pandas_execution_engine.HASH_THRESHOLD)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gate, "_run_checkpoint", spy)
     result = gate.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "gx",
                              parameters={"top": 10}, run_name="no-fingerprint")
-    assert pandas_execution_engine.HASH_THRESHOLD == 0
+    assert seen == [0] and pandas_execution_engine.HASH_THRESHOLD == before
     assert not result.success and len(result.failed) == 2  # "cc" and 30, as above
     stored = list((tmp_path / "gx").rglob("validations/**/*.json"))
     assert stored and all("pandas_data_fingerprint" not in p.read_text() for p in stored)
