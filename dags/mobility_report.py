@@ -74,9 +74,9 @@ DAY = RUN_DAY
     start_date=datetime(2020, 1, 1, tzinfo=UTC),
     catchup=False,
     is_paused_upon_creation=True,
-    # Backfills set their own limit (`airflow backfill create --max-active-runs`); 4 was
-    # the fastest measured on the 2-core demo machine (docs/airflow.md). The ledger and
-    # the publish step are safe under concurrency.
+    # Backfills set their own limit (`airflow backfill create --max-active-runs`); 4 suits
+    # a 2-core machine (docs/airflow.md). The ledger and the publish step are safe under
+    # concurrency.
     max_active_runs=4,
     default_args=DAILY_ARGS,
     # an alert when a run is not done DP_RUN_DEADLINE_HOURS (6) after being queued

@@ -25,12 +25,12 @@ What it does, in order:
 It expects the synthetic input to exist already (``python -m dp_ops generate``), or
 generates it with ``--generate-users N`` (what ``make demo`` does) while step 1 to 4b run:
 the scheduler starts once the generator has written the input of the whole range, and
-the generator computes the truth for the evaluation (a third of its time) beside the
+the generator computes the truth for the evaluation beside the
 backfill; the demo waits for it before it ends.
 ``--keep-running`` leaves Airflow up afterwards so the UI can be browsed.
 
 Run state is read straight from the SQLite metadata DB (read-only), because each
-``airflow`` CLI call costs ~5 s of CPU on a 2-core machine; every change goes through the
+``airflow`` CLI call costs seconds of CPU; every change goes through the
 ``airflow`` CLI.
 """
 
@@ -113,24 +113,22 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         # for which the demo has no input data.
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         # The DAG files do not change during a demo: re-parse them every 5 min instead of
-        # every 30 s (the dag-processor took 4% of a backfill's CPU re-parsing them)
+        # every 30 s (re-parsing costs the dag-processor CPU the backfill could use)
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
         # [workers] min_heartbeat_interval stays at its default (5 s): it is also how long
         # a task's supervisor may sit in select() after the task closed its sockets before
-        # it notices the exit and frees its executor slot. At 30 s (tried for fewer
-        # heartbeats) supervisors lingered up to 30 s and a backfill ran out of slots.
+        # it notices the exit and frees its executor slot. Longer, supervisors linger and
+        # a backfill runs out of slots.
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "GX_ANALYTICS_ENABLED": "false",
         "DP_DATA_ROOT": str(data_root),
         "PYTHONUNBUFFERED": "1",
     })
     # The scheduler sleeps this long when a loop found nothing to do (Airflow's default
-    # 1 s), so every task of a backfill's chains waited up to that long to be scheduled
+    # 1 s), so every task of a backfill's chains waits up to that long to be scheduled
     # after the one before it ended. One DAG at a time leaves the cores idle during those
-    # waits: 0.2 s, a 70-day mobility backfill 146 s instead of 177 s. Both DAGs at once
-    # keep the cores busy, and a shorter sleep only adds scheduler loops: `make demo` took
-    # 6 min 50 s at 0.2 s, 6 min 25 s at 0.5 s and at 1 s, with the least CPU at 1 s
-    # (docs/airflow.md). An exported value wins.
+    # waits: a short sleep. Both DAGs at once keep the cores busy, and a shorter sleep only
+    # adds scheduler loops: the default (docs/airflow.md). An exported value wins.
     both_at_once = args.together and len(args.dag_ids) > 1
     env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME",
                    "1" if both_at_once else "0.2")
@@ -203,7 +201,7 @@ class Services:
 # The deployments' Airflow local settings (also mounted by docker-compose.yaml): pre-import
 # pandas, pyarrow, DuckDB, matplotlib and GX in the scheduler, whose LocalExecutor workers
 # fork the task processes, so that every task starts with them imported instead of paying
-# ~1 s (pandas, pyarrow, DuckDB) to ~4 s (Great Expectations) each time.
+# for the imports each time.
 LOCAL_SETTINGS = REPO / "docker" / "airflow" / "airflow_local_settings.py"
 
 
@@ -526,10 +524,10 @@ def lower_priority(pid: int = 0, niceness: int = BACKGROUND_NICENESS) -> None:
             pass  # the thread ended meanwhile, or the platform refuses
 
 
-# Concurrent backfill runs per DAG. One DAG alone: 4, the fastest measured on 2 cores.
-# Both at once (the default): a symptoms run costs more CPU than a mobility run (whose
-# days before 2020-02-15 skip four tasks), and with 4 each symptoms finished ~35 s after
-# mobility, on a core and a half; with 6 of symptoms both end together (docs/airflow.md).
+# Concurrent backfill runs per DAG. One DAG alone: 4, which suits 2 cores. Both at once
+# (the default): a symptoms run costs more CPU than a mobility run (whose days before
+# 2020-02-15 skip four tasks), so symptoms gets 6 and both end together
+# (docs/airflow.md).
 MAX_ACTIVE_RUNS = 4
 MAX_ACTIVE_RUNS_TOGETHER = {"mobility_report": 4, "symptoms_dataset": 6}
 
@@ -552,9 +550,9 @@ def executor_slots(args: argparse.Namespace) -> int:
 
 class Generator:
     """``python -m dp_ops generate`` for the demo range, run beside Airflow's start-up
-    (``--generate-users``): generating takes ~40 s of one core, and migrating the
-    metadata DB, starting the api-server and dag-processor and creating the backfills
-    another ~30 s, mostly of the other core. The generator writes every input file first,
+    (``--generate-users``): generating keeps one core busy while migrating the metadata
+    DB, starting the api-server and dag-processor and creating the backfills use mostly
+    the other. The generator writes every input file first,
     then the truth (for the evaluation only): the scheduler starts as soon as the input is
     complete (:meth:`input_written`), and the demo waits for the truth at the end
     (:meth:`wait`)."""
@@ -615,8 +613,8 @@ class Generator:
 
 class Evaluations:
     """``python -m dp_ops evaluate <report>`` of each report whose backfill is done
-    (``--evaluate``), started at once: the other DAG's last runs leave a core idle, and the
-    evaluations took ~10 s after the demo when run one after the other. Each writes to
+    (``--evaluate``), started at once: the other DAG's last runs leave a core idle. Each
+    writes to
     ``$AIRFLOW_HOME/logs/demo/evaluate-<report>.log``, printed by :meth:`finish`."""
 
     def __init__(self, data_root: Path, log_dir: Path, python: str | None = None) -> None:
@@ -669,8 +667,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="default: $AIRFLOW_HOME, else <repo>/airflow_home")
     p.add_argument("--max-active-runs", type=int, default=None,
                    help="concurrent backfill runs of each DAG (default 4; with both DAGs "
-                        "at once 4 of mobility_report and 6 of symptoms_dataset, the "
-                        "fastest measured on 2 cores; see docs/airflow.md)")
+                        "at once 4 of mobility_report and 6 of symptoms_dataset, suited "
+                        "to 2 cores; see docs/airflow.md)")
     p.add_argument("--port", type=int, default=8080,
                    help="api-server (UI) port; another free port if taken")
     p.add_argument("--dag-id", dest="dag_ids", action="append", default=None,

@@ -33,9 +33,9 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     import pyarrow.parquet  # noqa: F401
 
     def _warm_dp_ops() -> None:
-        """Every module of dp_ops, the operators the DAG files use among them: measured
-        on a symptoms backfill, a task process spent 0.16 s importing them (the DAG file's
-        operators, the report's step modules and what they import lazily)."""
+        """Every module of dp_ops, the operators the DAG files use among them, so that a
+        task process does not import them itself (the DAG file's operators, the report's
+        step modules and what they import lazily)."""
         import importlib
         import pkgutil
 
@@ -61,10 +61,9 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     from dp_ops.reports.registry import prepare_noise_samplers
     from dp_ops.steps.gate import warm_up
 
-    # The exact noise sampler's tables for the configured epsilons (~0.6 s per noise task
-    # otherwise).
+    # The exact noise sampler's tables for the configured epsilons (each noise task would
+    # build them otherwise).
     _warm(prepare_noise_samplers, "noise samplers", "each noise task builds its own")
     # One throwaway Great Expectations validation of a made-up two-row frame in a
-    # temporary project: a forked gate task then skips GX's first-validation set-up
-    # (~0.4 s a gate, measured on a year of mobility).
+    # temporary project: a forked gate task then skips GX's first-validation set-up.
     _warm(warm_up, "release gate", "each gate task sets Great Expectations up itself")

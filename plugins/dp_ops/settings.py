@@ -25,21 +25,19 @@ field names, lower case), the environment winning:
 ``DP_DUCKDB_THREADS``       DuckDB threads per task (default: DuckDB's, one per core)
 ``DP_DUCKDB_ROWS_PER_PART`` a day with more input rows is bounded by DuckDB in user parts
                             of about this many rows, one after the other (default
-                            8,000,000: about 1.3 GB peak RSS with the 1 GB limit; each
-                            part re-reads the day's file, so smaller parts cost time:
-                            16M stays took 10.3 s in parts of 8M, 11.2 s of 4M, 14.8 s
-                            of 2M with c945e41's query), which keeps memory flat
+                            8,000,000; each part re-reads the day's file, so smaller
+                            parts cost time), which keeps memory flat
 ``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
 ``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
 ``DP_CHART_LEVELS``         region levels charted in each release, e.g. ``0,1`` (default:
-                            every level of the report; ``none`` for no charts). A chart
-                            takes ~15 ms, so a geography of thousands of sub-regions adds
-                            a minute to every gate step, a backfill's included
+                            every level of the report; ``none`` for no charts). Charts are
+                            drawn at every gate step, so a geography of thousands of
+                            sub-regions may chart only its upper levels
 ``DP_DOCS_INDEX_SECONDS``  the gate rebuilds the GX Data Docs site index when it
                             fails, when there is none, or when it is at least this old
                             (default 120; 0: every gate). Each run's own validation pages
-                            are always written. The index re-reads every stored result
-                            (~1 s), which a backfill's gates paid one after the other
+                            are always written. The index re-reads every stored result,
+                            which a backfill's gates would pay one after the other
 ==========================  =============================================================
 """
 

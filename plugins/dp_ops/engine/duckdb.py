@@ -61,10 +61,10 @@ def duckdb_connection(root: DataRoot, settings: ExecutionSettings, *,
     con.execute("SET temp_directory = $dir", {"dir": str(spill)})
     con.execute(f"SET preserve_insertion_order = {'true' if keep_row_order else 'false'}")
     # DuckDB 2.0 rewrites "row_number() OVER (PARTITION BY user ...) <= k" into a grouped
-    # top-N aggregate. On the earlier mobility query (every user ranked) that took 56 s
-    # instead of 9 s at 1M stays and ran out of memory at 4M; the symptoms query keeps the
-    # pattern (same speed either way on 1.1M searches of the demo's shape), so keep the
-    # plain window where the shape is less kind. Results are the same either way.
+    # top-N aggregate. On a query that ranks every user that was several times slower and
+    # ran out of memory at a few million stays; the symptoms query keeps the pattern
+    # (no faster either way on the demo's shape), so keep the plain window where the
+    # shape is less kind. Results are the same either way.
     con.execute("SET disabled_optimizers = 'top_n_window_elimination'")
     if settings.duckdb_threads is not None:
         con.execute(f"SET threads = {int(settings.duckdb_threads)}")

@@ -11,7 +11,7 @@ unsharded).
 Where Spark runs
 ----------------
 * Local (default): ``DP_SPARK_MASTER=local[2]`` starts Spark inside the task's process (a
-  JVM, Java 17+, about 10 s to start). Nothing else is needed.
+  JVM, Java 17+, slow to start). Nothing else is needed.
 * A cluster, driver in the Airflow worker (client mode): ``DP_SPARK_MASTER`` set to the
   cluster's master (``spark://host:7077``, ``yarn``, ``k8s://https://host:443``), with
   ``SPARK_CONF_DIR``/``spark-defaults.conf`` on the worker for memory, executors, etc.
@@ -254,8 +254,8 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
     ``stages`` (a query's common table expressions, :func:`split_ctes`) become temporary
     views first, in order; one that later stages or the query read more than once is
     persisted (memory, then Spark's local disk) while the query runs. Spark does not
-    materialize a CTE: it computes it again at every reference (the mobility query read
-    the clean file 32 times and took 43 s per million stays on 2 cores).
+    materialize a CTE: it computes it again at every reference (the mobility query would
+    read the clean file once per reference).
     """
     spark = spark_session(settings)
     sql, args = spark_parameters(query, params)

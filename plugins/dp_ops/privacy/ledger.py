@@ -465,7 +465,7 @@ class Ledger:
     def totals(self, report: str | None = None) -> dict[tuple[str, date], float]:
         """Composed epsilon per user-day of each (report, day) with a spend: the exact
         sum (``math.fsum``) of its spends, in (report, day) order. Reads only the three
-        columns it sums (a publish at year end read every spend as a ``Spend`` in 0.28 s)."""
+        columns it sums (reading every spend as a ``Spend`` is costly at year end)."""
         q = (sa.select(budget_spend.c.report, budget_spend.c.day, budget_spend.c.epsilon)
              .order_by(budget_spend.c.id))
         if report is not None:

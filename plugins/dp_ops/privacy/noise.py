@@ -309,7 +309,7 @@ def exact_sampler(epsilon: float, sensitivity: int) -> ExactSampler:
 
 def prepare_samplers(parameters: Iterable[tuple[float, int]]) -> int:
     """Build (and cache in this process) the exact sampler of each ``(epsilon,
-    sensitivity)``: 0.01-0.3 s each, paid once per process. A process that forks task
+    sensitivity)``, paid once per process. A process that forks task
     processes calls this so that they start with the tables built; the tables depend on
     the parameters only, so a sampler built here is the one a task would build."""
     built = {(float(e), int(s)) for e, s in parameters}

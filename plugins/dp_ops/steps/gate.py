@@ -522,10 +522,9 @@ def warm_up() -> GateResult:
     throwaway project, Data Docs included (no data: a made-up two-row frame).
 
     For the processes that fork task processes (``airflow_local_settings``): Great
-    Expectations' first validation in a process costs ~0.4 s more than the next ones
-    (class registries, metric providers, abstract-base-class caches, templates), and a
-    forked task inherits what its parent has done. Measured on a year of mobility: a
-    gate forked from a warmed parent 2.1 s, from a cold one 2.5-2.8 s."""
+    Expectations' first validation in a process costs more than the next ones (class
+    registries, metric providers, abstract-base-class caches, templates), and a forked
+    task inherits what its parent has done."""
     import tempfile
 
     frame = pd.DataFrame({"key": ["AA", "BB"], "day": ["2020-02-15", "2020-02-16"],

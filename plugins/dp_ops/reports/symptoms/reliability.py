@@ -132,8 +132,8 @@ def prepare_ratio_tests(cfg: SymptomsConfig) -> int:
     7 daily cells, at the configured budgets) into this process's cache; returns how many.
     The Airflow processes that fork tasks call it at start (through
     :func:`dp_ops.reports.registry.prepare_noise_samplers`), so that each symptoms
-    ``report`` and ``gate`` task does not spend 0.3-1 s building them (7% of the demo's
-    CPU). Values noised at other parameters (an older config) build their own."""
+    ``report`` and ``gate`` task does not build them again. Values noised at other
+    parameters (an older config) build their own."""
     a, b = cfg.budget(SYMPTOM_METRIC), cfg.budget(VOLUME_METRIC)
     for n_days in (1, 7):
         ratio_test_for(a.cell_epsilon, a.sensitivity, b.cell_epsilon, b.sensitivity, n_days,
