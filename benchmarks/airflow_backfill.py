@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# issue 16: a full-2020 backfill through Airflow under 15 min (mobility), 30 min (symptoms)
+# target: a full-2020 backfill through Airflow under 15 min (mobility), 30 min (symptoms)
 YEAR_TARGET_MIN = {"mobility_report": 15, "symptoms_dataset": 30}
 
 

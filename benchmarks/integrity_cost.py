@@ -1,4 +1,4 @@
-"""What the ledger-binding checks of issue 31 cost a run, on an existing data root.
+"""What the ledger-binding checks cost a run, on an existing data root.
 
 Every noise step and every publish verifies the ledger's chain (a MAC per entry) and checks
 every release in the data root against the ledger (``require_sound``); the gate reads every

@@ -395,7 +395,7 @@ def evaluate(bench: Bench) -> dict[str, Any]:
             t_ours, t_floor = seconds(subject, n), seconds("duckdb-floor", n)
             floor_ratios.append((n, None if t_ours is None or t_floor is None
                                  else t_ours / t_floor))
-        # issue 16: within 2x of the floor on the largest day (at small N both are
+        # target: within 2x of the floor on the largest day (at small N both are
         # dominated by fixed costs; every ratio is shown)
         at_largest = dict(floor_ratios).get(max(ours_sizes)) if ours_sizes else None
         target(f"within 2x of the non-private floor at {human(max(a.sizes))}", label,
@@ -585,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contenders", default=",".join(CONTENDERS),
                         help=f"subset of {','.join(CONTENDERS)}")
     parser.add_argument("--pipelinedp-max", type=parse_size, default=4_000_000,
-                        help="largest N for PipelineDP (default 4M: about 35 s per million "
-                             "stays here, so 16M would add ~10 min)")
+                        help="largest N for PipelineDP (default 4M: it is the slowest "
+                             "contender by far, and 16M would add a long wait)")
     parser.add_argument("--opendp-max", type=parse_size, default=16_000_000,
                         help="largest N for OpenDP (default 16M)")
     parser.add_argument("--timeout", type=float, default=900.0,

@@ -2,7 +2,7 @@
 
 Prints samples per second on one core for each epsilon / sensitivity the reports use,
 beside the peer measured in the same run: numpy's floating-point geometric difference
-over the same AES-CTR generator (the sampler used before, not exact). Run:
+over the same AES-CTR generator (not exact). Run:
 ``.venv/bin/python benchmarks/sampler.py`` (``make bench`` runs it too).
 """
 

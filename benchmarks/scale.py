@@ -5,8 +5,8 @@ and with Spark in local mode, and check that both give identical cell sums.
     .venv/bin/python benchmarks/scale.py --sizes 10M --engines duckdb   # a quick look
 
 For each size the synthetic day of ``synth.py`` (the ``make bench`` generator: ~3.5 stays
-per user, 3,051 regions) is generated once (cached under ``benchmarks/data/``; 100M stays
-is ~4.7 GB of Parquet). Then each engine runs in a fresh child process that does what a
+per user, 3,051 regions) is generated once (cached under ``benchmarks/data/``; the largest
+days take gigabytes of Parquet). Then each engine runs in a fresh child process that does what a
 ``bound_contributions`` task and a ``noise`` task of the pipeline do:
 ``steps.bound_contributions`` then ``steps.noise`` (ledger on SQLite) on a data root that
 holds the day as its clean partition.

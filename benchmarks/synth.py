@@ -2,8 +2,8 @@
 
 The stays are written in the pipeline's clean location-history format (the columns
 ``include/sql/ingest_location_history.sql`` keeps: ``user_id, region_id, place_id,
-place_category, dwell_hours``), streamed one row group at a time, so 16M rows need a few
-hundred MiB at most. The geography has three levels: one country, ``--sub-regions``
+place_category, dwell_hours``), streamed one row group at a time, so memory does not grow
+with the number of rows. The geography has three levels: one country, ``--sub-regions``
 sub_region_1 and ``--finest`` sub_region_2 regions (defaults 50 and 3000), written with
 ``dp_ops.regions.write_regions`` so the pipeline reads it like any region table.
 

@@ -30,8 +30,8 @@ backfill; the demo waits for it before it ends.
 ``--keep-running`` leaves Airflow up afterwards so the UI can be browsed.
 
 Run state is read straight from the SQLite metadata DB (read-only), because each
-``airflow`` CLI call costs seconds of CPU; every change goes through the
-``airflow`` CLI.
+``airflow`` CLI call is a new process that imports Airflow, which is costly; every change
+goes through the ``airflow`` CLI.
 """
 
 from __future__ import annotations
@@ -456,9 +456,10 @@ def prepare_backfills(services: Services, meta: Metadata,
             todo.append(args)
     if not todo:
         return
-    # The dag-processor's writes are the other lock holder on SQLite: a long backfill
-    # (366 runs) failed six times with "database is locked" while it ran. The DAGs are
-    # serialized already, so pause the dag-processor while the runs are created.
+    # The dag-processor's writes are the other lock holder on SQLite: creating a long
+    # backfill (a year of runs) failed repeatedly with "database is locked" while it ran.
+    # The DAGs are serialized already, so pause the dag-processor while the runs are
+    # created.
     services.stop("dag-processor")
     try:
         for args in todo:

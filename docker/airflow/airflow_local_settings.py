@@ -5,8 +5,8 @@ Airflow imports this module (``$AIRFLOW_HOME/config/airflow_local_settings.py``)
 one of its processes. A task process is forked, without exec, from the Celery worker's
 pool processes (CeleryExecutor: ``docker-compose.yaml``, ``scripts/topology.py``) or from
 the scheduler (LocalExecutor: ``make demo``), so importing pandas, pyarrow, DuckDB,
-matplotlib, Great Expectations and dp_ops there once saves every task ~1 s (pandas,
-pyarrow, DuckDB) to ~4 s (Great Expectations) of imports; it also builds the noise
+matplotlib, Great Expectations and dp_ops there once saves every task those imports
+(Great Expectations' the slowest); it also builds the noise
 samplers' tables and runs one throwaway validation, whose set-up the gate tasks then
 skip. Other processes import nothing more.
 

@@ -10,7 +10,7 @@
 -- Why a second formulation: the per-user query groups every stay by user several times
 -- (per region, per level, per pair) and ranks; this one reads and groups every stay once
 -- (per user and finest region), settles most users in one grouping of those rows by user,
--- and is about 3x faster on a large day (benchmarks/README.md). It relies on these facts,
+-- and is several times faster on a large day (benchmarks/README.md). It relies on these facts,
 -- each kept exact:
 --   * A user whose stays all lie in one region at a level, with at most $max_pairs place
 --     categories, keeps every pair there and has that region for every metric at that

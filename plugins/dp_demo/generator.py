@@ -659,7 +659,7 @@ def _draw_distinct(rng: np.random.Generator, weights: np.ndarray,
     """``m[i]`` distinct items for each drawer ``i``, drawn by weight without replacement;
     returns (drawer, item) pairs. Successive sampling: draws with replacement in which a
     repeat is rejected and drawn again, done in rounds of each drawer's shortfall (a
-    (drawers x items) key matrix would cost ~10x more)."""
+    (drawers x items) key matrix would cost far more)."""
     n_items = len(weights)
     cum = np.cumsum(weights) / weights.sum()
     cum[-1] = 1.0

@@ -8,7 +8,7 @@ md5 key), and equal hours or search counts in several regions (so the md5 key br
 tie). Hours are on a half-hour grid, exact in binary, so every engine's sums are exact
 whatever order it adds in; equality then tests the bounding logic and the md5 keys.
 
-One local[2] SparkSession serves the module (~10 s to start; each bounding run a few s).
+One local[2] SparkSession serves the module: starting one is slow.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ import pytest
 from pipeline_helpers import load_airflow_demo
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration,
-              # data, Airflow start-up and one rerun take 2-4 min on 2 busy cores
+              # data, Airflow start-up and one rerun take minutes on busy cores
               pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]

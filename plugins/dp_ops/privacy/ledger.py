@@ -554,7 +554,7 @@ class Ledger:
 
         One snapshot for the chain and every table, or a write landing between two reads
         would look like a deleted row: on SQLite the write lock (BEGIN IMMEDIATE; a verify
-        takes well under a second), on PostgreSQL a REPEATABLE READ transaction."""
+        is short), on PostgreSQL a REPEATABLE READ transaction."""
         key = self._key_bytes or ledger_key.load_key()
         if self.engine.dialect.name == "sqlite":
             with self.engine.begin() as conn:

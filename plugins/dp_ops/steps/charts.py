@@ -9,13 +9,13 @@ interpolated. Charting is post-processing and spends no budget. Nothing here rea
 ``work/``.
 
 Speed: every daily run publishes a release, so every gate step draws every region's
-chart. Drawing a whole matplotlib figure per region costs ~170 ms; instead a report lays
+chart. Drawing a whole matplotlib figure per region is costly; instead a report lays
 out one figure (a :class:`BlitFigure`) once, its static part (frame, ticks, labels) is
 rendered once per y-range and copied back for each region, which then draws only its own
 lines (matplotlib's blitting) and Pillow its texts (the region's title, the last values),
-then writes an 8-bit PNG with a fixed palette (:func:`png_bytes`): ~10 ms a region.
-matplotlib lays out and rasterises text glyph by glyph in Python, ~1 ms a text, which
-was half of a chart.
+then writes an 8-bit PNG with a fixed palette (:func:`png_bytes`). Pillow draws the texts
+because matplotlib lays out and rasterises text glyph by glyph in Python, which was the
+largest part of a chart's cost.
 
 Determinism: a rerun must reproduce a release byte for byte, so the figures are drawn
 headless with the Agg canvas (the object API, no pyplot, no global backend switch) under
@@ -63,7 +63,7 @@ _PALETTE_COLOURS = (INK, MUTED, GRID, EDGE, LINE, *SERIES_COLOURS)
 _STYLE: dict[str, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 7.5,
-    # unhinted glyphs draw in half the time of the default (matplotlib 3.11 lays out and
+    # unhinted glyphs draw faster than the default (matplotlib 3.11 lays out and
     # rasterises text glyph by glyph, the largest cost of a chart)
     "text.hinting": "none",
     "text.color": INK,

@@ -164,8 +164,8 @@ def _bars_off(context: FileDataContext) -> bool:
 def _unused_variables_file(gx_dir: Path) -> Path | None:
     """GX's config-variables file when it is still the template it scaffolds (comments
     and an ``instance_id``, which only its usage statistics read, and they are off), else
-    None. GX re-reads and parses that file at every access to a project setting, about
-    160 times in a mobility gate (0.15 s); a project without it reads no file there.
+    None. GX re-reads and parses that file at every access to a project setting, which
+    a gate makes many times; a project without it reads no file there.
     This project substitutes no variables."""
     path = gx_dir / "gx" / "uncommitted" / "config_variables.yml"
     try:
@@ -185,7 +185,7 @@ def _site(context: FileDataContext) -> dict[str, Any]:
 def _profiling_off(context: FileDataContext) -> bool:
     """Whether the Data Docs site has no profiling section. The gates never profile, yet
     GX's default site lists every stored validation result again at each build to look
-    for profiling runs (a few hundredths of a second a gate, more for a site index)."""
+    for profiling runs, which every gate would pay, and a site index more."""
     sections = _site(context).get("site_section_builders") or {}
     return sections.get("profiling") == "None"
 
@@ -429,9 +429,9 @@ def index_due(index: str | None, *, failed: bool, refresh_seconds: int,
     """Whether this gate rebuilds the Data Docs site index: always when it failed (the
     on-call engineer opens the index from the message) or when there is no index yet,
     else when the index is at least ``refresh_seconds`` old. The index re-reads every
-    stored result (about a second for 250 of them), which a backfill's gates would
-    otherwise pay one after the other under the exclusive lock; each run's own pages are
-    always written, and their paths are in the result."""
+    stored result (one more each run), which a backfill's gates would otherwise pay one
+    after the other under the exclusive lock; each run's own pages are always written,
+    and their paths are in the result."""
     if failed or index is None:
         return True
     try:
@@ -442,7 +442,7 @@ def index_due(index: str | None, *, failed: bool, refresh_seconds: int,
 
 
 def _quiet_gx_info() -> None:
-    """GX logs ~35 INFO lines per gate about its own config handling ("_get_default_value
+    """GX logs dozens of INFO lines per gate about its own config handling ("_get_default_value
     called with key ..."), which bury the gate's own lines in the task log: its loggers
     start at WARNING unless a logging config set their level."""
     gx_logger = logging.getLogger("great_expectations")

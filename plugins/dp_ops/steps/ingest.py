@@ -159,7 +159,7 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
     files = partition_files(root, source_name, day)
     dated = {f: check_file_schema(f, spec.schema) for f in files}
     # capped at DP_DUCKDB_MEMORY_LIMIT and spilling under work/tmp, like the bounding: a
-    # big day's judged rows do not fit in memory (100M stays are ~10 GB)
+    # big day's judged rows do not fit in memory
     con = duckdb_connection(root, load_execution_settings(), keep_row_order=True)
     try:
         _lookup_tables(con, lookups)

@@ -39,7 +39,7 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
 
     A wide, sparse table (key columns, then many float columns: the symptoms files) is
     written by :func:`_wide_csv_text`, byte for byte what ``DataFrame.to_csv`` writes,
-    about five times faster on a year of 422 mostly empty symptom columns."""
+    and several times faster on a year of hundreds of mostly empty symptom columns."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = _wide_csv_text(frame)
     if text is None:
@@ -173,9 +173,9 @@ def publish_lock(root: DataRoot, report: str) -> Iterator[None]:
 
 # -- gates that would stage the same release ------------------------------------------------
 # A backfill runs several runs of a report at once, and each gate stages the release of
-# every day present: two gates started together often see the same days (a third of the
-# demo's non-empty gates did). The second one waits for the first and copies its staged
-# files instead of validating and drawing the same release again.
+# every day present: two gates started together often see the same days. The second one
+# waits for the first and copies its staged files instead of validating and drawing the
+# same release again.
 
 # A staged release older than this is not reused (built again): a gate result stands for
 # the code that produced it, and code can change without a new version in a dev install.

@@ -392,8 +392,8 @@ def test_spends_filters_by_report_and_day(ledger: Ledger) -> None:
 
 # -- races between real processes ----------------------------------------------------------
 
-# Marked slow: starting eight interpreters and 13 races take 5-15 s on a 2-CPU machine
-# (make test runs them; make test-fast leaves them out).
+# Marked slow: they start eight interpreters and run 13 races (make test runs them; make
+# test-fast leaves them out).
 N_WORKERS = 8
 ROUNDS = 3
 

@@ -2,8 +2,8 @@
 
 The SQL lives in ``include/sql/mobility_bound_contributions.sql`` (per-user bounded
 contributions; the statement of the bounds, run by Spark) and
-``include/sql/mobility_cell_sums.sql`` (the same cell sums computed directly, about 3x faster,
-run by DuckDB), each summed per cell by ``include/sql/aggregate_cells.sql``. The bounds
+``include/sql/mobility_cell_sums.sql`` (the same cell sums computed directly, faster, run by
+DuckDB), each summed per cell by ``include/sql/aggregate_cells.sql``. The bounds
 enforced per user-day and level are what the noise step's sensitivities assume;
 ``tests/unit/steps/test_bound.py`` checks them with property tests, and that both queries
 give the same cell sums.

@@ -87,8 +87,8 @@ def staging_dir(root: DataRoot, run_id: str) -> Path:
 
 def assemble(tables: list[pa.Table]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(internal domain table, published table) of the days' verified rows."""
-    # one Arrow table and one conversion (a pandas concat of a year of small frames cost
-    # four times as much)
+    # one Arrow table and one conversion (a pandas concat of a year of small frames is
+    # several times slower)
     internal = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
     published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)

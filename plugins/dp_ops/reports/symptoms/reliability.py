@@ -63,31 +63,31 @@ At ``alpha = 1 - p`` the rule keeps the promise for every value, but a release i
 a whole: most weekly cells of small regions have true counts near zero, each publishes
 with a small probability when its noise happens to be large, and there are so many of
 them that they outnumber the good values among those published. On the demo data at
-``alpha = 0.5`` only 47% of the published level-2 weekly values are within 25% of the
-truth (the release publishes 1.6 times what an oracle that knows the truth would). At
+``alpha = 0.5`` fewer than half of the published level-2 weekly values are within 25% of
+the truth (the release publishes far more than an oracle that knows the truth would). At
 ``alpha = 0.45`` (``reliability_test_level``) the realised share on the demo stays above 50%
-at every level and resolution (59.6% for level-2 weekly values) while the release still
-publishes more than 0.8 of what the oracle publishes (README, Results). A smaller level
-only makes the rule stricter, so the promise holds a fortiori. The level is a calibrated
-choice, measured on synthetic populations, and it does not settle the problem: on the
-30,000-user population of ``tests/integration/test_symptoms_inprocess.py`` level-2 weekly
-values are still at ~39% (daily values and levels 0-1 above 60%). A rule that controls
+at every level and resolution while the release still publishes more than 0.8 of what the
+oracle publishes (README, Results). A smaller level only makes the rule stricter, so the promise
+holds a fortiori. The level is a calibrated choice, tuned on synthetic populations, and it
+does not settle the problem: on the 30,000-user population of
+``tests/integration/test_symptoms_inprocess.py`` level-2 weekly values are still below
+50% (daily values and levels 0-1 are above it). A rule that controls
 the share of lucky near-empty cells among published values is listed in docs/design.md,
 Not yet built. ``python -m dp_ops evaluate symptoms`` shows the realised share
 and the oracle's coverage for any data root.
 
-This replaces a box of two independent margins (``P(|Z_A| <= m_A) = P(|Z_B| <= m_B) =
-sqrt(p)``), which covered the ratio in 70-85% of cases where 50% is promised: the joint
-law of ``Z_A - rho Z_B`` is exact where the box was a sufficient condition, so the rule
-publishes smaller counts for the same promise.
+A box of two independent margins (``P(|Z_A| <= m_A) = P(|Z_B| <= m_B) = sqrt(p)``) would
+cover the ratio far more often than the 50% promised: the joint law of ``Z_A - rho Z_B``
+is exact where the box is only a sufficient condition, so the rule publishes smaller
+counts for the same promise.
 ``tests/unit/reports/symptoms/test_symptoms_reliability_search.py`` checks the promise by
 simulation over adversarial true counts, daily and weekly.
 
 Cost
 ----
-A :class:`~dp_ops.privacy.inference.RatioTest` costs 0.05-1 s to build and is cached per
-parameter set (:func:`ratio_test_for`). Its hull costs several microseconds per value (a
-comparison per cell of ``[0, 1]``, about 900 cells), so :func:`apply_test` first drops the
+A :class:`~dp_ops.privacy.inference.RatioTest` is costly to build and is cached per
+parameter set (:func:`ratio_test_for`). Its hull costs a comparison per cell of ``[0, 1]``
+(about 900 cells) for each value, so :func:`apply_test` first drops the
 values that provably cannot pass: if a value is reliable, the cell holding ``(1 - t) R``
 (and, when ``(1 + t) R`` is below the top edge, the cell holding ``(1 + t) R``) must have
 a threshold ``Q_j <= t A`` -- were it larger, that cell's possibly-accepted part

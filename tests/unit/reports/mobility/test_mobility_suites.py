@@ -1,7 +1,7 @@
 """Unit tests of the mobility release gate (``dp_ops.steps.gate``), run with Great Expectations.
 
-Each validation runs two checkpoints and renders Data Docs (about 1-3 s on two cores), so
-the frames are small: 3 regions x 4 public days, plus unpublished baseline-window days
+Each validation runs two checkpoints and renders Data Docs, which is slow, so the frames
+are small: 3 regions x 4 public days, plus unpublished baseline-window days
 where a test needs them.
 """
 
