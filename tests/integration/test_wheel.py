@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import site
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pipeline_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -35,15 +35,7 @@ def test_a_wheel_in_a_fresh_venv_runs_a_report_without_the_checkout(tmp_path: Pa
     # the build: pip's isolated build, as a user's `pip wheel .` does, of a copy of the
     # tracked files (setuptools writes build/ and an egg-info beside the sources)
     source = tmp_path / "source"
-    names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
-                           capture_output=True).stdout.decode().split("\0")
-    for name in filter(None, names):
-        src, target = REPO / name, source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            target.symlink_to(os.readlink(src))
-        elif src.is_file():
-            shutil.copy2(src, target)
+    load_script("critical_mutants").copy_repository(source)  # symlinks kept
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
          str(source)], cwd=outside, env=env)
     (wheel,) = (tmp_path / "dist").glob("dp_report_factory-*.whl")
