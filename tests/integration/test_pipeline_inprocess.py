@@ -192,6 +192,7 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
     import shutil
 
     from dp_ops.reports.mobility import release, suites
+    from dp_ops.steps.release import read_staged
 
     root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
@@ -210,10 +211,11 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
         assert validations == ["mobility-twin-a"]
         assert "is the one run twin-a staged from the same inputs" in result.summary
         a_dir, b_dir = release.staging_dir(root, "twin-a"), release.staging_dir(root, "twin-b")
-        a, b = (release.read_staged(d) for d in (a_dir, b_dir))
-        assert b["reused_from"] == "twin-a" and b["files"] == a["files"]
-        assert filecmp.cmpfiles(a_dir / "release", b_dir / "release", list(a["files"]),
-                                shallow=False)[0] == sorted(a["files"])
+        a, b = (read_staged(d) for d in (a_dir, b_dir))
+        assert a is not None and b is not None
+        assert b.reused_from == "twin-a" and b.files == a.files
+        assert filecmp.cmpfiles(a_dir / "release", b_dir / "release", list(a.files),
+                                shallow=False)[0] == sorted(a.files)
         # the same files under the same accounting are one release: twin-b's publish
         # leaves twin-a's in place
         release.publish_staged(root, cfg, run_id="twin-a", ledger_url=url)

@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.steps.release_values import Staged
 from dp_ops.steps.result import StepResult
 
 
@@ -129,7 +131,7 @@ STAGED = "staged.json"
 STAGED_MAC = "staged.mac"
 
 
-def write_staged(stage: Path, record: dict[str, Any]) -> None:
+def _write_record(stage: Path, record: dict[str, Any]) -> None:
     """Write ``stage``'s record and its MAC (of the very bytes written)."""
     from dp_ops.privacy import ledger_key
 
@@ -141,9 +143,20 @@ def write_staged(stage: Path, record: dict[str, Any]) -> None:
     write_bytes_atomic(stage / STAGED, data)
 
 
-def read_staged(stage: Path, run_id: str | None = None) -> dict[str, Any]:
-    """``stage``'s record, parsed from the bytes whose MAC verified; with ``run_id``, it
-    must be that run's. :class:`PublishRefused` otherwise, naming the file."""
+def write_staged(stage: Path, staged: Staged) -> None:
+    """Seal ``staged`` as the record of the release staged in ``stage``."""
+    _write_record(stage, staged.as_record())
+
+
+def write_empty_staged(stage: Path, run_id: str) -> None:
+    """Seal the record of a gate that found nothing to release."""
+    _write_record(stage, {"empty": True, "run_id": run_id})
+
+
+def read_staged(stage: Path, run_id: str | None = None) -> Staged | None:
+    """``stage``'s record, parsed from the bytes whose MAC verified (None: its gate found
+    nothing to release); with ``run_id``, it must be that run's. :class:`PublishRefused`
+    otherwise, naming the file."""
     from dp_ops.privacy import ledger_key
 
     path = stage / STAGED
@@ -162,7 +175,13 @@ def read_staged(stage: Path, run_id: str | None = None) -> dict[str, Any]:
     if not isinstance(record, dict) or (run_id is not None and record.get("run_id") != run_id):
         raise PublishRefused(f"{path} is not the staged record of run {run_id!r}; rerun "
                              "the gate")
-    return record
+    if record.get("empty") is True:
+        return None
+    try:
+        return Staged.from_record(record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PublishRefused(f"{path} is not a staged record this version reads ({exc!r}); "
+                             "rerun the gate") from exc
 
 
 @contextmanager
@@ -211,12 +230,11 @@ def _staged_twin(root: DataRoot, report: str, key: str, run_id: str) -> Path | N
         try:
             if record_path.stat().st_mtime < oldest:
                 continue
-            record = read_staged(record_path.parent)
+            staged = read_staged(record_path.parent)
         except (OSError, ValueError, PublishRefused):
             continue  # a staging area being removed by its publish, or not sealed
-        if (isinstance(record, dict) and record.get("build_key") == key
-                and record.get("run_id") != run_id and not record.get("empty")
-                and (record.get("gate") or {}).get("success") is True):
+        if (staged is not None and staged.build_key == key and staged.run_id != run_id
+                and staged.gate.success):
             return record_path.parent
     return None
 
@@ -225,33 +243,36 @@ def stage_once(root: DataRoot, report: str, key: str, *, run_id: str, stage: Pat
                label: str, build: Callable[[], StepResult]) -> StepResult:
     """Stage the release ``key`` in ``stage``: a copy of what another run staged for the
     same key (:func:`one_build`, :func:`copy_staged`), else ``build()`` under the key's
-    lock. ``label`` names the release in the step's summary ("release candidate ...")."""
+    lock. ``label`` names the release in the step's summary ("mobility release candidate
+    ...")."""
     with one_build(root, report, key, run_id) as twin:
         staged = copy_staged(twin, stage, run_id) if twin is not None else None
         if staged is None:
             return build()
-    return StepResult(f"{label} is the one run {staged['reused_from']} staged from the same "
+    return StepResult(f"{label} is the one run {staged.reused_from} staged from the same "
                       "inputs: its files and gate result are reused (no second validation); "
-                      f"staged in {stage}; Data Docs: {staged['gate']['data_docs']}",
+                      f"staged in {stage}; Data Docs: {staged.gate.data_docs}",
                       (str(stage),))
 
 
-def copy_staged(twin: Path, stage: Path, run_id: str) -> dict[str, Any] | None:
-    """Copy the release staged in ``twin`` to ``stage`` as this run's (``staged.json``
-    with this ``run_id`` and ``reused_from`` the twin's); return the new record, or None
-    (``stage`` left absent) when the twin went away meanwhile (its publish moved it) or
-    the copy is not exactly the files its record lists with their checksums."""
+def copy_staged(twin: Path, stage: Path, run_id: str) -> Staged | None:
+    """Copy the release staged in ``twin`` to ``stage`` as this run's (its record with this
+    ``run_id`` and ``reused_from`` the twin's); return the new record, or None (``stage``
+    left absent) when the twin went away meanwhile (its publish moved it) or the copy is
+    not exactly the files its record lists with their checksums."""
     try:
         record = read_staged(twin)
+        if record is None:
+            raise ValueError("the twin staged nothing")
         shutil.copytree(twin / "release", stage / "release")
-        if checksums(stage / "release") != record["files"]:
+        if checksums(stage / "release") != record.files:
             raise ValueError("the copied files are not the staged ones")
     except (OSError, ValueError, KeyError, TypeError, PublishRefused):
         shutil.rmtree(stage, ignore_errors=True)
         return None
-    record.update(run_id=run_id, reused_from=record["run_id"])
-    write_staged(stage, record)
-    return record
+    copied = replace(record, run_id=run_id, reused_from=record.run_id)
+    write_staged(stage, copied)
+    return copied
 
 
 # The manifest's ``inputs`` key for :func:`inputs_sha256`.
@@ -269,24 +290,6 @@ def inputs_sha256(days: list[date], day_digests: Mapping[date, str],
     for name, digest in sorted((extra or {}).items()):
         h.update(f"{name} {digest}\n".encode())
     return h.hexdigest()
-
-
-def holds_current_inputs(current: dict[str, Any] | None, now: Callable[[list[date]], str]
-                         ) -> bool:
-    """Whether the published release ``current`` (its manifest) was built from exactly
-    the inputs its days have now (``now(days)``: :func:`inputs_sha256` of them): then a run
-    overtaken by it has its values published already, and rebuilding would give the same
-    files. False when the manifest has no such record or a file is missing."""
-    recorded = (current or {}).get("inputs", {}).get(INPUTS_KEY)
-    if current is None or not recorded:
-        return False
-    first, last = date.fromisoformat(current["first_date"]), date.fromisoformat(
-        current["last_date"])
-    days = [date.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
-    try:
-        return bool(now(days) == recorded)
-    except (OSError, KeyError):
-        return False
 
 
 def _latest_target(root: DataRoot, report: str) -> tuple[Path, str] | None:

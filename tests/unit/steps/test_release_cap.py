@@ -13,7 +13,8 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.release import publish_staged, staging_dir
-from dp_ops.steps.release import write_staged
+from dp_ops.steps.release import write_empty_staged, write_staged
+from dp_ops.steps.release_values import GateOutcome, Staged
 
 CFG = MobilityConfig()
 
@@ -36,10 +37,10 @@ def test_publish_refuses_over_the_cap(tmp_path: Path, day: date) -> None:
     _spend_normal_run(url, day)  # 8.58 per user-day
     stage = staging_dir(root, "run-x")
     (stage / "release").mkdir(parents=True)
-    write_staged(stage, {
-        "empty": False, "run_id": "run-x", "first_date": "2020-02-15",
-        "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},
-        "gate": {"success": True, "evaluated": 1, "data_docs": None}})
+    write_staged(stage, Staged(
+        run_id="run-x", first_date=date(2020, 2, 15), last_date=date(2020, 3, 31), files={},
+        rows={}, suppression={}, inputs_sha256="0" * 64, build_key="0" * 64,
+        gate=GateOutcome(True, 1, None), charts=[], uncharted_levels=[]))
     lowered = MobilityConfig(cap_override=5.0)
     with pytest.raises(PublishRefused, match=r"8\.58.*over the cap 5\.0000"):
         publish_staged(root, lowered, run_id="run-x", ledger_url=url)
@@ -57,7 +58,7 @@ def test_a_staged_record_written_outside_the_gate_is_refused(tmp_path: Path) -> 
     Ledger(url).dispose()  # the ledger and its key, as the noise step leaves them
     stage = staging_dir(root, "run-x")
     (stage / "release").mkdir(parents=True)
-    write_staged(stage, {"empty": True, "run_id": "run-x"})
+    write_empty_staged(stage, "run-x")
     (stage / "staged.json").write_text(json.dumps({
         "empty": False, "run_id": "run-x", "first_date": "2020-02-15",
         "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},

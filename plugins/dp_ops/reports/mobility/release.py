@@ -1,19 +1,16 @@
-"""Assemble, gate and publish a mobility release (docs/design.md, Release gates and Outputs).
+"""The mobility parts of a release (docs/design.md, Release gates and Outputs).
 
-``stage_and_validate`` builds the candidate release from the per-day report files (the
-contiguous run of days from the first public date), validates it with Great Expectations
-and writes it, with a chart per region (:mod:`dp_ops.reports.mobility.charts`), to
-``staging/mobility/<run>/``. ``publish_staged`` checks the privacy accounting, adds the
-release page (:mod:`dp_ops.steps.page`, with the section of
-:mod:`dp_ops.reports.mobility.page`), then moves the staged directory to
-``published/mobility/releases/<id>/`` with one rename and repoints the ``latest`` symlink
-with another, so readers see either the old release or the new one, never a mix. A
-failed gate leaves ``latest`` where it was.
+The flow itself (stage, validate, publish, rebuild when overtaken, manifest, promote) is
+:mod:`dp_ops.steps.release_flow`. This module supplies what only mobility knows: the
+release is assembled from the per-day report files (the contiguous run of days from the
+first public date), validated by :mod:`dp_ops.reports.mobility.suites`, written as the
+Google-style global CSV and Parquet and per-country CSVs with a chart per region
+(:mod:`dp_ops.reports.mobility.charts`); it rests on the frozen baseline and states the
+method updates in effect (:class:`MobilityRelease`).
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import date
@@ -24,8 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import dp_ops
-from dp_ops.errors import BaselineMissing, PublishRefused
+from dp_ops.errors import BaselineMissing
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -36,43 +32,23 @@ from dp_ops.reports.mobility.estimates import CATEGORIES
 from dp_ops.reports.mobility.page import published_mobility
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
 from dp_ops.reports.mobility.spec import SPEC
-from dp_ops.steps import release
+from dp_ops.steps import release, release_flow
 from dp_ops.steps.charts import charted_regions
-from dp_ops.steps.day_files import read_release_days, recorded_days, release_days
+from dp_ops.steps.day_files import read_release_days
 from dp_ops.steps.derived import verify_recorded
-from dp_ops.steps.ledger_binding import (
-    closing_ledger,
-    ledger_anchor,
-    open_ledger,
-    require_sound,
-)
-from dp_ops.steps.page import INDEX_FILE, write_release_index
+from dp_ops.steps.page import PublishedSection
 from dp_ops.steps.release import (
-    INPUTS_KEY,
-    checksums,
-    content_release_id,
-    current_release,
     epsilon_summary,
-    holds_current_inputs,
     inputs_sha256,
-    promote,
-    publish_lock,
-    read_staged,
-    release_event,
     sha256_file,
-    verify_checksums,
     write_csv,
-    write_staged,
 )
-from dp_ops.steps.release_contract import (
-    SCHEMA_VERSION,
-    arrow_table,
-    require_contract,
-    require_manifest,
-)
+from dp_ops.steps.release_contract import arrow_table
+from dp_ops.steps.release_flow import Built, ReleasePlan
+from dp_ops.steps.release_values import GateOutcome, Staged
 from dp_ops.steps.result import StepResult
 
-__all__ = ["PublishRefused", "assemble", "epsilon_accounting", "publish_staged",
+__all__ = ["PARTS", "MobilityRelease", "assemble", "epsilon_accounting", "publish_staged",
            "stage_and_validate", "staging_dir", "write_release_files"]
 
 GLOBAL_CSV = "Global_Mobility_Report.csv"
@@ -97,8 +73,8 @@ def assemble(tables: list[pa.Table]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return internal, published
 
 
-def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict[str, Any]]:
-    """Global CSV and Parquet, and per-year, per-country CSVs; returns their checksums."""
+def write_release_files(published: pd.DataFrame, target: Path) -> None:
+    """Global CSV and Parquet, and per-year, per-country CSVs."""
     target.mkdir(parents=True, exist_ok=True)
     write_csv(published, target / GLOBAL_CSV)
     fault_point("release.mid_write")
@@ -106,7 +82,6 @@ def write_release_files(published: pd.DataFrame, target: Path) -> dict[str, dict
     years = published["date"].str.slice(0, 4)
     for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
         write_csv(part, target / REGION_DIR / f"{year}_{code}_Region_Mobility_Report.csv")
-    return checksums(target)
 
 
 def suppression_summary(internal: pd.DataFrame) -> dict[str, Any]:
@@ -134,29 +109,6 @@ def mobility_inputs_sha256(ledger: Ledger, days: list[date],
     return inputs_sha256(days, day_digests, extra)
 
 
-def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
-                       ledger_url: str) -> StepResult:
-    """Assemble, validate and stage the release of the recorded report days. A gate that
-    would build what another run staged already (same days, per-day files, baseline,
-    method updates, region table and config: :func:`mobility_build_key`) copies that
-    run's staged files and gate result instead (:func:`dp_ops.steps.release.one_build`)."""
-    stage = staging_dir(root, run_id)
-    if stage.exists():
-        shutil.rmtree(stage)  # a retry rebuilds the staging area from scratch
-    with closing_ledger(open_ledger(root, ledger_url)) as ledger:
-        days, digests = release_days(ledger, REPORT, cfg.first_public_date)
-        if not days:
-            stage.mkdir(parents=True)
-            write_staged(stage, {"empty": True, "run_id": run_id})
-            return StepResult("nothing to release yet: no report days from "
-                              f"{cfg.first_public_date}", (str(stage),))
-        key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(ledger, days, digests))
-        return release.stage_once(
-            root, REPORT, key, run_id=run_id, stage=stage,
-            label=f"release candidate {days[0]}..{days[-1]}",
-            build=lambda: _build(root, cfg, stage, ledger, run_id=run_id))
-
-
 def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],
                        inputs: str) -> str:
     """What a staged mobility release is built from (:func:`release.build_key`): the days
@@ -170,8 +122,8 @@ def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],
         chart_levels=load_execution_settings().chart_levels)
 
 
-def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, ledger: Ledger, *,
-           run_id: str) -> StepResult:
+def _build(root: DataRoot, cfg: MobilityConfig, ledger: Ledger, target: Path, *,
+           run_id: str) -> Built:
     # imported only when there is something to validate: GX takes seconds to import
     from dp_ops.regions import read_regions
     from dp_ops.reports.mobility.suites import row_rules, validate_mobility_release
@@ -190,32 +142,17 @@ def _build(root: DataRoot, cfg: MobilityConfig, stage: Path, ledger: Ledger, *,
                                        run_name=f"mobility-{run_id}", new_dates=new_dates)
     require_pass(result)  # raises GateFailed naming the failures and the Data Docs
     record_validated(root.gx_dir, REPORT, rules, day_files)
-    release_files = stage / "release"
     # charts first: they are part of the staged files and their checksums
     charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)
-    charts = write_mobility_charts(published, charted, [d.isoformat() for d in days],
-                                   release_files)
-    files = write_release_files(published, release_files)
-    require_contract(REPORT, release_files)  # the shipped column schema (GateFailed)
-    write_staged(stage, {
-        "empty": False,
-        "run_id": run_id,
-        "first_date": days[0].isoformat(),
-        "last_date": days[-1].isoformat(),
-        "files": files,
-        "rows": {"published": len(published), "domain": len(internal)},
-        "suppression": suppression_summary(internal),
-        "inputs_sha256": inputs,
+    charts = write_mobility_charts(published, charted, [d.isoformat() for d in days], target)
+    write_release_files(published, target)
+    return Built(
+        rows={"published": len(published), "domain": len(internal)},
+        suppression=suppression_summary(internal),
+        gate=GateOutcome(result.success, result.evaluated, result.data_docs_index),
+        charts=[c.as_dict() for c in charts], uncharted_levels=uncharted,
         # the key of what was read (the files may have changed since the key of the lock)
-        "build_key": mobility_build_key(root, cfg, days, inputs),
-        "gate": {"success": result.success, "evaluated": result.evaluated,
-                 "data_docs": result.data_docs_index},
-        "charts": [c.as_dict() for c in charts],
-        "uncharted_levels": uncharted,
-    })
-    return StepResult(f"release candidate {days[0]}..{days[-1]} passed the gate "
-                      f"({result.evaluated} expectations); staged in {stage}; Data Docs: "
-                      f"{result.data_docs_index}", (str(stage),))
+        inputs_sha256=inputs, build_key=mobility_build_key(root, cfg, days, inputs))
 
 
 def epsilon_accounting(ledger: Ledger, cfg: MobilityConfig, first: date,
@@ -245,95 +182,71 @@ def method_updates_in_effect(root: DataRoot, ledger: Ledger,
     return out
 
 
-def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
-                   ledger_url: str) -> StepResult:
-    stage = staging_dir(root, run_id)
-    staged = read_staged(stage, run_id)
-    if staged["empty"]:
-        return StepResult("nothing to publish yet (no report days)")
-    with closing_ledger(open_ledger(root, ledger_url)) as ledger:
-        require_sound(root, ledger)
-        with publish_lock(root, REPORT):
-            current = current_release(root, REPORT, ledger)
-            if (current and current["last_date"] > staged["last_date"]
-                    and holds_current_inputs(current, lambda days: mobility_inputs_sha256(
-                        ledger, days, recorded_days(ledger, REPORT)))):
-                # a release of later days, built from the per-day files, baseline and
-                # method updates as they are now, is out: it holds this run's values, and a
-                # rebuild would give the same files
-                shutil.rmtree(stage, ignore_errors=True)
-                return StepResult(
-                    f"mobility release {current['release_id']} ({current['first_date']}.."
-                    f"{current['last_date']}), published since this run staged, holds this "
-                    f"run's days {staged['first_date']}..{staged['last_date']} from the same "
-                    "inputs: latest stays, nothing to rebuild")
-            if current and current["last_date"] > staged["last_date"]:
-                # a release covering later days was published since this run staged:
-                # rebuild from the current report days, so that this run's values are
-                # published (a run never ends "done" having spent and skipped publishing)
-                stage_and_validate(root, cfg, run_id=run_id, ledger_url=ledger_url)
-                staged = read_staged(stage, run_id)
-        if not staged["gate"]["success"]:
-            raise PublishRefused(f"staged release {stage} did not pass the gate")
-        files_dir = stage / "release"
-        verify_checksums(files_dir, staged["files"])
-        first = date.fromisoformat(staged["first_date"])
-        last = date.fromisoformat(staged["last_date"])
-        epsilon = epsilon_accounting(ledger, cfg, first, last)
-        if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
-            raise PublishRefused(f"release {first}..{last} rests on a composed epsilon per "
-                                 f"user-day of {epsilon['per_user_day_max']}, over the cap "
-                                 f"{cfg.cap:.4f}; not published")
+class MobilityRelease:
+    """The mobility parts of the release flow (:mod:`dp_ops.steps.release_flow`): the
+    release rests on the frozen baseline and states the method updates in effect."""
+
+    report = REPORT
+    title = SPEC.title
+    page_section: PublishedSection = staticmethod(published_mobility)
+
+    def plan(self, root: DataRoot, cfg: MobilityConfig, ledger: Ledger, days: list[date],
+             digests: dict[date, str], *, run_id: str, region: str | None) -> ReleasePlan:
+        # regions are computed independently: an on-call rerun's region changes nothing
+        key = mobility_build_key(root, cfg, days, mobility_inputs_sha256(ledger, days, digests))
+        return ReleasePlan(key, f"mobility release candidate {days[0]}..{days[-1]}",
+                           lambda target: _build(root, cfg, ledger, target, run_id=run_id))
+
+    def inputs_sha256(self, ledger: Ledger, days: list[date],
+                      digests: Mapping[date, str]) -> str:
+        return mobility_inputs_sha256(ledger, days, digests)
+
+    def state_moved(self, ledger: Ledger, staged: Staged) -> bool:
+        return False  # the baseline and method updates are in the inputs' sha256
+
+    def epsilon(self, ledger: Ledger, cfg: MobilityConfig, first: date,
+                last: date) -> dict[str, Any]:
+        return epsilon_accounting(ledger, cfg, first, last)
+
+    def check_inputs(self, root: DataRoot, ledger: Ledger, cfg: MobilityConfig) -> None:
         # the baseline behind the release must be the recorded one (no need to parse it)
         if not verify_recorded(ledger, REPORT, BASELINE_NAME, root.baseline_file(REPORT)):
             raise BaselineMissing(f"the mobility baseline {root.baseline_file(REPORT)} does "
                                   "not exist yet; nothing to publish against")
-        updates = method_updates_in_effect(root, ledger, last)
-        anchor = ledger_anchor(ledger)
-        # the same files under another method-update or accounting state are another release
-        release_id = content_release_id(last, staged["files"], updates, epsilon)
-        manifest = {
-            "schema_version": SCHEMA_VERSION,
-            "report": REPORT,
-            "release_id": release_id,
-            "run_id": run_id,
-            "software_version": dp_ops.__version__,
-            "method_version": cfg.method_version,
-            "first_date": staged["first_date"],
-            "last_date": staged["last_date"],
-            "inputs": {"region_table_sha256": sha256_file(root.regions_csv),
-                       "baseline_sha256": ledger.derived_sha256(REPORT, BASELINE_NAME),
-                       "baseline_window": [cfg.baseline_start.isoformat(),
-                                           cfg.baseline_end.isoformat()],
-                       **({INPUTS_KEY: staged["inputs_sha256"]}
-                          if staged.get("inputs_sha256") else {})},
-            "method_updates": updates,
-            "rows": staged["rows"],
-            "suppression": staged["suppression"],
-            "epsilon": epsilon,
-            "ledger": anchor,
-            "files": staged["files"],
-            "gate": staged["gate"],
-        }
-        # the page shows the manifest's figures; it is listed in the manifest itself
-        manifest["files"] = write_release_index(
-            files_dir, manifest, staged.get("charts", []), title=SPEC.title,
-            published=published_mobility,
-            data_docs=staged["gate"]["data_docs"],
-            release_dir=root.published_dir(REPORT) / "releases" / release_id,
-            data_root=root.root, uncharted_levels=staged.get("uncharted_levels", []))
-        require_manifest(manifest)  # the shipped manifest schema
-        with publish_lock(root, REPORT):
-            current = current_release(root, REPORT, ledger)
-            if current and current["last_date"] > staged["last_date"]:
-                raise PublishRefused(
-                    f"release {current['release_id']} covering {current['last_date']} was "
-                    f"published while this run's release (to {last}) was prepared; not "
-                    "published. A retry of this task rebuilds it from the current state")
-            target = promote(root, REPORT, files_dir, release_id, manifest, stage, ledger)
-            event = release_event(root, current, release_id, target)
-    shutil.rmtree(stage, ignore_errors=True)
-    return StepResult(f"published mobility release {release_id} ({first}..{last}, "
-                      f"{staged['rows']['published']} rows, epsilon per user-day max "
-                      f"{epsilon['per_user_day_max']}) at {root.latest_release(REPORT)}; "
-                      f"report page {target / INDEX_FILE}", (str(target),), event=event)
+
+    def manifest_inputs(self, root: DataRoot, ledger: Ledger,
+                        cfg: MobilityConfig) -> dict[str, Any]:
+        return {"baseline_sha256": ledger.derived_sha256(REPORT, BASELINE_NAME),
+                "baseline_window": [cfg.baseline_start.isoformat(),
+                                    cfg.baseline_end.isoformat()]}
+
+    def manifest_extras(self, root: DataRoot, ledger: Ledger, cfg: MobilityConfig,
+                        last: date) -> dict[str, Any]:
+        return {"method_updates": method_updates_in_effect(root, ledger, last)}
+
+    def release_id_parts(self, extras: Mapping[str, Any]) -> tuple[Any, ...]:
+        # the same files under another method-update state are another release
+        return (extras["method_updates"],)
+
+    def commit(self, root: DataRoot, ledger: Ledger, staged: Staged) -> None:
+        return None  # the baseline and the method updates are recorded where they are made
+
+    def rows_text(self, rows: Mapping[str, int]) -> str:
+        return f"{rows['published']} rows"
+
+
+PARTS = MobilityRelease()
+
+
+def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+                       ledger_url: str) -> StepResult:
+    """Assemble, validate and stage the release of the recorded report days
+    (:func:`dp_ops.steps.release_flow.stage_and_validate`)."""
+    return release_flow.stage_and_validate(PARTS, root, cfg, run_id=run_id,
+                                           ledger_url=ledger_url)
+
+
+def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
+                   ledger_url: str) -> StepResult:
+    """Publish what this run's gate staged (:func:`dp_ops.steps.release_flow.publish_staged`)."""
+    return release_flow.publish_staged(PARTS, root, cfg, run_id=run_id, ledger_url=ledger_url)

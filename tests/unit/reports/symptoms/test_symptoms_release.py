@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.suites import validate_symptoms_release
 from dp_ops.steps.gate import require_pass
+from dp_ops.steps.release import read_staged, staging_dir
 
 CFG = SymptomsConfig()
 HEADER_FILE = Path(__file__).resolve().parents[3] / "data" / "google_weekly_symptoms_header.csv"
@@ -468,7 +470,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     kept = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
     assert "holds this run's days 2020-01-01..2020-01-07" in kept.summary
     assert kept.event is None
-    assert not release.staging_dir(root, "symptoms", "run-old").exists()
+    assert not staging_dir(root, "symptoms", "run-old").exists()
     assert json.loads((root.latest_release("symptoms") / "manifest.json").read_text()) == newer
     # a day the newer release holds was rewritten since (e.g. an on-call re-noise): the
     # overtaken publish rebuilds from the current state and publishes that
@@ -493,7 +495,7 @@ def test_the_gate_and_publish_enforce_the_release_contract(
     the gate, and the manifest against the manifest schema before publish promotes."""
     import copy
 
-    from dp_ops.steps import release_contract
+    from dp_ops.steps import release_contract, release_flow
 
     root, url, rows = _publishable(regions, tmp_path)
     real = release_contract.load_schema
@@ -506,12 +508,12 @@ def test_the_gate_and_publish_enforce_the_release_contract(
         _stage(root, rows, regions, "run-a")
     monkeypatch.setattr(release_contract, "load_schema", real)
     _stage(root, rows, regions, "run-a")
-    monkeypatch.setattr(release, "SCHEMA_VERSION", "0.9")  # a manifest of another version
+    monkeypatch.setattr(release_flow, "SCHEMA_VERSION", "0.9")  # a manifest of another version
     with pytest.raises(PublishRefused, match="manifest.schema.json"):
         release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
     assert not root.latest_release("symptoms").exists()
     assert not root.scaling_file("symptoms").exists()  # refused before anything changed
-    monkeypatch.setattr(release, "SCHEMA_VERSION", release_contract.SCHEMA_VERSION)
+    monkeypatch.undo()
     release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert manifest["schema_version"] == release_contract.SCHEMA_VERSION
@@ -544,13 +546,13 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
     result = release.stage_and_validate(root, CFG, run_id="run-b", ledger_url=url)
     assert validations == ["symptoms-run-a"]  # run-b validated nothing itself
     assert "is the one run run-a staged from the same inputs" in result.summary
-    a_dir = release.staging_dir(root, "symptoms", "run-a")
-    b_dir = release.staging_dir(root, "symptoms", "run-b")
-    a, b = (release.read_staged(d) for d in (a_dir, b_dir))
-    assert b["reused_from"] == "run-a" and b["run_id"] == "run-b"
-    assert {k: v for k, v in b.items() if k not in ("run_id", "reused_from")} == {
-        k: v for k, v in a.items() if k != "run_id"}
-    for name in a["files"]:
+    a_dir = staging_dir(root, "symptoms", "run-a")
+    b_dir = staging_dir(root, "symptoms", "run-b")
+    a, b = (read_staged(d) for d in (a_dir, b_dir))
+    assert a is not None and b is not None
+    assert b.reused_from == "run-a" and b.run_id == "run-b"
+    assert replace(b, run_id="run-a", reused_from=None) == a
+    for name in a.files:
         assert (b_dir / "release" / name).read_bytes() == (a_dir / "release" / name).read_bytes()
     # run-a publishes and stores its new scaling factors; run-b's release is the same one,
     # so it is not rebuilt for the changed factors
@@ -574,7 +576,7 @@ def test_a_gate_builds_again_when_its_twin_does_not_hold(
     root, url, rows = _publishable(regions, tmp_path)
     validations = _counting_validation(monkeypatch)
     _stage(root, rows, regions, "run-a")
-    a_dir = release.staging_dir(root, "symptoms", "run-a")
+    a_dir = staging_dir(root, "symptoms", "run-a")
     if change == "input":
         day = rows[rows["date"] == date(2020, 1, 8)].copy()
         day["a_noisy"] = day["a_noisy"] * 3 // 2
@@ -589,8 +591,8 @@ def test_a_gate_builds_again_when_its_twin_does_not_hold(
     result = release.stage_and_validate(root, CFG, run_id="run-b", ledger_url=url)
     assert validations == ["symptoms-run-a", "symptoms-run-b"]
     assert result.summary.startswith("symptoms release candidate 2020-01-01..2020-01-14 passed")
-    b = release.read_staged(release.staging_dir(root, "symptoms", "run-b"))
-    assert "reused_from" not in b
+    b = read_staged(staging_dir(root, "symptoms", "run-b"))
+    assert b is not None and b.reused_from is None
     release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
 
 
