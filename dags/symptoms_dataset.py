@@ -20,7 +20,8 @@ republishes the daily and weekly files at `$DP_DATA_ROOT/published/symptoms/late
 - `publish`: store the scaling factors fixed for the first time, then atomically promote
   the staged release to `latest`.
 
-All of them are thin calls into `dp_ops.reports.symptoms.steps`.
+The DAG is built from the report's spec by `dp_ops.airflow.dag_factory`; its tasks are
+thin calls into `dp_ops.reports.symptoms.steps`.
 
 **Failures.** A budget refusal or a failed gate fails the task at once, without retry:
 read the task log (the gate logs the path of the GX Data Docs). The last good release
@@ -41,50 +42,7 @@ No data goes through XCom or the logs: tasks pass paths and counts of cells.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dp_ops.airflow.dag_factory import daily_report_dag
+from dp_ops.reports.spec import report_spec
 
-from airflow.sdk import CronDataIntervalTimetable, chain, dag
-
-from dp_ops.airflow.defaults import DAILY_ARGS, RUN_DAY, bounding_pool, run_deadline
-from dp_ops.airflow.operators import (
-    BudgetCheckedNoiseOperator,
-    GreatExpectationsGateOperator,
-    ReportStepOperator,
-)
-from dp_ops.airflow.tags import Tag, tags
-from dp_ops.reports.protocol import Step
-
-REPORT = "symptoms"
-# The day a run processes: the start of its one-day data interval.
-DAY = RUN_DAY
-
-
-@dag(
-    dag_id="symptoms_dataset",
-    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
-    start_date=datetime(2020, 1, 1, tzinfo=UTC),
-    catchup=False,
-    is_paused_upon_creation=True,
-    max_active_runs=4,
-    default_args=DAILY_ARGS,
-    # an alert when a run is not done DP_RUN_DEADLINE_HOURS (6) after being queued
-    deadline=run_deadline(REPORT),
-    doc_md=__doc__,
-    tags=tags(REPORT, Tag.DAILY, Tag.SPENDS_BUDGET, Tag.PUBLISHES),
-)
-def symptoms_dataset() -> None:
-    ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=DAY, report=REPORT)
-    # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
-    bound_contributions = ReportStepOperator.partial(
-        task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=DAY, report=REPORT,
-        pool=bounding_pool(),
-        ).expand(shard=ingest.output)
-    noise = BudgetCheckedNoiseOperator(task_id="noise", day=DAY, report=REPORT)
-    report = ReportStepOperator(task_id="report", step=Step.REPORT, day=DAY, report=REPORT)
-    gate = GreatExpectationsGateOperator(task_id="gate", report=REPORT)
-    publish = ReportStepOperator(task_id="publish", step=Step.PUBLISH, report=REPORT)
-
-    chain(ingest, bound_contributions, noise, report, gate, publish)
-
-
-symptoms_dataset()
+symptoms_dataset = daily_report_dag(report_spec("symptoms"), doc_md=__doc__)
