@@ -15,7 +15,7 @@
                   no noise
 ``noise-rate``    samples per second of ``dp_ops.privacy.noise.sample_discrete_laplace`` on one
                   core with ``noise_generator()`` (AES-128-CTR)
-``whole-day``     every step of one day (``steps.run_days`` for one date: ingest, bound,
+``whole-day``     every step of one day (``run_days`` for one date: ingest, bound,
                   noise, baseline, report, then gate and publish) on a data root whose
                   baseline window was prepared by ``whole-day-prepare``
 ``profile-bounding`` ``steps.bound_contributions`` with DuckDB's JSON profiler on each of
@@ -296,8 +296,9 @@ def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
 
 
 def whole_day(data: Path, work: Path) -> dict[str, Any]:
-    """``steps.run_days`` for BENCH_DAY, with each step function timed (run_days looks
-    the steps up in its module at call time, so wrapping them times the real calls)."""
+    """``run_days`` for BENCH_DAY, with each step function timed (run_days looks the
+    steps up in the module at call time, so wrapping them times the real calls)."""
+    from dp_ops.reports.chain import run_days
     from dp_ops.reports.mobility import steps
 
     cfg = MobilityConfig()
@@ -320,7 +321,7 @@ def whole_day(data: Path, work: Path) -> dict[str, Any]:
     for name in names:
         setattr(steps, name, timed(name, getattr(steps, name)))
     t0 = time.perf_counter()
-    results = steps.run_days(root, cfg, [BENCH_DAY], RunRequest(run_id="benchmark-day"),
+    results = run_days(steps, root, cfg, [BENCH_DAY], RunRequest(run_id="benchmark-day"),
                              ledger_url=root.default_ledger_url)
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "steps_s": {n: round(timings.get(n, 0.0), 3) for n in names},

@@ -17,6 +17,7 @@ import dp_ops.reports.mobility.bounding as mobility_bounding
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.reports.chain import run_days
 from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.method_update import (
@@ -65,7 +66,7 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mobility_bounding, "bound_day", bound_with_new_method)
-        steps.run_days(root, cfg, days(START, EFFECTIVE - timedelta(days=1)), RunRequest(
+        run_days(steps, root, cfg, days(START, EFFECTIVE - timedelta(days=1)), RunRequest(
                                                                                          run_id="daily-1"),
                                                                                          ledger_url=url)
         last_old = root.report_file("mobility", EFFECTIVE - timedelta(days=1)).read_bytes()
@@ -82,7 +83,7 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         rerun = steps.method_update(root, cfg, form, run_id="update-again", ledger_url=url)
         after_rerun = ledger.spends()
         ledger.dispose()
-        steps.run_days(root, cfg, days(EFFECTIVE, END), RunRequest(run_id="daily-2"),
+        run_days(steps, root, cfg, days(EFFECTIVE, END), RunRequest(run_id="daily-2"),
                                                                    ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url, "last_old": last_old,
             "before": before_update, "after": after_update, "after_rerun": after_rerun,

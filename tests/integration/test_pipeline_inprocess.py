@@ -16,6 +16,7 @@ from pipeline_helpers import verify_release
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import read_regions, write_regions
+from dp_ops.reports.chain import run_days
 from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.noising import load_noisy_cells
@@ -53,7 +54,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     write_regions(pd.concat([regions, extra.to_frame().T], ignore_index=True), root.regions_csv)
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    steps.run_days(root, cfg, days(START, END), RunRequest(run_id="first"), ledger_url=url)
+    run_days(steps, root, cfg, days(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
 
@@ -106,7 +107,7 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     before = ledger.spends()
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
     release_dir = root.latest_release("mobility").resolve()
-    steps.run_days(root, cfg, days(date(2020, 2, 14), END), RunRequest(run_id="second"),
+    run_days(steps, root, cfg, days(date(2020, 2, 14), END), RunRequest(run_id="second"),
                                                                        ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
     latest = root.latest_release("mobility")

@@ -14,7 +14,6 @@ and the noise step spends budget at most once per slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from enum import StrEnum
@@ -25,7 +24,7 @@ from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
     from dp_ops.privacy.ledger import ApprovalRequest, SpendRequest
-    from dp_ops.steps.noise_request import NoiseRequest, RunRequest
+    from dp_ops.steps.noise_request import NoiseRequest
     from dp_ops.steps.noising import NoisePlan
 
 
@@ -120,13 +119,6 @@ class ReportSteps(Protocol[C]):
 
     def publish(self, root: DataRoot, cfg: C, *, run_id: str, ledger_url: str) -> StepResult:
         """Atomically promote the staged release to ``published/<report>/latest``."""
-        ...
-
-    def run_days(self, root: DataRoot, cfg: C, days: list[date], request: RunRequest, *,
-                 ledger_url: str,
-                 on_day: Callable[[date, list[StepResult]], None] | None = None,
-                 ) -> list[StepResult]:
-        """The whole chain in-process, in date order (``python -m dp_ops run``)."""
         ...
 
 

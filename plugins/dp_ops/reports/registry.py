@@ -78,8 +78,10 @@ class BoundReport(Generic[C]):
     def run_days(self, days: list[date], request: RunRequest, *,
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:
-        return self.steps.run_days(self.root, self.cfg, days, request,
-                                   ledger_url=self.ledger_url, on_day=on_day)
+        from dp_ops.reports.chain import run_days
+
+        return run_days(self.steps, self.root, self.cfg, days, request,
+                        ledger_url=self.ledger_url, on_day=on_day)
 
     def first_noised_date(self) -> date:
         return self.steps.first_noised_date(self.cfg)

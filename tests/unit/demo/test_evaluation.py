@@ -24,6 +24,7 @@ from dp_demo.evaluation import (
 from dp_demo.generator import generate
 
 from dp_ops.layout import DataRoot
+from dp_ops.reports.chain import run_days
 from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES, COUNT_CATEGORY_CELLS
@@ -46,10 +47,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
     root = DataRoot(tmp_path_factory.mktemp("evaluation"))
     generate(root, START, MOBILITY_END, users=6000, seed=3)
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    mobility_steps.run_days(root, MobilityConfig(), _days(START, MOBILITY_END), RunRequest(
+    run_days(mobility_steps, root, MobilityConfig(), _days(START, MOBILITY_END), RunRequest(
                                                                                            run_id="eval"),
                                                                                            ledger_url=url)
-    symptoms_steps.run_days(root, SymptomsConfig(), _days(START, SYMPTOMS_END), RunRequest(
+    run_days(symptoms_steps, root, SymptomsConfig(), _days(START, SYMPTOMS_END), RunRequest(
                                                                                            run_id="eval"),
                                                                                            ledger_url=url)
     return root

@@ -13,7 +13,6 @@ step spends budget at most once per slot.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from datetime import date
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig, load_mobility_config
 from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.reports.protocol import MethodUpdateForm
-from dp_ops.steps.noise_request import NoiseRequest, RunRequest
+from dp_ops.steps.noise_request import NoiseRequest
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ DAILY_DAG_ID = SPEC.daily_dag_id
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
            "first_noised_date", "gate", "ingest", "load_config", "method_update",
            "method_update_request", "method_update_spends", "needs_baseline", "noise",
-           "noise_plan", "prepare", "publish", "report", "run_days", "skipped_after_noise"]
+           "noise_plan", "prepare", "publish", "report", "skipped_after_noise"]
 
 
 def load_config() -> MobilityConfig:
@@ -186,31 +185,3 @@ def publish(root: DataRoot, cfg: MobilityConfig, *, run_id: str, ledger_url: str
     from dp_ops.reports.mobility.release import publish_staged
 
     return publish_staged(root, cfg, run_id=run_id, ledger_url=ledger_url)
-
-
-def run_days(
-    root: DataRoot,
-    cfg: MobilityConfig,
-    days: list[date],
-    request: RunRequest,
-    *,
-    ledger_url: str,
-    on_day: Callable[[date, list[StepResult]], None] | None = None,
-) -> list[StepResult]:
-    """Run the whole chain in-process, in date order (the CLI's ``run mobility``);
-    ``on_day`` is called with each finished day's results (for progress)."""
-    results: list[StepResult] = []
-    for day in sorted(days):
-        day_results = [
-            ingest(root, cfg, day),
-            bound_contributions(root, cfg, day),
-            noise(root, cfg, request.for_day(day), ledger_url=ledger_url),
-            build_baseline(root, cfg, ledger_url=ledger_url),
-            report(root, cfg, day, ledger_url=ledger_url),
-        ]
-        results.extend(day_results)
-        if on_day is not None:
-            on_day(day, day_results)
-    results.append(gate(root, cfg, run_id=request.run_id, ledger_url=ledger_url))
-    results.append(publish(root, cfg, run_id=request.run_id, ledger_url=ledger_url))
-    return results
