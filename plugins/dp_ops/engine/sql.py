@@ -32,7 +32,12 @@ def _template(path: str) -> jinja2.Template:
 
 def render_sql(name: str, **identifiers: Any) -> str:
     """The SQL of ``<name>.sql`` (:func:`sql_dir`) with Jinja identifiers filled in."""
-    path = sql_dir() / f"{name}.sql"
+    return render_sql_file(sql_dir() / f"{name}.sql", **identifiers)
+
+
+def render_sql_file(path: Path, **identifiers: Any) -> str:
+    """The SQL of the file ``path`` with Jinja identifiers filled in: how a report package
+    of its own ships its queries (``files(package) / "sql" / ...``)."""
     if not path.is_file():
         raise FileNotFoundError(f"SQL file {path} not found")
     return _template(str(path)).render(**identifiers)

@@ -21,6 +21,7 @@ import csv
 import fnmatch
 import json
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -219,11 +220,19 @@ _ARROW_TYPES = {"string": pa.large_string(), "date": pa.large_string(),
                 "integer": pa.int64(), "number": pa.float64()}
 
 
-def arrow_table(frame: Any, report: str, pattern: str) -> pa.Table:
+def column_contract(report: str, contract: Mapping[str, Any] | None = None
+                    ) -> Mapping[str, Any]:
+    """``contract`` if given (a report package of its own ships its column schema), else
+    the shipped ``<report>.columns.json``."""
+    return contract if contract is not None else load_schema(f"{report}.columns.json")
+
+
+def arrow_table(frame: Any, report: str, pattern: str,
+                contract: Mapping[str, Any] | None = None) -> pa.Table:
     """``frame`` as an Arrow table typed by the contract's columns for ``pattern``, so that
     a column with no value in this release still has its contracted type (not Arrow's
     ``null`` type, which a consumer's reader would trip over)."""
-    entry = next(e for e in load_schema(f"{report}.columns.json")["files"]
+    entry = next(e for e in column_contract(report, contract)["files"]
                  if e["pattern"] == pattern)
     specs = _expected(entry["columns"], [str(c) for c in frame.columns])
     if isinstance(specs, str):
@@ -268,10 +277,12 @@ def _pandas_metadata(rest: dict[bytes, bytes] | None, frame: Any,
 _BLOCK_COLUMNS = 32
 
 
-def check_release_files(report: str, release_dir: Path) -> list[str]:
-    """Every way the data files under ``release_dir`` break ``report``'s column schema,
-    each naming the file; a pattern no file matches is a problem too."""
-    contract = load_schema(f"{report}.columns.json")
+def check_release_files(report: str, release_dir: Path,
+                        contract: Mapping[str, Any] | None = None) -> list[str]:
+    """Every way the data files under ``release_dir`` break ``report``'s column schema
+    (:func:`column_contract`), each naming the file; a pattern no file matches is a
+    problem too."""
+    contract = column_contract(report, contract)
     files = sorted(p.relative_to(release_dir).as_posix()
                    for p in release_dir.rglob("*") if p.is_file())
     problems: list[str] = []
@@ -285,9 +296,10 @@ def check_release_files(report: str, release_dir: Path) -> list[str]:
     return problems
 
 
-def require_contract(report: str, release_dir: Path) -> None:
+def require_contract(report: str, release_dir: Path,
+                     contract: Mapping[str, Any] | None = None) -> None:
     """The gate's contract check: raise :class:`GateFailed` naming every problem."""
-    problems = check_release_files(report, release_dir)
+    problems = check_release_files(report, release_dir, contract)
     if problems:
         raise GateFailed(f"release contract {report}.columns.json {SCHEMA_VERSION}: "
                          f"{len(problems)} problem(s), nothing staged:\n  "

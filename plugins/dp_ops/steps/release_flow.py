@@ -115,6 +115,11 @@ class ReleaseParts(Protocol[C_contra]):
     def page_section(self) -> PublishedSection:
         """The report's section of the release page."""
 
+    @property
+    def column_contract(self) -> Mapping[str, Any] | None:
+        """The column schema of the release's data files; None: the one ``dp_ops`` ships
+        for the report (``schemas/<report>.columns.json``)."""
+
     def plan(self, root: DataRoot, cfg: C_contra, ledger: Ledger, days: list[date],
              digests: dict[date, str], *, run_id: str, region: str | None) -> ReleasePlan:
         """The release of ``days`` (their per-day files by ``digests``); with ``region``
@@ -175,15 +180,15 @@ def stage_and_validate(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id
         plan = parts.plan(root, cfg, ledger, days, digests, run_id=run_id, region=region)
         return stage_once(root, report, plan.key, run_id=run_id, stage=stage,
                           label=plan.label,
-                          build=lambda: _build(report, plan, stage, days, run_id=run_id,
+                          build=lambda: _build(parts, plan, stage, days, run_id=run_id,
                                                region=region))
 
 
-def _build(report: str, plan: ReleasePlan, stage: Path, days: list[date], *, run_id: str,
-           region: str | None) -> StepResult:
+def _build(parts: ReleaseParts[C], plan: ReleasePlan, stage: Path, days: list[date], *,
+           run_id: str, region: str | None) -> StepResult:
     target = stage / "release"
     built = plan.build(target)
-    require_contract(report, target)  # the shipped column schema (GateFailed)
+    require_contract(parts.report, target, parts.column_contract)  # GateFailed
     write_staged(stage, Staged(
         run_id=run_id, region=region, first_date=days[0], last_date=days[-1],
         files=checksums(target), rows=built.rows, suppression=built.suppression,

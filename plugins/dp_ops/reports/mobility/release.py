@@ -188,6 +188,7 @@ class MobilityRelease:
 
     report = REPORT
     title = SPEC.title
+    column_contract = None  # the shipped schemas/<report>.columns.json
     page_section: PublishedSection = staticmethod(published_mobility)
 
     def plan(self, root: DataRoot, cfg: MobilityConfig, ledger: Ledger, days: list[date],

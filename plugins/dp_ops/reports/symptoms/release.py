@@ -227,6 +227,7 @@ class SymptomsRelease:
 
     report = REPORT
     title = SPEC.title
+    column_contract = None  # the shipped schemas/<report>.columns.json
     page_section: PublishedSection = staticmethod(published_symptoms)
 
     def plan(self, root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, days: list[date],

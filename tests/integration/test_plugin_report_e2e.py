@@ -1,0 +1,131 @@
+"""A third report that edits nothing in ``dp_ops`` (issue 32): ``presence`` (users present
+per region and day), defined only under ``tests/plugin_report/`` with its own SQL, Great
+Expectations suite, column schema and release parts, registered through the
+``dp_ops.reports`` entry point of the distribution beside it. Put on ``sys.path`` here
+(and only here), it is found like an installed package and runs through the same DAG
+factory, ledger, noise step, gate and release flow as the built-in reports, under
+``dag.test()``."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+from dagrun_helpers import _asset_events, _days, _delete_runs, _run_day
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+PLUGIN = Path(__file__).resolve().parents[1] / "plugin_report"
+START, END = date(2020, 1, 1), date(2020, 1, 3)
+
+
+def _forget_reports() -> None:
+    from dp_ops.reports.spec import report_specs
+
+    report_specs.cache_clear()
+    for name in [m for m in sys.modules if m.split(".")[0] == "presence_report"]:
+        del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def presence(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The plug-in registered, and a data root with three days of synthetic input."""
+    from dp_demo.generator import generate
+
+    from dp_ops.layout import DataRoot
+
+    root = tmp_path_factory.mktemp("presence") / "data"
+    root.mkdir()
+    generate(DataRoot(root), START, END, users=1500, seed=3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(PLUGIN))  # its .dist-info and its package
+        # dag.test() runs a DAG its bundle holds: the plug-in's DAG folder is the bundle
+        mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(PLUGIN / "dags"))
+        mp.setenv("DP_DATA_ROOT", str(root))
+        mp.delenv("DP_LEDGER_URL", raising=False)
+        _forget_reports()
+        try:
+            yield root
+        finally:
+            _forget_reports()
+
+
+def test_the_plugin_report_is_found_through_its_entry_point(presence: Path) -> None:
+    from dp_ops.airflow.tags import allowed_tags
+    from dp_ops.reports.spec import report_names, report_spec
+
+    assert report_names() == ["mobility", "presence", "symptoms"]
+    spec = report_spec("presence")
+    assert type(spec).__module__ == "dp_ops.reports.spec"
+    assert spec.steps.__name__ == "presence_report.steps"
+    assert "presence" in allowed_tags()
+
+
+def test_a_plugin_report_runs_end_to_end_under_dag_test(presence: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    from dp_ops.airflow.budget_plugin import _budgets
+    from dp_ops.budget_view import render_page
+    from dp_ops.layout import DataRoot, ledger_url
+    from dp_ops.privacy.ledger import Ledger
+    from dp_ops.steps.release_contract import check_manifest
+
+    root = DataRoot(presence)
+    bag = DagBag(dag_folder=str(PLUGIN / "dags"))
+    assert bag.import_errors == {}
+    dag = bag.dags["presence_daily"]
+    _delete_runs(dag.dag_id)
+    for day in _days(START, END):
+        _run_day(dag, day)
+
+    # budget reserved and recorded: every level once per day, at the configured epsilon
+    ledger = Ledger(ledger_url(root))
+    try:
+        totals = ledger.totals("presence")
+        assert sorted(d for _, d in totals) == _days(START, END)
+        assert all(abs(e - 1.5) < 1e-9 for e in totals.values())
+        assert ledger.verify().ok
+    finally:
+        ledger.dispose()
+
+    # stored noise private: 0600 files in 0700 directories
+    noise_files = sorted((presence / "noise" / "presence").rglob("*.parquet"))
+    assert len(noise_files) == 3 * 3  # 3 days x 3 levels
+    for f in noise_files:
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o600, f
+        for d in f.relative_to(presence).parents:
+            if d != Path("."):
+                assert stat.S_IMODE(os.stat(presence / d).st_mode) == 0o700, d
+
+    # gated and published, with a manifest the contract accepts
+    import json
+
+    latest = root.latest_release("presence")
+    manifest = json.loads((latest / "manifest.json").read_text())
+    assert manifest["report"] == "presence" and check_manifest(manifest) == []
+    assert (manifest["first_date"], manifest["last_date"]) == ("2020-01-01", "2020-01-03")
+    assert manifest["gate"]["success"] and manifest["gate"]["evaluated"] >= 4
+    assert {"Presence_Counts.csv", "Presence_Counts.parquet", "index.html"} <= set(
+        manifest["files"])
+    header, *rows = (latest / "Presence_Counts.csv").read_text().splitlines()
+    assert header == "date,region_id,level,country_region_code,present_users" and rows
+    assert all(int(r.rsplit(",", 1)[1]) >= 100 for r in rows)  # the published threshold
+
+    # one release asset event per move of latest, naming the release
+    events = _asset_events("presence_release")
+    assert events and events[-1]["release_id"] == manifest["release_id"]
+    assert events[-1]["report"] == "presence"
+
+    # the Privacy budget view lists it, with what it spent
+    budgets, state = _budgets()
+    (view,) = [b for b in budgets if b.report == "presence"]
+    assert "verifies" in state
+    assert view.totals == {d.isoformat(): pytest.approx(1.5) for d in _days(START, END)}
+    assert view.cap == pytest.approx(3.0)
+    assert [r.release_id for r in view.releases if r.latest] == [manifest["release_id"]]
+    assert "<section id='presence'>" in render_page(budgets, {}, state)
