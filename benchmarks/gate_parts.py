@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import great_expectations  # noqa: F401  (warm, as the Airflow processes are)
     from daily_cost import fresh_root  # this script's neighbour in benchmarks/
 
-    import dp_ops.steps.gate as gate
+    import dp_ops.gx.runner as gx_runner
     from dp_ops.regions import read_regions
     from dp_ops.reports.symptoms import release, steps
     from dp_ops.reports.symptoms.assemble import build_candidate, complete_weeks
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     base, root, url = fresh_root(args.input, "gate-parts-")
     cfg = steps.load_config()
     seconds: dict[str, float] = {}
-    real_checkpoint = gate._run_checkpoint
+    real_checkpoint = gx_runner.run_checkpoint
 
     def timed(name: str, fn: Any, *fargs: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     def checkpoint(cp: Any, frame: Any, parameters: Any, run_id: Any) -> Any:
         return timed(f"gx {cp.name}", real_checkpoint, cp, frame, parameters, run_id)
 
-    gate._run_checkpoint = checkpoint  # type: ignore[assignment]  (timing only)
+    gx_runner.run_checkpoint = checkpoint  # type: ignore[assignment]  (timing only)
     try:
         for n in range(1, at[-1] + 1):
             day = YEAR_START + timedelta(days=n - 1)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"day {n}: {len(cand.daily)} daily rows, {len(cand.values)} values; "
                   + ", ".join(f"{k} {v:.3f}" for k, v in seconds.items()), flush=True)
     finally:
-        gate._run_checkpoint = real_checkpoint  # type: ignore[assignment]
+        gx_runner.run_checkpoint = real_checkpoint  # type: ignore[assignment]
         shutil.rmtree(base, ignore_errors=True)
     return 0
 

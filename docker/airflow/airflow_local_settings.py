@@ -58,8 +58,8 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
             print(f"dp_ops: {what} not prepared at start ({type(exc).__name__}); "
                   f"{otherwise}", file=sys.stderr)
 
+    from dp_ops.gx.runner import warm_up
     from dp_ops.reports.registry import prepare_noise_samplers
-    from dp_ops.steps.gate import warm_up
 
     # The exact noise sampler's tables for the configured epsilons (each noise task would
     # build them otherwise).

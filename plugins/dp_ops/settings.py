@@ -14,7 +14,9 @@ unsharded bounding, and DuckDB and Spark, give identical true aggregates for the
 input and bounding salt (tested); ``chart_levels`` only leaves charts out of the release
 page (a release drawn with other levels is another release: its files differ). They
 come from the environment, or from the JSON file named by ``DP_EXECUTION_CONFIG`` (same
-field names, lower case), the environment winning:
+field names, lower case), the environment winning; they are read once, when a report is
+bound (:class:`dp_ops.reports.registry.BoundReport`), and every step of it sees that one
+reading (:func:`execution_settings`):
 
 ==========================  =============================================================
 ``DP_ENGINE``               ``duckdb`` (default, embedded) or ``spark``
@@ -45,7 +47,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -121,6 +125,31 @@ class ExecutionSettings:
 
 _INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part",
                "docs_index_seconds"}
+
+
+# The settings of the report being run: bound once where the report is bound
+# (:class:`dp_ops.reports.registry.BoundReport`), read by the steps deep down.
+_BOUND: ContextVar[ExecutionSettings | None] = ContextVar("dp_ops_execution_settings",
+                                                          default=None)
+
+
+@contextmanager
+def execution_settings_bound(bound: ExecutionSettings) -> Iterator[None]:
+    """Make ``bound`` the settings :func:`execution_settings` returns while the block runs
+    (in this thread or task; restored after)."""
+    token = _BOUND.set(bound)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
+
+
+def execution_settings() -> ExecutionSettings:
+    """The execution settings of the run: those bound with its report (read once, when it
+    was bound), else, for a step called on its own (a test, a benchmark), read from the
+    environment now."""
+    bound = _BOUND.get()
+    return bound if bound is not None else load_execution_settings()
 
 
 def load_execution_settings(environ: Mapping[str, str] | None = None) -> ExecutionSettings:

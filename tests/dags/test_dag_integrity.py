@@ -293,7 +293,7 @@ def test_dag_files_do_no_heavy_imports() -> None:
         f"for f in {sorted(str(p) for p in DAGS.glob('*.py'))!r}:\n"
         "    runpy.run_path(f)\n"
         "heavy = ['duckdb', 'pandas', 'great_expectations', 'pyarrow', 'numpy',\n"
-        "         'dp_ops.steps.noising', 'dp_ops.privacy.ledger', 'dp_ops.steps.gate',\n"
+        "         'dp_ops.steps.noising', 'dp_ops.privacy.ledger', 'dp_ops.gx.runner',\n"
         "         'dp_ops.reports.symptoms.release']\n"
         "print(json.dumps([m for m in heavy if m in sys.modules]))\n"
     )

@@ -167,9 +167,9 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
 def test_gate_records_the_day_files_it_validated(pipeline: dict[str, object]) -> None:
     # what lets the next daily gate check only its new day with GX: each report day's
     # file, by sha256, under the rules it passed
+    from dp_ops.gx.validated import validated_files
     from dp_ops.reports.mobility.suites import row_rules
     from dp_ops.steps.day_files import release_days
-    from dp_ops.steps.gate import validated_files
     from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
     from dp_ops.steps.release import sha256_file
 

@@ -72,7 +72,8 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
         if path.exists():
             self.log.info("baseline ready: %s", path)
             return True
-        result = steps.build_baseline(rt.root, rt.cfg, ledger_url=rt.ledger_url)
+        with rt.settings_in_force():
+            result = steps.build_baseline(rt.root, rt.cfg, ledger_url=rt.ledger_url)
         self.log.info("build_baseline: %s", result.summary)
         emit_events(self, context, result.event)  # once: only the poke that froze it
         if path.exists():

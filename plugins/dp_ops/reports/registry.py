@@ -7,8 +7,9 @@ against :class:`~dp_ops.reports.protocol.ReportSteps` in its ``spec`` module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import date
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -17,6 +18,7 @@ from dp_ops import settings
 from dp_ops.layout import DataRoot
 from dp_ops.reports.protocol import ReportConfig, ReportSteps, Step
 from dp_ops.reports.spec import ReportSpec, report_spec, report_specs
+from dp_ops.settings import ExecutionSettings, execution_settings_bound, load_execution_settings
 from dp_ops.steps.result import StepResult
 
 if TYPE_CHECKING:
@@ -29,7 +31,9 @@ C = TypeVar("C", bound=ReportConfig)
 @dataclass(frozen=True)
 class BoundReport(Generic[C]):
     """A report's steps with the inputs every step takes: its config, the data root and
-    the ledger URL. What the Airflow operators and the CLI call.
+    the ledger URL, and the execution settings, read once here and in force while any of
+    its steps runs (:func:`dp_ops.settings.execution_settings`). What the Airflow
+    operators and the CLI call.
 
     ``ledger`` is the URL, or a function giving it, called at the first use of
     :attr:`ledger_url`: in Airflow it looks up the ``dp_ledger`` connection (an
@@ -40,6 +44,7 @@ class BoundReport(Generic[C]):
     cfg: C
     root: DataRoot
     ledger: str | Callable[[], str]
+    settings: ExecutionSettings = field(default_factory=load_execution_settings)
 
     @cached_property
     def ledger_url(self) -> str:
@@ -48,6 +53,13 @@ class BoundReport(Generic[C]):
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @contextmanager
+    def settings_in_force(self) -> Iterator[None]:
+        """Run the block with this report's execution settings (for a step called on
+        ``steps`` directly, such as a capability's)."""
+        with execution_settings_bound(self.settings):
+            yield
 
     def run_step(self, step: Step, day: date | None, *, run_id: str,
                  shard: int | None = None) -> StepResult:
@@ -59,29 +71,34 @@ class BoundReport(Generic[C]):
                                                                           shard=shard),
             Step.REPORT: lambda d: steps.report(root, cfg, d, ledger_url=self.ledger_url),
         }
-        if step is Step.PUBLISH:
-            return steps.publish(root, cfg, run_id=run_id, ledger_url=self.ledger_url)
-        if day is None:
+        if step is not Step.PUBLISH and day is None:
             raise ValueError(f"step={step.value!r} processes one day: a day is required")
-        return calls[step](day)
+        with self.settings_in_force():
+            if step is Step.PUBLISH:
+                return steps.publish(root, cfg, run_id=run_id, ledger_url=self.ledger_url)
+            assert day is not None
+            return calls[step](day)
 
     def noise(self, request: NoiseRequest) -> StepResult:
-        return self.steps.noise(self.root, self.cfg, request, ledger_url=self.ledger_url)
+        with self.settings_in_force():
+            return self.steps.noise(self.root, self.cfg, request, ledger_url=self.ledger_url)
 
     def noise_plan(self) -> NoisePlan:
         return self.steps.noise_plan(self.root, self.cfg)
 
     def gate(self, *, run_id: str, region: str | None = None) -> StepResult:
-        return self.steps.gate(self.root, self.cfg, run_id=run_id, ledger_url=self.ledger_url,
-                               region=region)
+        with self.settings_in_force():
+            return self.steps.gate(self.root, self.cfg, run_id=run_id,
+                                   ledger_url=self.ledger_url, region=region)
 
     def run_days(self, days: list[date], request: RunRequest, *,
                  on_day: Callable[[date, list[StepResult]], None] | None = None,
                  ) -> list[StepResult]:
         from dp_ops.reports.chain import run_days
 
-        return run_days(self.steps, self.root, self.cfg, days, request,
-                        ledger_url=self.ledger_url, on_day=on_day)
+        with self.settings_in_force():
+            return run_days(self.steps, self.root, self.cfg, days, request,
+                            ledger_url=self.ledger_url, on_day=on_day)
 
     def first_noised_date(self) -> date:
         return self.steps.first_noised_date(self.cfg)

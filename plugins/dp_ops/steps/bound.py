@@ -19,7 +19,7 @@ from dp_ops.engine.files import pinned
 from dp_ops.engine.registry import engine_for
 from dp_ops.errors import BoundingError
 from dp_ops.layout import DataRoot
-from dp_ops.settings import ExecutionSettings, load_execution_settings
+from dp_ops.settings import ExecutionSettings, execution_settings
 from dp_ops.steps.result import StepResult
 
 
@@ -53,7 +53,7 @@ def bound_clean_day(root: DataRoot, report: str, source: str, day: date,
     Unsharded (``bounding_shards`` = 1) it writes the day's aggregates file. Sharded, a
     given ``shard`` writes that shard's partial sums (one mapped Airflow task each; the
     noise step combines them); ``shard=None`` runs every shard here, then combines."""
-    settings = settings or load_execution_settings()
+    settings = settings or execution_settings()
     shards = settings.bounding_shards
     clean = root.clean_partition(source, day) / "part.parquet"
     if not clean.is_file():
@@ -93,6 +93,6 @@ def finish_bounding(root: DataRoot, report: str, day: date,
     bounding ran in user shards (mapped ``bound_contributions`` task instances), add up
     their partial sums per cell; this refuses, before any spend, if a shard is missing.
     Unsharded, the bounding step wrote the file itself and there is nothing to do."""
-    shards = (settings or load_execution_settings()).bounding_shards
+    shards = (settings or execution_settings()).bounding_shards
     if shards > 1:
         combine_shards(root, report, day, shards)

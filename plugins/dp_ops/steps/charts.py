@@ -308,9 +308,9 @@ def charted_regions(regions: pd.DataFrame,
                     report_levels: Sequence[int]) -> tuple[pd.DataFrame, list[int]]:
     """The regions of ``report_levels`` to chart, and the levels left out, per the
     execution setting ``chart_levels`` (default: every level)."""
-    from dp_ops.settings import load_execution_settings
+    from dp_ops.settings import execution_settings
 
-    wanted = load_execution_settings().chart_levels
+    wanted = execution_settings().chart_levels
     levels = [lv for lv in report_levels if wanted is None or lv in wanted]
     skipped = [lv for lv in report_levels if lv not in levels]
     return regions[regions["level"].isin(levels)], skipped

@@ -36,7 +36,7 @@ from dp_ops.engine.files import atomic_copy_to_parquet, write_json_atomic
 from dp_ops.engine.sql import render_sql
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
-from dp_ops.settings import load_execution_settings
+from dp_ops.settings import execution_settings
 from dp_ops.steps.result import StepResult
 
 MAX_ID_LENGTH = 256
@@ -160,7 +160,7 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
     dated = {f: check_file_schema(f, spec.schema) for f in files}
     # capped at DP_DUCKDB_MEMORY_LIMIT and spilling under work/tmp, like the bounding: a
     # big day's judged rows do not fit in memory
-    con = duckdb_connection(root, load_execution_settings(), keep_row_order=True)
+    con = duckdb_connection(root, execution_settings(), keep_row_order=True)
     try:
         _lookup_tables(con, lookups)
         query, params = _judging_query(spec.sql, day, dated)

@@ -17,10 +17,12 @@ import great_expectations.expectations as gxe
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.gx.result import require_pass
+from dp_ops.gx.runner import run_suites
+from dp_ops.gx.suites import suite
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.steps.day_files import read_release_days
-from dp_ops.steps.gate import require_pass, run_suites, suite
 from dp_ops.steps.release import (
     build_key,
     epsilon_summary,

@@ -45,3 +45,32 @@ def test_what_differs_between_reports_comes_from_the_report(dp_data_root: Path) 
 def test_a_per_day_step_needs_a_day(dp_data_root: Path) -> None:
     with pytest.raises(ValueError, match="step='ingest' processes one day"):
         load_report("mobility").run_step(Step.INGEST, None, run_id="r")
+
+
+def test_the_execution_settings_are_read_once_where_the_report_is_bound(
+        dp_data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step of a bound report sees the settings read when it was bound, even if the
+    environment changes meanwhile; outside a bound report a step reads them afresh."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from dp_ops.settings import execution_settings
+    from dp_ops.steps.result import StepResult
+
+    monkeypatch.setenv("DP_BOUNDING_SHARDS", "3")
+    bound = load_report("symptoms")
+    monkeypatch.setenv("DP_BOUNDING_SHARDS", "5")
+    seen: list[int] = []
+
+    def step(*_: object, **__: object) -> StepResult:
+        seen.append(execution_settings().bounding_shards)
+        return StepResult("ok")
+
+    fake = SimpleNamespace(ingest=step, bound_contributions=step, report=step, publish=step,
+                           noise=step, gate=step)
+    twin = replace(bound, steps=fake)  # type: ignore[arg-type]
+    twin.run_step(Step.INGEST, date(2020, 1, 1), run_id="r")
+    twin.run_step(Step.PUBLISH, None, run_id="r")
+    twin.gate(run_id="r")
+    assert seen == [3, 3, 3] and bound.settings.bounding_shards == 3
+    assert execution_settings().bounding_shards == 5

@@ -93,9 +93,10 @@ class MethodUpdateOperator(BaseOperator):
                 categories=parse_categories(self.categories),
                 factor=parse_factor(self.factor), reason=str(self.reason or ""))
             report = load(self.report)
-            result = method_update_steps(report).method_update(
-                report.root, report.cfg, form, run_id=context["run_id"],
-                ledger_url=report.ledger_url)
+            with report.settings_in_force():
+                result = method_update_steps(report).method_update(
+                    report.root, report.cfg, form, run_id=context["run_id"],
+                    ledger_url=report.ledger_url)
         for path in result.paths:
             self.log.info("method_update wrote %s", path)
         self.log.info("method_update: %s", result.summary)

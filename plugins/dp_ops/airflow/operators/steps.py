@@ -88,8 +88,6 @@ class ReportStepOperator(BaseOperator):
             self.operator_extra_links = (ReleasePageLink(),)
 
     def execute(self, context: Context) -> str | list[int]:
-        from dp_ops.settings import load_execution_settings
-
         step = Step(self.step)
         with refusals_fail_without_retry(self.log):
             bound = load(self.report)
@@ -104,5 +102,5 @@ class ReportStepOperator(BaseOperator):
             # the shard list is what bound_contributions maps over (Airflow maps over
             # return values only); the summary stays readable under its own key
             context["ti"].xcom_push(key="summary", value=result.summary)
-            return list(range(load_execution_settings().bounding_shards))
+            return list(range(bound.settings.bounding_shards))
         return result.summary

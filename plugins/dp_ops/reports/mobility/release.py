@@ -114,20 +114,21 @@ def mobility_build_key(root: DataRoot, cfg: MobilityConfig, days: list[date],
     """What a staged mobility release is built from (:func:`release.build_key`): the days
     and ``inputs`` (:func:`mobility_inputs_sha256`), the region table, the config and the
     charted levels."""
-    from dp_ops.settings import load_execution_settings
+    from dp_ops.settings import execution_settings
 
     return release.build_key(
         REPORT, days=[days[0].isoformat(), days[-1].isoformat()], inputs=inputs,
         regions=sha256_file(root.regions_csv), config=asdict(cfg),
-        chart_levels=load_execution_settings().chart_levels)
+        chart_levels=execution_settings().chart_levels)
 
 
 def _build(root: DataRoot, cfg: MobilityConfig, ledger: Ledger, target: Path, *,
            run_id: str) -> Built:
     # imported only when there is something to validate: GX takes seconds to import
+    from dp_ops.gx.result import require_pass
+    from dp_ops.gx.validated import record_validated, validated_files
     from dp_ops.regions import read_regions
     from dp_ops.reports.mobility.suites import row_rules, validate_mobility_release
-    from dp_ops.steps.gate import record_validated, require_pass, validated_files
 
     # the rows as the ledger recorded them (each file's bytes checked, then parsed)
     days, digests, tables = read_release_days(root, ledger, REPORT, cfg.first_public_date)

@@ -1,5 +1,5 @@
 """The mobility report's expectation suites (the release gate, run by
-:func:`dp_ops.steps.gate.run_suites`).
+:func:`dp_ops.gx.runner.run_suites`).
 
 Nothing is published unless both tables of a candidate release pass, each checked by
 two suites: a row-level one (every rule that holds for a set of rows when it holds for
@@ -24,9 +24,11 @@ import great_expectations.expectations as gxe
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
+from dp_ops.gx.result import GateResult
+from dp_ops.gx.runner import run_suites
+from dp_ops.gx.suites import day_start, rules_digest, suite
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS, ROW_KEY
-from dp_ops.steps.gate import GateResult, day_start, rules_digest, run_suites, suite
 
 INTERNAL_EXTRA_COLUMNS: tuple[str, ...] = (
     "region_id",

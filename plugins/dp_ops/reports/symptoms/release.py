@@ -143,13 +143,13 @@ def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
     their per-day files, the stored scaling factors, the resolutions frozen by the latest
     release, the region table, the symptom list, the config, the charted levels and the
     on-call rerun's region."""
-    from dp_ops.settings import load_execution_settings
+    from dp_ops.settings import execution_settings
 
     return build_key(
         REPORT, days=[days[0].isoformat(), days[-1].isoformat()], inputs=inputs,
         scaling=scaling, frozen=frozen,
         regions=sha256_file(root.regions_csv), symptoms=sha256_file(root.symptoms_txt),
-        config=asdict(cfg), chart_levels=load_execution_settings().chart_levels,
+        config=asdict(cfg), chart_levels=execution_settings().chart_levels,
         region=region)
 
 
@@ -157,9 +157,9 @@ def _build(root: DataRoot, cfg: SymptomsConfig, target: Path, *, run_id: str,
            region: str | None, days: list[date], digests: dict[date, str], inputs: str,
            scaling: pd.DataFrame, used_scaling: str | None, frozen: pd.DataFrame | None,
            key: str) -> Built:
+    from dp_ops.gx.result import require_pass
     from dp_ops.regions import read_regions
     from dp_ops.reports.symptoms.suites import validate_symptoms_release
-    from dp_ops.steps.gate import require_pass
 
     regions = read_regions(root.regions_csv)
     symptoms = read_symptoms(root.symptoms_txt)

@@ -15,7 +15,7 @@ be) published, never private values:
   dated by a Monday.
 
 The machinery (file Data Context, checkpoints, Data Docs, locking) is
-:func:`dp_ops.steps.gate.run_suites`.
+:func:`dp_ops.gx.runner.run_suites`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ import numpy as np
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
+from dp_ops.gx.result import GateResult
+from dp_ops.gx.runner import run_suites
+from dp_ops.gx.suites import suite
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, Candidate, header
 from dp_ops.reports.symptoms.config import SymptomsConfig
-from dp_ops.steps.gate import GateResult, run_suites, suite
 
 SUITE_PREFIX = "symptoms_release"
 # a published value is the rounded c x max(A / B, 0) itself (assemble.py rounds the same

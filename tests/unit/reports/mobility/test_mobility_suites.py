@@ -1,4 +1,4 @@
-"""Unit tests of the mobility release gate (``dp_ops.steps.gate``), run with Great Expectations.
+"""Unit tests of the mobility release gate (``dp_ops.gx``), run with Great Expectations.
 
 Each validation runs two checkpoints and renders Data Docs, which is slow, so the frames
 are small: 3 regions x 4 public days, plus unpublished baseline-window days
@@ -23,12 +23,12 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from dp_ops.errors import GateFailed
+from dp_ops.gx import project, runner, validated  # noqa: E402
+from dp_ops.gx.result import GateResult, require_pass  # noqa: E402
 from dp_ops.reports.mobility import suites  # noqa: E402
 from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
 from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS  # noqa: E402
 from dp_ops.reports.mobility.suites import validate_mobility_release  # noqa: E402
-from dp_ops.steps import gate  # noqa: E402
-from dp_ops.steps.gate import GateResult, require_pass  # noqa: E402
 
 CFG = MobilityConfig()
 PARKS = "parks_percent_change_from_baseline"
@@ -144,7 +144,7 @@ def test_unpublished_rows_are_not_held_to_publication_rules(tmp_path: Path) -> N
 def test_repeated_calls_reuse_the_project_and_bound_stored_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gate, "KEEP_VALIDATIONS", 1)
+    monkeypatch.setattr(runner, "KEEP_VALIDATIONS", 1)
     monkeypatch.setenv("DP_DOCS_INDEX_SECONDS", "0")  # prune at every gate
     gx_dir = tmp_path / "gx"
     release = make_release()
@@ -342,20 +342,20 @@ def test_row_rules_see_only_the_new_days_and_table_rules_the_whole_release(
 def test_validated_record_is_keyed_by_rules_and_merges(tmp_path: Path) -> None:
     gx_dir = tmp_path / "gx"
     rules = suites.row_rules(CFG)
-    assert gate.validated_files(gx_dir, "mobility", rules) == {}
-    gate.record_validated(gx_dir, "mobility", rules, {"2020-02-16": "a", "2020-02-17": "b"})
-    gate.record_validated(gx_dir, "mobility", rules, {"2020-02-17": "c", "2020-02-18": "d"})
-    assert gate.validated_files(gx_dir, "mobility", rules) == {
+    assert validated.validated_files(gx_dir, "mobility", rules) == {}
+    validated.record_validated(gx_dir, "mobility", rules, {"2020-02-16": "a", "2020-02-17": "b"})
+    validated.record_validated(gx_dir, "mobility", rules, {"2020-02-17": "c", "2020-02-18": "d"})
+    assert validated.validated_files(gx_dir, "mobility", rules) == {
         "2020-02-16": "a", "2020-02-17": "c", "2020-02-18": "d"}
     # other rules (a changed config) see nothing validated: every day is checked again
     stricter = suites.row_rules(MobilityConfig(min_contributors=CFG.min_contributors + 1))
     assert stricter != rules
-    assert gate.validated_files(gx_dir, "mobility", stricter) == {}
-    gate.record_validated(gx_dir, "mobility", stricter, {"2020-02-16": "a"})
-    assert gate.validated_files(gx_dir, "mobility", rules) == {}
+    assert validated.validated_files(gx_dir, "mobility", stricter) == {}
+    validated.record_validated(gx_dir, "mobility", stricter, {"2020-02-16": "a"})
+    assert validated.validated_files(gx_dir, "mobility", rules) == {}
     # an unreadable record is no record
-    (gx_dir / gate.VALIDATED_DIR / "mobility.json").write_text("{not json")
-    assert gate.validated_files(gx_dir, "mobility", stricter) == {}
+    (gx_dir / validated.VALIDATED_DIR / "mobility.json").write_text("{not json")
+    assert validated.validated_files(gx_dir, "mobility", stricter) == {}
 
 
 # -- concurrency ---------------------------------------------------------------------------
@@ -451,7 +451,7 @@ def test_index_due(tmp_path: Path, age: float | None, failed: bool, due: bool) -
         index.write_text("x")
         os.utime(index, (1000.0, 1000.0))
     path = str(index) if age is not None else None
-    assert gate.index_due(path, failed=failed, refresh_seconds=120,
+    assert project.index_due(path, failed=failed, refresh_seconds=120,
                           now=1000.0 + (age or 0.0)) is due
 
 
@@ -473,7 +473,7 @@ def test_warm_up_validates_in_a_throwaway_project(tmp_path: Path,
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    result = gate.warm_up()
+    result = runner.warm_up()
     assert result.success, result.failed
     assert result.evaluated == 13
     assert list(tmp_path.iterdir()) == []
@@ -505,13 +505,13 @@ def test_the_site_has_no_profiling_section(tmp_path: Path) -> None:
     # a project made before: its site gets the setting at the next gate, and keeps working
     context = gx.get_context(mode="file", project_root_dir=gx_dir)
     sites = context.variables.data_docs_sites
-    del sites[gate.SITE_NAME]["site_section_builders"]
+    del sites[project.SITE_NAME]["site_section_builders"]
     context.variables.data_docs_sites = sites
     context.variables.save()
-    assert not gate._profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
+    assert not project.profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
     again = run_gate(make_release(), gx_dir)
     assert again.success and all(Path(p).is_file() for p in again.validation_pages)
-    assert gate._profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
+    assert project.profiling_off(gx.get_context(mode="file", project_root_dir=gx_dir))
     assert "mobility_release_published" in Path(str(again.data_docs_index)).read_text(
         encoding="utf-8")
 
@@ -523,6 +523,6 @@ def test_each_table_is_its_own_data_asset(shared_gx: Path) -> None:
 
     assert run_gate(make_release(), shared_gx).success
     context = gx.get_context(mode="file", project_root_dir=shared_gx)
-    source = context.data_sources.get(gate.DATA_SOURCE)
+    source = context.data_sources.get(project.DATA_SOURCE)
     names = {asset.name for asset in source.assets}
     assert names == {"internal", "published", "internal_keys", "published_keys"}

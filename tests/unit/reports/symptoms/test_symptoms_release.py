@@ -21,6 +21,7 @@ from dp_demo.geography import demo_regions
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import DerivedStateTampered, GateFailed, PublishRefused
+from dp_ops.gx.result import require_pass
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
@@ -36,7 +37,6 @@ from dp_ops.reports.symptoms.assemble import (
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.suites import validate_symptoms_release
-from dp_ops.steps.gate import require_pass
 from dp_ops.steps.release import read_staged, staging_dir
 
 CFG = SymptomsConfig()
@@ -635,7 +635,7 @@ def test_a_week_in_which_nothing_passes_leaves_an_empty_weekly_file_that_is_vali
     regions in a file). Data Docs name each table: the three data assets."""
     import great_expectations as gx
 
-    from dp_ops.steps import gate
+    from dp_ops.gx.project import DATA_SOURCE
 
     candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
     values = candidate.values[candidate.values["resolution"] != "weekly"]
@@ -648,5 +648,5 @@ def test_a_week_in_which_nothing_passes_leaves_an_empty_weekly_file_that_is_vali
         gx_dir=tmp_path / "gx", cfg=CFG, run_name="quiet-week")
     assert result.success, result.failed
     context = gx.get_context(mode="file", project_root_dir=tmp_path / "gx")
-    names = {asset.name for asset in context.data_sources.get(gate.DATA_SOURCE).assets}
+    names = {asset.name for asset in context.data_sources.get(DATA_SOURCE).assets}
     assert names == {"symptoms_daily", "symptoms_weekly", "symptoms_values"}

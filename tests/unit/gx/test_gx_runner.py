@@ -1,4 +1,4 @@
-"""``dp_ops.steps.gate._run_checkpoint``: what ``Checkpoint.run`` does for the gate's
+"""``dp_ops.gx.runner.run_checkpoint``: what ``Checkpoint.run`` does for the gate's
 checkpoints (no actions), minus its second freshness check. Run against GX itself: the same
 result keys, statistics and stored results as ``Checkpoint.run``."""
 
@@ -18,13 +18,14 @@ import pytest  # noqa: E402
 from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
 from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
 
-from dp_ops.steps import gate  # noqa: E402
+from dp_ops.gx import project, runner  # noqa: E402
+from dp_ops.gx.suites import suite  # noqa: E402
 
 FRAME = pd.DataFrame({"key": ["AA", "BB", "cc"], "value": [1, 2, 30]})
 
 
 def _suite() -> gx.ExpectationSuite:
-    return gate.suite("checkpoint_test", [
+    return suite("checkpoint_test", [
         gxe.ExpectColumnValuesToMatchRegex(column="key", regex=r"^[A-Z]{2}$"),
         gxe.ExpectColumnValuesToBeBetween(column="value", max_value={"$PARAMETER": "top"}),
         gxe.ExpectTableRowCountToEqual(value=3),
@@ -32,7 +33,7 @@ def _suite() -> gx.ExpectationSuite:
 
 
 def _stored_checkpoint(tmp_path: Path) -> tuple[object, gx.Checkpoint]:
-    context, [checkpoint] = gate._prepared(tmp_path / "gx", [(_suite(), "asset", FRAME)])
+    context, [checkpoint] = project.prepared(tmp_path / "gx", [(_suite(), "asset", FRAME)])
     return context, checkpoint
 
 
@@ -40,7 +41,7 @@ def test_same_results_and_stored_results_as_checkpoint_run(tmp_path: Path) -> No
     context, checkpoint = _stored_checkpoint(tmp_path)
     ours_id = RunIdentifier(run_name="ours", run_time=datetime(2020, 1, 1, tzinfo=UTC))
     theirs_id = RunIdentifier(run_name="theirs", run_time=datetime(2020, 1, 2, tzinfo=UTC))
-    ours = gate._run_checkpoint(checkpoint, FRAME, {"top": 10}, ours_id)
+    ours = runner.run_checkpoint(checkpoint, FRAME, {"top": 10}, ours_id)
     theirs = list(checkpoint.run(batch_parameters={"dataframe": FRAME},
                                  expectation_parameters={"top": 10},
                                  run_id=theirs_id).run_results.items())
@@ -64,7 +65,7 @@ def test_a_checkpoint_with_actions_is_refused(tmp_path: Path) -> None:
     _, checkpoint = _stored_checkpoint(tmp_path)
     checkpoint.actions = [UpdateDataDocsAction(name="docs")]
     with pytest.raises(ValueError, match="has actions"):
-        gate._run_checkpoint(checkpoint, FRAME, {"top": 10}, RunIdentifier(run_name="x"))
+        runner.run_checkpoint(checkpoint, FRAME, {"top": 10}, RunIdentifier(run_name="x"))
 
 
 def test_frames_are_validated_without_a_data_fingerprint(
@@ -77,14 +78,14 @@ def test_frames_are_validated_without_a_data_fingerprint(
     before = pandas_execution_engine.HASH_THRESHOLD
     assert before > 0
     seen: list[int] = []
-    real = gate._run_checkpoint
+    real = runner.run_checkpoint
 
     def spy(*args: object, **kwargs: object) -> object:
         seen.append(pandas_execution_engine.HASH_THRESHOLD)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gate, "_run_checkpoint", spy)
-    result = gate.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "gx",
+    monkeypatch.setattr(runner, "run_checkpoint", spy)
+    result = runner.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "gx",
                              parameters={"top": 10}, run_name="no-fingerprint")
     assert seen == [0] and pandas_execution_engine.HASH_THRESHOLD == before
     assert not result.success and len(result.failed) == 2  # "cc" and 30, as above
