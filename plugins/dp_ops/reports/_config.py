@@ -1,13 +1,18 @@
-"""What both reports' configuration objects share: field checks whose errors name the field
-and the bad value, and building a config from a plain mapping (a JSON file)."""
+"""What every report's configuration shares: :class:`BudgetedConfig` (the levels, the method
+version and the per-user-day cap with its headroom), field checks whose errors name the
+field and the bad value, and building a config from a plain mapping (a JSON file)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+import math
+from dataclasses import dataclass, field, fields
 from datetime import date
-from typing import Any
+from typing import Any, Self
 
+from dp_ops.contract import LEVELS
 from dp_ops.errors import ConfigError
+from dp_ops.privacy.plan import MetricBudget
+from dp_ops.settings import json_object
 
 
 def check(cond: bool, name: str, value: Any, why: str) -> None:
@@ -32,3 +37,85 @@ def mapping_kwargs(cls: type, values: dict[str, Any]) -> dict[str, Any]:
             value = tuple(value)
         kwargs[key] = value
     return kwargs
+
+
+@dataclass(frozen=True)
+class BudgetedConfig:
+    """The part of a report's configuration the factory reads: the levels it publishes,
+    the regions' minimum area, the method version, and the per-user-day cap (docs/design.md,
+    Privacy budget ledger): a normal run plus headroom for ``cap_renoises`` region re-noises
+    and ``cap_method_updates`` method updates at ``method_update_fraction`` of a normal
+    run's cost, unless ``cap_override`` sets it.
+
+    A report's config subclasses it (frozen too) and provides :attr:`metric_budgets`;
+    :attr:`ledger_epsilons` defaults to each group's epsilon."""
+
+    min_area_km2: float = 3.0
+    method_version: str = "v1"
+    method_update_fraction: float = 0.10
+    cap_renoises: int = 1
+    cap_method_updates: int = 1
+    cap_override: float | None = None
+    levels: tuple[int, ...] = field(default=LEVELS)
+
+    def __post_init__(self) -> None:
+        check(self.min_area_km2 >= 0, "min_area_km2", self.min_area_km2, "must be >= 0")
+        check(0 < self.method_update_fraction <= 1, "method_update_fraction",
+              self.method_update_fraction, "must be in (0, 1]")
+        check(self.cap_renoises >= 0 and self.cap_method_updates >= 0, "cap_renoises",
+              (self.cap_renoises, self.cap_method_updates), "headroom counts must be >= 0")
+        check(tuple(sorted(set(self.levels))) == tuple(self.levels) and len(self.levels) > 0
+              and set(self.levels) <= set(LEVELS), "levels", self.levels,
+              "must be a non-empty sorted subset of (0, 1, 2)")
+        if self.cap_override is not None:
+            check(self.cap_override > 0, "cap_override", self.cap_override, "must be > 0")
+
+    @property
+    def metric_budgets(self) -> tuple[MetricBudget, ...]:
+        """The ledger metric groups noised per level and date."""
+        raise NotImplementedError(f"{type(self).__name__} defines no metric budgets")
+
+    def budget(self, name: str) -> MetricBudget:
+        for b in self.metric_budgets:
+            if b.name == name:
+                return b
+        raise ConfigError(f"unknown metric group {name!r}")
+
+    @property
+    def ledger_epsilons(self) -> dict[str, float]:
+        """What each ledger slot (a metric group at one level) costs per user-day."""
+        return {b.name: b.epsilon for b in self.metric_budgets}
+
+    @property
+    def run_epsilon(self) -> float:
+        """Composed epsilon of one normal daily run per user-day (every level and group)."""
+        return math.fsum(self.ledger_epsilons.values()) * len(self.levels)
+
+    @property
+    def cap(self) -> float:
+        """Per-user-day cap: a normal run plus headroom."""
+        if self.cap_override is not None:
+            return self.cap_override
+        return self.run_epsilon * (
+            1 + self.cap_renoises + self.cap_method_updates * self.method_update_fraction
+        )
+
+    @property
+    def policy_terms(self) -> dict[str, float]:
+        """What the ledger records of this configuration besides the cap, at the first
+        spend; a process whose terms differ is refused (docs/design.md, Privacy budget
+        ledger). Changing them is `python -m dp_ops ledger set-epsilon`."""
+        terms = {f"epsilon.{name}": eps for name, eps in self.ledger_epsilons.items()}
+        terms["method_update_fraction"] = self.method_update_fraction
+        return terms
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> Self:
+        """Build from a plain mapping (e.g. a JSON file); unknown keys are errors."""
+        return cls(**mapping_kwargs(cls, values))
+
+    @classmethod
+    def load(cls, variable: str) -> Self:
+        """Defaults, overridden by the JSON file named in the environment ``variable``."""
+        values = json_object(variable)
+        return cls() if values is None else cls.from_mapping(values)

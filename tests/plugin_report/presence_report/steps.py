@@ -31,7 +31,8 @@ BOUNDING = BoundingSql(lambda stays: render_sql_file(
 
 
 def load_config() -> PresenceConfig:
-    return PresenceConfig()
+    """Defaults, overridden by the JSON file named in ``DP_PRESENCE_CONFIG``."""
+    return PresenceConfig.load("DP_PRESENCE_CONFIG")
 
 
 def prepare(cfg: PresenceConfig) -> int:

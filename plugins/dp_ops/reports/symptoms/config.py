@@ -6,16 +6,12 @@ Errors name the field and the bad value. Epsilons are per user-day.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
-from typing import Any
 
-from dp_ops.contract import LEVELS
-from dp_ops.errors import ConfigError
 from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
-from dp_ops.reports._config import check, mapping_kwargs
+from dp_ops.reports._config import BudgetedConfig, check
 from dp_ops.reports.symptoms.spec import SPEC
-from dp_ops.settings import json_object
 
 # The report's name in paths, the ledger and the DAGs.
 REPORT: str = SPEC.name
@@ -27,7 +23,7 @@ SYMPTOM_CELL_PREFIX = "symptom:"      # A cells are named "symptom:<Name>", as t
 
 
 @dataclass(frozen=True)
-class SymptomsConfig:
+class SymptomsConfig(BudgetedConfig):
     """Parameters of the Search Trends Symptoms dataset (docs/design.md, Symptoms dataset).
 
     Budget: ``total_epsilon`` per user-day is split evenly over the levels and, within a
@@ -42,7 +38,6 @@ class SymptomsConfig:
     total_epsilon: float = 1.68
     volume_share: float = 0.2
     max_symptoms_per_day: int = 3
-    min_area_km2: float = 3.0
     first_public_date: date = date(2020, 1, 1)
     # Reliability rule: the true ratio lies within +/- tolerance of A/B with at least
     # this probability (docs/design.md, Symptoms dataset); the rule inverts a test at
@@ -60,15 +55,10 @@ class SymptomsConfig:
     # Symptoms dataset).
     granularity_neighbours: int = 20
     scale_to: float = 100.0
-    method_version: str = "v1"
-    method_update_fraction: float = 0.10
-    cap_renoises: int = 1
-    cap_method_updates: int = 1
-    cap_override: float | None = None
     bounding_salt: str = "symptoms-v1"
-    levels: tuple[int, ...] = field(default=LEVELS)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check(isinstance(self.total_epsilon, (int, float)) and math.isfinite(self.total_epsilon)
                and self.total_epsilon > 0, "total_epsilon", self.total_epsilon,
                "must be a finite number > 0")
@@ -79,7 +69,6 @@ class SymptomsConfig:
                "must be in (0, 1): both A and B need budget")
         check(isinstance(self.max_symptoms_per_day, int) and self.max_symptoms_per_day >= 1,
                "max_symptoms_per_day", self.max_symptoms_per_day, "must be an integer >= 1")
-        check(self.min_area_km2 >= 0, "min_area_km2", self.min_area_km2, "must be >= 0")
         check(0 < self.reliability_tolerance < 1, "reliability_tolerance",
                self.reliability_tolerance, "must be in (0, 1)")
         check(0 < self.reliability_probability < 1, "reliability_probability",
@@ -94,15 +83,6 @@ class SymptomsConfig:
                "granularity_neighbours", self.granularity_neighbours,
                "must be an integer >= 0")
         check(self.scale_to > 0, "scale_to", self.scale_to, "must be > 0")
-        check(0 < self.method_update_fraction <= 1, "method_update_fraction",
-               self.method_update_fraction, "must be in (0, 1]")
-        check(self.cap_renoises >= 0 and self.cap_method_updates >= 0, "cap_renoises",
-               (self.cap_renoises, self.cap_method_updates), "headroom counts must be >= 0")
-        check(tuple(sorted(set(self.levels))) == tuple(self.levels) and len(self.levels) > 0
-               and set(self.levels) <= set(LEVELS), "levels", self.levels,
-               "must be a non-empty sorted subset of (0, 1, 2)")
-        if self.cap_override is not None:
-            check(self.cap_override > 0, "cap_override", self.cap_override, "must be > 0")
 
     # -- derived -------------------------------------------------------------------
     @property
@@ -128,47 +108,13 @@ class SymptomsConfig:
             MetricBudget(VOLUME_METRIC, self.volume_epsilon, 1),
         )
 
-    def budget(self, name: str) -> MetricBudget:
-        for b in self.metric_budgets:
-            if b.name == name:
-                return b
-        raise ConfigError(f"unknown metric group {name!r}")
-
     @property
     def ledger_epsilons(self) -> dict[str, float]:
         """What each ledger slot of one level costs per user-day: A's whole vector and B.
         (Not ``MetricBudget.epsilon``, whose ``cell * k`` may differ in the last bit.)"""
         return {SYMPTOM_METRIC: self.symptom_epsilon, VOLUME_METRIC: self.volume_epsilon}
 
-    @property
-    def run_epsilon(self) -> float:
-        """Composed epsilon of one normal daily run per user-day: the configured total."""
-        return math.fsum(self.ledger_epsilons.values()) * len(self.levels)
-
-    @property
-    def policy_terms(self) -> dict[str, float]:
-        """What the ledger records of this configuration besides the cap, at the first
-        spend; a process whose terms differ is refused (docs/design.md, Privacy budget
-        ledger). Changing them is `python -m dp_ops ledger set-epsilon`."""
-        terms = {f"epsilon.{name}": eps for name, eps in self.ledger_epsilons.items()}
-        terms["method_update_fraction"] = self.method_update_fraction
-        return terms
-
-    @property
-    def cap(self) -> float:
-        if self.cap_override is not None:
-            return self.cap_override
-        return self.run_epsilon * (
-            1 + self.cap_renoises + self.cap_method_updates * self.method_update_fraction
-        )
-
-    @classmethod
-    def from_mapping(cls, values: dict[str, Any]) -> SymptomsConfig:
-        """Build from a plain mapping (e.g. a JSON file); unknown keys are errors."""
-        return cls(**mapping_kwargs(cls, values))
-
 
 def load_symptoms_config() -> SymptomsConfig:
     """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG`` if set."""
-    values = json_object("DP_SYMPTOMS_CONFIG")
-    return SymptomsConfig() if values is None else SymptomsConfig.from_mapping(values)
+    return SymptomsConfig.load("DP_SYMPTOMS_CONFIG")
