@@ -292,6 +292,33 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify_release(args: argparse.Namespace) -> int:
+    """Exit 0 when the release verifies, 1 when it does not (each problem printed),
+    2 when the directory or the column schema cannot be used."""
+    import json
+
+    from dp_ops.verify_release import verify_release
+
+    if not args.directory.is_dir():
+        print(f"error: {args.directory}: not a directory", file=sys.stderr)
+        return 2
+    contract = None
+    if args.columns is not None:
+        try:
+            contract = json.loads(args.columns.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"error: --columns {args.columns}: not a readable JSON column schema "
+                  f"({exc})", file=sys.stderr)
+            return 2
+        if not isinstance(contract, dict) or not isinstance(contract.get("files"), list):
+            print(f"error: --columns {args.columns}: a column schema is an object with a "
+                  "'files' list", file=sys.stderr)
+            return 2
+    outcome = verify_release(args.directory, contract)
+    print(json.dumps(outcome.as_dict(), indent=2) if args.json else outcome.text())
+    return 0 if outcome.ok else 1
+
+
 # Commands other installed packages add to this one (the demo package adds ``generate`` and
 # ``evaluate``): each entry point is a function that adds its subparser. dp_ops itself
 # never imports those packages.
@@ -371,6 +398,17 @@ def build_parser() -> argparse.ArgumentParser:
     pru.add_argument("--apply", action="store_true", help="remove them (default: list only)")
     pru.set_defaults(func=cmd_prune)
 
+    ver = sub.add_parser("verify-release", help="check a published release against its "
+                                                "manifest and the release contract (no "
+                                                "ledger, no data root needed)")
+    ver.add_argument("directory", type=Path, help="the release directory (the one holding "
+                                                  "manifest.json)")
+    ver.add_argument("--columns", type=Path, default=None, metavar="FILE",
+                     help="the column schema of a report dp-ops does not ship "
+                          "(<report>.columns.json of its package)")
+    ver.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    ver.set_defaults(func=cmd_verify_release, consumer=True)
+
     for command in plugin_commands():
         command.load()(sub)
     return parser
@@ -403,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.addFilter(lambda record: not record.exc_info)
     logging.getLogger().addHandler(console)
     logging.getLogger().setLevel(logging.INFO)
-    log_file = open_log_file()
+    # a consumer's command reads a release only: no log file in a data root
+    log_file = None if getattr(args, "consumer", False) else open_log_file()
     log.info("python -m dp_ops %s", args.command)
     try:
         return int(args.func(args))

@@ -149,7 +149,7 @@ def checkpoint(
     (call under the exclusive lock).
 
     Reused as stored when its suite is unchanged: rewriting the suite, validation
-    definition and checkpoint costs about as much as validating 25,000 rows.
+    definition and checkpoint costs as much as validating a sizeable table.
     """
     stored = storedcheckpoint(context, suite)
     if stored is not None:

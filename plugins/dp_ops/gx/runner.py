@@ -50,8 +50,8 @@ def run_checkpoint(checkpoint: gx.Checkpoint, frame: pd.DataFrame,
     ``checkpoint.run`` first re-reads the checkpoint, its definitions and their suites
     from the project to check that they match the objects in hand;
     :func:`~dp_ops.gx.project.prepared` has just read them from the project, under the
-    lock that keeps them from changing, and checked their rules, so that check read the
-    same files again (a few hundredths of a second a suite).
+    lock that keeps them from changing, and checked their rules, so that check would only
+    read the same files again.
     """
     if checkpoint.actions:  # _stored_checkpoint returns none with actions; say so if not
         raise ValueError(f"checkpoint {checkpoint.name} has actions: run it with .run()")
