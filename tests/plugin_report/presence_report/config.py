@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from dp_ops.privacy.plan import MetricBudget
-from dp_ops.reports._config import BudgetedConfig, check
+from dp_ops.reports.base_config import BudgetedConfig, check
 from presence_report.spec import SPEC
 
 REPORT: str = SPEC.name

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from datetime import date
 
 from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
-from dp_ops.reports._config import BudgetedConfig, check
+from dp_ops.reports.base_config import BudgetedConfig, check
 from dp_ops.reports.mobility.spec import SPEC
 
 # The report's name in paths, the ledger and the DAGs.

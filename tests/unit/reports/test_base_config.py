@@ -11,7 +11,7 @@ import pytest
 
 from dp_ops.errors import ConfigError
 from dp_ops.privacy.plan import MetricBudget
-from dp_ops.reports._config import BudgetedConfig
+from dp_ops.reports.base_config import BudgetedConfig
 
 
 @dataclass(frozen=True)
