@@ -45,7 +45,11 @@ def presence(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(PLUGIN))  # its .dist-info and its package
         # dag.test() runs a DAG its bundle holds: the plug-in's DAG folder is the bundle
+        # (Airflow reads the folder into airflow.settings once, at its first import)
+        import airflow.settings
+
         mp.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(PLUGIN / "dags"))
+        mp.setattr(airflow.settings, "DAGS_FOLDER", str(PLUGIN / "dags"))
         mp.setenv("DP_DATA_ROOT", str(root))
         mp.delenv("DP_LEDGER_URL", raising=False)
         _forget_reports()
