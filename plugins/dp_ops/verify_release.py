@@ -18,7 +18,6 @@ published: the operator's ``python -m dp_ops ledger --verify`` does that.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from dp_ops.steps.release import sha256_file
 from dp_ops.steps.release_contract import (
     SCHEMA_VERSION,
     check_manifest,
@@ -75,14 +75,6 @@ class Verification:
             lines += [f"  - {p}" for p in self.problems]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _listed_path(root: Path, name: object) -> tuple[Path | None, str | None]:
@@ -169,7 +161,7 @@ def verify_release(directory: Path,
         size = path.stat().st_size
         if meta.get("bytes") != size:
             problems.append(f"{name}: {size} bytes, the manifest says {meta.get('bytes')}")
-        elif _sha256(path) != meta.get("sha256"):
+        elif sha256_file(path) != meta.get("sha256"):
             problems.append(f"{name}: its sha256 is not the manifest's (changed since it "
                             "was published)")
     unlisted = sorted(_present_files(root) - set(map(str, files)) - {MANIFEST})
