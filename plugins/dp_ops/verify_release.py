@@ -29,7 +29,7 @@ from typing import Any
 
 from dp_ops.steps.release import sha256_file
 from dp_ops.steps.release_contract import (
-    SCHEMA_VERSION,
+    READABLE_VERSIONS,
     check_manifest,
     check_release_files,
     load_schema,
@@ -140,9 +140,10 @@ def verify_release(directory: Path,
     release_id = (manifest.get("release_id")
                   if isinstance(manifest.get("release_id"), str) else None)
     version = manifest.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         problems.append(f"{MANIFEST}: schema_version {str(version)[:20]!r}; this version "
-                        f"of dp-ops reads {SCHEMA_VERSION!r}: use the dp-ops that wrote it")
+                        f"of dp-ops reads {', '.join(READABLE_VERSIONS)}: use the dp-ops "
+                        "that wrote it")
         return done(report, release_id)
     problems += [f"{MANIFEST}: {p}" for p in check_manifest(manifest)]
 
@@ -178,7 +179,8 @@ def verify_release(directory: Path,
                          "--columns)")
     if contract is not None and report is not None:
         try:
-            problems += check_release_files(report, root, contract)
+            problems += check_release_files(report, root, contract,
+                                            version=str(version))
         except Exception as exc:  # a data file a reader cannot parse
             problems.append(f"a data file cannot be read as its column schema says "
                             f"({type(exc).__name__}: {str(exc)[:160]})")

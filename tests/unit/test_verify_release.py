@@ -18,11 +18,12 @@ import pytest
 from dp_ops.cli import main
 from dp_ops.engine.files import json_bytes
 from dp_ops.reports.mobility.release import write_release_files
-from dp_ops.reports.mobility.report import PUBLISHED_COLUMNS
+from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS, ROW_KEY
 from dp_ops.steps.release import checksums, epsilon_summary
 from dp_ops.steps.release_values import GateOutcome, Manifest
 from dp_ops.verify_release import verify_release
 
+INTERVALS = "Global_Mobility_Report_intervals.csv"
 CSV = "Global_Mobility_Report.csv"
 PARQUET = "Global_Mobility_Report.parquet"
 
@@ -34,6 +35,15 @@ def _rows() -> pd.DataFrame:
     frame["date"] = ["2020-02-15", "2020-02-16", "2020-02-17"]
     for c in PUBLISHED_COLUMNS[9:]:
         frame[c] = pd.array([4, None, -20], dtype="Int64")
+    return frame
+
+
+def _intervals(published: pd.DataFrame) -> pd.DataFrame:
+    """The sidecar of ``published``: each change's interval, 3 below to 4 above it."""
+    frame = published[list(ROW_KEY)].copy()
+    for c in CHANGE_COLUMNS:
+        frame[f"{c}_low"] = published[c] - 3
+        frame[f"{c}_high"] = published[c] + 4
     return frame
 
 
@@ -55,7 +65,7 @@ def _manifest(release: Path) -> dict[str, object]:
 @pytest.fixture
 def release(tmp_path: Path) -> Path:
     target = tmp_path / "releases" / "2020-02-17-0123456789ab"
-    write_release_files(_rows(), target)
+    write_release_files(_rows(), target, _intervals(_rows()))
     (target / "index.html").write_text("<!doctype html><title>release</title>\n")
     (target / "manifest.json").write_bytes(json_bytes(_manifest(target)))
     return target
@@ -130,6 +140,9 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "a gate that did not pass": (
         _edit_manifest(lambda m: m["gate"].update(success=False)),  # type: ignore[attr-defined]
         "manifest['gate']['success']"),
+    "a 1.2 release without its intervals sidecar": (
+        lambda r: ((r / INTERVALS).unlink(), _relist(r)),
+        f"{INTERVALS}: no such file in the release"),
     "a release id that is no content id": (
         _edit_manifest(lambda m: m.update(release_id="latest")), "manifest['release_id']"),
 }
@@ -183,3 +196,14 @@ def test_it_reads_nothing_but_the_release(release: Path, tmp_path: Path) -> None
                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("OK:") and list(cwd.iterdir()) == []
+
+
+def test_a_release_of_contract_1_1_still_verifies(release: Path) -> None:
+    """Old releases stay readable: a 1.1 release had no intervals sidecar, and the
+    1.2 reader does not ask for one (a 1.2 release without it fails, above)."""
+    for name in (INTERVALS, INTERVALS.replace(".csv", ".parquet")):
+        (release / name).unlink()
+    _relist(release)
+    _edit_manifest(lambda m: m.update(schema_version="1.1"))(release)
+    outcome = verify_release(release)
+    assert outcome.ok, outcome.problems

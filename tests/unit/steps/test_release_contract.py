@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 
 from dp_ops.reports.mobility.release import write_release_files
-from dp_ops.reports.mobility.report import PUBLISHED_COLUMNS
+from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS, ROW_KEY
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, SCALING_COLUMNS
 from dp_ops.steps import release_contract
 from dp_ops.steps.release_contract import (
+    READABLE_VERSIONS,
     SCHEMA_VERSION,
     check_manifest,
     check_release_files,
@@ -37,8 +38,8 @@ def test_the_shipped_column_schemas_are_the_columns_the_code_writes() -> None:
     assert _names("symptoms", "scaling_factors.parquet") == list(SCALING_COLUMNS)
     for report in ("mobility", "symptoms"):
         assert load_schema(f"{report}.columns.json")["schema_version"] == SCHEMA_VERSION
-    assert load_schema("manifest.schema.json")["properties"]["schema_version"] == {
-        "const": SCHEMA_VERSION}
+    versions = load_schema("manifest.schema.json")["properties"]["schema_version"]["enum"]
+    assert versions == list(READABLE_VERSIONS) and versions[-1] == SCHEMA_VERSION
 
 
 def _published(rows: int = 4) -> pd.DataFrame:
@@ -53,10 +54,19 @@ def _published(rows: int = 4) -> pd.DataFrame:
     return frame
 
 
+def _intervals(published: pd.DataFrame) -> pd.DataFrame:
+    """The sidecar of ``published``: each change's interval, 3 below to 4 above it."""
+    frame = published[list(ROW_KEY)].copy()
+    for c in CHANGE_COLUMNS:
+        frame[f"{c}_low"] = published[c] - 3
+        frame[f"{c}_high"] = published[c] + 4
+    return frame
+
+
 @pytest.fixture
 def mobility_release(tmp_path: Path) -> Path:
     target = tmp_path / "release"
-    write_release_files(_published(), target)
+    write_release_files(_published(), target, _intervals(_published()))
     return target
 
 

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -221,9 +222,37 @@ def within_promise(change: np.ndarray, ratio_lo: np.ndarray, ratio_hi: np.ndarra
                 & (100 * (np.asarray(ratio_hi) - 1) <= change + max_error_points))
 
 
+class ChangeEstimates(NamedTuple):
+    """A category's integer changes, publish flags and the changes' interval: ``low`` and
+    ``high`` in points, rounded outwards to integers (NaN where no interval was made),
+    holding the true change with probability at least ``1 - alpha`` whatever the true
+    values are (the hull of the test the publish decision uses; module docstring)."""
+
+    change: np.ndarray
+    publish: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def change_interval(ratio_lo: np.ndarray, ratio_hi: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The true change's interval in points from the true ratio's, rounded outwards (so it
+    holds the true change whenever the ratio's holds the true ratio)."""
+    with np.errstate(invalid="ignore"):
+        return (np.floor(100 * (np.asarray(ratio_lo, dtype=float) - 1)),
+                np.ceil(100 * (np.asarray(ratio_hi, dtype=float) - 1)))
+
+
 def count_changes(frame: pd.DataFrame, *, alpha: float, max_error_points: float
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Integer changes and publish flags for a count category.
+    """Integer changes and publish flags for a count category (:func:`count_estimates`)."""
+    est = count_estimates(frame, alpha=alpha, max_error_points=max_error_points)
+    return est.change, est.publish
+
+
+def count_estimates(frame: pd.DataFrame, *, alpha: float, max_error_points: float
+                    ) -> ChangeEstimates:
+    """Integer changes, publish flags and intervals for a count category.
 
     ``frame`` columns: ``value``, ``cells``, ``epsilon``, ``sensitivity`` (today), and
     ``baseline``, ``noise_cells``, ``noise_epsilon``, ``noise_sensitivity`` (the frozen
@@ -256,23 +285,38 @@ def count_changes(frame: pd.DataFrame, *, alpha: float, max_error_points: float
             r_lo[rows] = lo / frame["factor_hi"].to_numpy(dtype=float)[rows]
             r_hi[rows] = hi / frame["factor_lo"].to_numpy(dtype=float)[rows]
     publish = ok & within_promise(change, r_lo, r_hi, max_error_points)
-    return change, publish
+    low, high = change_interval(r_lo, r_hi)
+    return ChangeEstimates(change, publish, low, high)
 
 
 def residential_changes(hours: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                         baseline: np.ndarray, baseline_lo: np.ndarray,
                         baseline_hi: np.ndarray, *, max_error_points: float
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """Integer changes and publish flags for residential hours, from today's interval and
-    the baseline's (module docstring: their miss probabilities add up to the rule's)."""
+    """Integer changes and publish flags for residential hours
+    (:func:`residential_estimates`)."""
+    est = residential_estimates(hours, lo, hi, baseline, baseline_lo, baseline_hi,
+                                max_error_points=max_error_points)
+    return est.change, est.publish
+
+
+def residential_estimates(hours: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                          baseline: np.ndarray, baseline_lo: np.ndarray,
+                          baseline_hi: np.ndarray, *, max_error_points: float
+                          ) -> ChangeEstimates:
+    """Integer changes, publish flags and intervals for residential hours, from today's
+    interval and the baseline's (module docstring: their miss probabilities add up to the
+    rule's)."""
     h, h_lo, h_hi, b, bl, bu = (np.asarray(x, dtype=float)
                                 for x in (hours, lo, hi, baseline, baseline_lo, baseline_hi))
     with np.errstate(divide="ignore", invalid="ignore"):
         ok = np.isfinite(h) & np.isfinite(b) & (b > 0) & (bl > 0)
         ratio = np.where(ok, h / b, np.nan)
         change = integer_change(ratio)
-        publish = ok & within_promise(change, h_lo / bu, h_hi / bl, max_error_points)
-    return change, publish
+        r_lo, r_hi = np.where(ok, h_lo / bu, np.nan), np.where(ok, h_hi / bl, np.nan)
+        publish = ok & within_promise(change, r_lo, r_hi, max_error_points)
+    low, high = change_interval(r_lo, r_hi)
+    return ChangeEstimates(change, publish, low, high)
 
 
 def residential_day_alpha(alpha: float, baseline_miss: float) -> float:

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.errors import BaselineMissing
+from dp_ops.errors import BaselineMissing, GateFailed
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -30,7 +30,12 @@ from dp_ops.reports.mobility.charts import write_mobility_charts
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES
 from dp_ops.reports.mobility.page import published_mobility
-from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS
+from dp_ops.reports.mobility.report import (
+    CHANGE_COLUMNS,
+    INTERVAL_COLUMNS,
+    INTERVAL_FILE_COLUMNS,
+    PUBLISHED_COLUMNS,
+)
 from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.steps import release, release_flow
 from dp_ops.steps.charts import charted_regions
@@ -53,6 +58,9 @@ __all__ = ["PARTS", "MobilityRelease", "assemble", "epsilon_accounting", "publis
 
 GLOBAL_CSV = "Global_Mobility_Report.csv"
 GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
+# The sidecar: the same rows in the same order, each change's 95% interval
+INTERVALS_CSV = "Global_Mobility_Report_intervals.csv"
+INTERVALS_PARQUET = "Global_Mobility_Report_intervals.parquet"
 REGION_DIR = "Region_Mobility_Report_CSVs"
 SORT_KEYS = ["country_region_code", "sub_region_1", "sub_region_2", "metro_area", "date"]
 
@@ -62,23 +70,56 @@ def staging_dir(root: DataRoot, run_id: str) -> Path:
 
 
 def assemble(tables: list[pa.Table]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(internal domain table, published table) of the days' verified rows."""
+    """(internal domain table, published table) of the days' verified rows; the
+    published table's intervals are :func:`intervals_table`."""
     # one Arrow table and one conversion (a pandas concat of a year of small frames is
     # several times slower)
     internal = pa.concat_tables(tables, promote_options="permissive").to_pandas()
-    published = internal.loc[internal["publish_row"], list(PUBLISHED_COLUMNS)]
-    published = published.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
+    published = _published_rows(internal, PUBLISHED_COLUMNS)
     for col in CHANGE_COLUMNS:
         published[col] = published[col].astype("Int64")
     return internal, published
 
 
-def write_release_files(published: pd.DataFrame, target: Path) -> None:
-    """Global CSV and Parquet, and per-year, per-country CSVs."""
+def _published_rows(internal: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    rows = internal.loc[internal["publish_row"], list(columns)]
+    return rows.sort_values(SORT_KEYS, kind="stable").reset_index(drop=True)
+
+
+def require_intervals(tables: list[pa.Table], days: list[date]) -> None:
+    """Refuse day files written before intervals were kept (naming the days and the
+    remedy): their rows would publish changes without their intervals."""
+    missing = [d for d, t in zip(days, tables, strict=True)
+               if not set(INTERVAL_COLUMNS) <= set(t.column_names)]
+    if missing:
+        shown = ", ".join(d.isoformat() for d in missing[:5])
+        raise GateFailed(
+            f"{len(missing)} mobility report day file(s) have no change intervals ({shown}"
+            f"{', ...' if len(missing) > 5 else ''}): they were written by an earlier "
+            "version; re-run the report step for those days (dp-ops run mobility --from "
+            f"{missing[0]} --to {missing[-1]}: it reuses the stored noise and spends nothing)")
+
+
+def intervals_table(internal: pd.DataFrame) -> pd.DataFrame:
+    """The sidecar's rows: the published rows' keys, in the published order, and each
+    change's interval (empty where the change is)."""
+    intervals = _published_rows(internal, INTERVAL_FILE_COLUMNS)
+    for col in INTERVAL_COLUMNS:
+        intervals[col] = intervals[col].astype("Int64")
+    return intervals
+
+
+def write_release_files(published: pd.DataFrame, target: Path,
+                        intervals: pd.DataFrame | None = None) -> None:
+    """Global CSV and Parquet, their intervals sidecar, and per-year, per-country CSVs."""
     target.mkdir(parents=True, exist_ok=True)
     write_csv(published, target / GLOBAL_CSV)
     fault_point("release.mid_write")
     pq.write_table(arrow_table(published, REPORT, GLOBAL_PARQUET), target / GLOBAL_PARQUET)
+    if intervals is not None:
+        write_csv(intervals, target / INTERVALS_CSV)
+        pq.write_table(arrow_table(intervals, REPORT, INTERVALS_PARQUET),
+                       target / INTERVALS_PARQUET)
     years = published["date"].str.slice(0, 4)
     for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
         write_csv(part, target / REGION_DIR / f"{year}_{code}_Region_Mobility_Report.csv")
@@ -132,6 +173,7 @@ def _build(root: DataRoot, cfg: MobilityConfig, ledger: Ledger, target: Path, *,
 
     # the rows as the ledger recorded them (each file's bytes checked, then parsed)
     days, digests, tables = read_release_days(root, ledger, REPORT, cfg.first_public_date)
+    require_intervals(tables, days)
     internal, published = assemble(tables)
     inputs = mobility_inputs_sha256(ledger, days, digests)
     # the row-level rules are checked on the days whose files no gate validated before
@@ -146,7 +188,7 @@ def _build(root: DataRoot, cfg: MobilityConfig, ledger: Ledger, target: Path, *,
     # charts first: they are part of the staged files and their checksums
     charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)
     charts = write_mobility_charts(published, charted, [d.isoformat() for d in days], target)
-    write_release_files(published, target)
+    write_release_files(published, target, intervals_table(internal))
     return Built(
         rows={"published": len(published), "domain": len(internal)},
         suppression=suppression_summary(internal),

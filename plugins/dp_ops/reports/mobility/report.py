@@ -27,10 +27,10 @@ from dp_ops.reports.mobility.estimates import (
     CATEGORIES,
     COUNT_CATEGORY_CELLS,
     RESIDENTIAL,
-    count_changes,
+    count_estimates,
     metric_estimates,
-    residential_changes,
     residential_day_alpha,
+    residential_estimates,
     strictly_below,
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
@@ -47,11 +47,17 @@ CHANGE_COLUMNS: tuple[str, ...] = tuple(f"{c}_percent_change_from_baseline" for 
 # A published row: its region, its date, then one change per category (Google's header).
 ROW_KEY: tuple[str, ...] = KEY_COLUMNS + ("date",)
 PUBLISHED_COLUMNS: tuple[str, ...] = ROW_KEY + CHANGE_COLUMNS
+# Each published change's 95% interval (the level of the reliability rule), in points:
+# the sidecar file's columns after the row key, low and high of each category in turn.
+INTERVAL_COLUMNS: tuple[str, ...] = tuple(f"{c}_{end}" for c in CHANGE_COLUMNS
+                                          for end in ("low", "high"))
+INTERVAL_FILE_COLUMNS: tuple[str, ...] = ROW_KEY + INTERVAL_COLUMNS
 
 
 def day_changes(estimates: pd.DataFrame, baseline: pd.DataFrame, day: date, *,
                 alpha: float, max_error_points: float) -> pd.DataFrame:
-    """Per (level, region_id): the integer change of each category (NaN = suppressed).
+    """Per (level, region_id): the integer change of each category (NaN = suppressed) and
+    its interval (``<change>_low``, ``<change>_high``; NaN where the change is).
 
     ``baseline`` is the frozen baseline with the factor columns of the method updates in
     effect (``factor``, ``factor_lo``, ``factor_hi``, ``factor_alpha``), see
@@ -68,16 +74,18 @@ def day_changes(estimates: pd.DataFrame, baseline: pd.DataFrame, day: date, *,
                 cat: "value", f"{cat}_cells": "cells", f"{cat}_epsilon": "epsilon",
                 f"{cat}_sensitivity": "sensitivity"})
             merged = today.merge(b, on=keys, how="left", validate="one_to_one")
-            change, publish = count_changes(merged, alpha=alpha,
-                                            max_error_points=max_error_points)
+            est = count_estimates(merged, alpha=alpha, max_error_points=max_error_points)
         else:
             merged = estimates[keys + [cat, f"{cat}_lo", f"{cat}_hi"]].merge(
                 b, on=keys, how="left", validate="one_to_one")
-            change, publish = residential_changes(
+            est = residential_estimates(
                 merged[cat], merged[f"{cat}_lo"], merged[f"{cat}_hi"], merged["baseline"],
                 merged["baseline_lo"], merged["baseline_hi"],
                 max_error_points=max_error_points)
-        out[f"{cat}_percent_change_from_baseline"] = np.where(publish, change, np.nan)
+        column = f"{cat}_percent_change_from_baseline"
+        out[column] = np.where(est.publish, est.change, np.nan)
+        out[f"{column}_low"] = np.where(est.publish, est.low, np.nan)
+        out[f"{column}_high"] = np.where(est.publish, est.high, np.nan)
     return out
 
 
@@ -94,7 +102,7 @@ def apply_row_rules(changes: pd.DataFrame, regions: pd.DataFrame, day: date,
     rows["residential_hours"] = pd.array(rows["residential"], dtype="Float64")
     small = rows["area_km2"] < cfg.min_area_km2
     few = rows["noisy_contributors"] < cfg.min_contributors
-    for col in CHANGE_COLUMNS:
+    for col in CHANGE_COLUMNS + INTERVAL_COLUMNS:
         values = rows[col].where(~(small | few))
         rows[col] = pd.array(values.round(), dtype="Float64").astype("Int64")
     nothing = rows[list(CHANGE_COLUMNS)].isna().all(axis=1)

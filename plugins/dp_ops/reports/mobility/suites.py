@@ -28,7 +28,12 @@ from dp_ops.gx.result import GateResult
 from dp_ops.gx.runner import run_suites
 from dp_ops.gx.suites import day_start, rules_digest, suite
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS, ROW_KEY
+from dp_ops.reports.mobility.report import (
+    CHANGE_COLUMNS,
+    INTERVAL_COLUMNS,
+    PUBLISHED_COLUMNS,
+    ROW_KEY,
+)
 
 INTERNAL_EXTRA_COLUMNS: tuple[str, ...] = (
     "region_id",
@@ -101,9 +106,19 @@ def internal_suite(cfg: MobilityConfig) -> gx.ExpectationSuite:
     add = expectations.append
     add(
         gxe.ExpectTableColumnsToMatchSet(
-            column_set=list(PUBLISHED_COLUMNS + INTERNAL_EXTRA_COLUMNS), exact_match=False
+            column_set=list(PUBLISHED_COLUMNS + INTERVAL_COLUMNS + INTERNAL_EXTRA_COLUMNS),
+            exact_match=False,
         )
     )
+    # Every published change has its interval (the sidecar file), low <= high.
+    for column in CHANGE_COLUMNS:
+        published_value = Column(column).is_not_null()
+        for end in ("low", "high"):
+            add(gxe.ExpectColumnValuesToNotBeNull(column=f"{column}_{end}",
+                                                  row_condition=published_value))
+        add(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A=f"{column}_high", column_B=f"{column}_low", or_equal=True,
+            ignore_row_if="either_value_is_missing"))
     for column in ("region_id", "date", "date_value", "publish_row"):
         add(gxe.ExpectColumnValuesToNotBeNull(column=column))
 

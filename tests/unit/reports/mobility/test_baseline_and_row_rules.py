@@ -14,7 +14,12 @@ import pytest
 
 from dp_ops.reports.mobility.baseline import compute_baseline
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.mobility.report import CHANGE_COLUMNS, KEY_COLUMNS, apply_row_rules
+from dp_ops.reports.mobility.report import (
+    CHANGE_COLUMNS,
+    INTERVAL_COLUMNS,
+    KEY_COLUMNS,
+    apply_row_rules,
+)
 
 CFG = MobilityConfig()
 
@@ -42,7 +47,9 @@ def _rows(area: float, contributors: int) -> pd.DataFrame:
                             **{c: [""] for c in KEY_COLUMNS}})
     changes = pd.DataFrame({"level": np.array([2], np.int8), "region_id": ["R"],
                             "contributors": [contributors], "residential": [12.0],
-                            **{c: [5.0] for c in CHANGE_COLUMNS}})
+                            **{c: [5.0] for c in CHANGE_COLUMNS},
+                            **{c: [1.0 if c.endswith("_low") else 9.0]
+                               for c in INTERVAL_COLUMNS}})
     day = CFG.first_public_date + timedelta(days=1)
     assert isinstance(day, date)
     return apply_row_rules(changes, regions, day, CFG)
@@ -62,3 +69,6 @@ def test_a_region_day_is_suppressed_exactly_below_the_minimums(
     assert row["publish_row"] == (reason == "published")
     published = [row[c] for c in CHANGE_COLUMNS if not pd.isna(row[c])]
     assert published == ([5] * len(CHANGE_COLUMNS) if reason == "published" else [])
+    # a withheld row's intervals are withheld with its values
+    intervals = [row[c] for c in INTERVAL_COLUMNS if not pd.isna(row[c])]
+    assert intervals == ([1, 9] * len(CHANGE_COLUMNS) if reason == "published" else [])

@@ -27,7 +27,11 @@ from dp_ops.gx import project, runner, validated  # noqa: E402
 from dp_ops.gx.result import GateResult, require_pass  # noqa: E402
 from dp_ops.reports.mobility import suites  # noqa: E402
 from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
-from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS  # noqa: E402
+from dp_ops.reports.mobility.report import (  # noqa: E402
+    CHANGE_COLUMNS,
+    INTERVAL_COLUMNS,
+    PUBLISHED_COLUMNS,
+)
 from dp_ops.reports.mobility.suites import validate_mobility_release  # noqa: E402
 
 CFG = MobilityConfig()
@@ -63,6 +67,9 @@ def make_release(
                     "place_id": f"ChIJplace{r}",
                     "date": day.isoformat(),
                     **{c: (r + i + k) % 9 - 4 for k, c in enumerate(CHANGE_COLUMNS)},
+                    **{f"{c}_{end}": (r + i + k) % 9 - 4 + step
+                       for k, c in enumerate(CHANGE_COLUMNS)
+                       for end, step in (("low", -3), ("high", 4))},
                     "region_id": f"EE-{r}",
                     "level": 0 if r == 0 else 1,
                     "area_km2": 1000.0 * (r + 1),
@@ -74,12 +81,12 @@ def make_release(
             )
     internal = pd.DataFrame(rows)
     internal = internal.astype(
-        {c: "Int64" for c in CHANGE_COLUMNS}
+        {c: "Int64" for c in CHANGE_COLUMNS + INTERVAL_COLUMNS}
         | {"level": "int64", "noisy_contributors": "int64", "area_km2": "float64",
            "residential_hours": "Float64"}
     )
     # A suppressed change and a residential estimate that could not be made are nulls.
-    internal.loc[1, PARKS] = pd.NA
+    internal.loc[1, [PARKS, f"{PARKS}_low", f"{PARKS}_high"]] = pd.NA
     internal.loc[2, "residential_hours"] = pd.NA
     return Release(internal, published_of(internal))
 
