@@ -19,7 +19,11 @@ import pytest  # noqa: E402
 
 from dp_ops.reports.mobility import suites as mobility  # noqa: E402
 from dp_ops.reports.mobility.config import MobilityConfig  # noqa: E402
-from dp_ops.reports.mobility.report import CHANGE_COLUMNS, PUBLISHED_COLUMNS  # noqa: E402
+from dp_ops.reports.mobility.report import (  # noqa: E402
+    CHANGE_COLUMNS,
+    INTERVAL_COLUMNS,
+    PUBLISHED_COLUMNS,
+)
 from dp_ops.reports.symptoms import suites as symptoms  # noqa: E402
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, header  # noqa: E402
 from dp_ops.reports.symptoms.config import SymptomsConfig  # noqa: E402
@@ -27,7 +31,7 @@ from dp_ops.reports.symptoms.config import SymptomsConfig  # noqa: E402
 # the arguments a rule is made of (GX's defaults for the rest are not ours to pin)
 FIELDS = ("column", "column_list", "column_set", "exact_match", "min_value", "max_value",
           "strict_min", "strict_max", "regex", "strftime_format", "value_set", "type_list",
-          "value", "row_condition")
+          "value", "row_condition", "column_A", "column_B", "or_equal", "ignore_row_if")
 PUBLISHED_ROWS = {"type": "comparison", "column": {"name": "publish_row"}, "operator": "==",
                   "parameter": True}
 WEEKLY = {"type": "comparison", "column": {"name": "resolution"}, "operator": "==",
@@ -41,6 +45,8 @@ def rules(suite: gx.ExpectationSuite) -> list[tuple[str, dict[str, Any]]]:
     for e in suite.expectations:
         kw = e.dict()
         kept = {k: kw[k] for k in FIELDS if kw.get(k) is not None and kw.get(k) is not False}
+        if kept.get("ignore_row_if") == "all_values_are_missing":  # GX's default
+            del kept["ignore_row_if"]
         out.append((e.expectation_type, kept))
     return out
 
@@ -54,6 +60,11 @@ def between(column: str, lo: Any = None, hi: Any = None, **kw: Any) -> tuple[str
     return ("expect_column_values_to_be_between", args)
 
 
+def published_value(column: str) -> dict[str, Any]:
+    """The rows where ``column`` holds a value (a published change)."""
+    return {"type": "nullity", "column": {"name": column}, "is_null": False}
+
+
 def not_null(column: str, **kw: Any) -> tuple[str, dict[str, Any]]:
     return ("expect_column_values_to_not_be_null", {"column": column, **kw})
 
@@ -64,8 +75,14 @@ def test_the_mobility_row_rules() -> None:
     assert mobility.internal_suite(cfg).name == "mobility_release_internal"
     assert rules(mobility.internal_suite(cfg)) == [
         ("expect_table_columns_to_match_set", {"column_set": [
-            *PUBLISHED_COLUMNS, "region_id", "level", "area_km2", "noisy_contributors",
-            "residential_hours", "publish_row", "date_value"]}),
+            *PUBLISHED_COLUMNS, *INTERVAL_COLUMNS, "region_id", "level", "area_km2",
+            "noisy_contributors", "residential_hours", "publish_row", "date_value"]}),
+        *(rule for c in CHANGE_COLUMNS for rule in (
+            not_null(f"{c}_low", row_condition=published_value(c)),
+            not_null(f"{c}_high", row_condition=published_value(c)),
+            ("expect_column_pair_values_a_to_be_greater_than_b", {
+                "column_A": f"{c}_high", "column_B": f"{c}_low", "or_equal": True,
+                "ignore_row_if": "either_value_is_missing"}))),
         not_null("region_id"), not_null("date"), not_null("date_value"),
         not_null("publish_row"),
         not_null("area_km2", **published),
@@ -218,4 +235,5 @@ def test_the_internal_tables_column_rule_names_at_least_its_columns() -> None:
     (rule,) = [e for e in internal_suite(MobilityConfig()).expectations
                if isinstance(e, gxe.ExpectTableColumnsToMatchSet)]
     assert rule.exact_match is False
-    assert sorted(rule.column_set or []) == sorted(PUBLISHED_COLUMNS + INTERNAL_EXTRA_COLUMNS)
+    assert sorted(rule.column_set or []) == sorted(PUBLISHED_COLUMNS + INTERVAL_COLUMNS
+                                                   + INTERNAL_EXTRA_COLUMNS)

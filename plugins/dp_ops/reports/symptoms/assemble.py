@@ -20,6 +20,9 @@ Steps, each from noisy values and public parameters only (docs/design.md, Sympto
 5. Wide tables in Google's schema: a region appears in the daily (weekly) file when it has
    at least one published daily (weekly) value, with a row for every date (week) of the
    release; unpublished values are empty.
+6. Each published value's 95% interval: ``[c x low, c x high]`` with ``[low, high]`` the
+   interval of the true ratio (:func:`dp_ops.reports.symptoms.reliability.ratio_interval`),
+   rounded outwards to two decimals; one row per published value (the interval tables).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dp_ops.reports.symptoms.granularity import decide_resolution
 from dp_ops.reports.symptoms.matrix import DailyMatrix, complete_weeks, from_rows
 from dp_ops.reports.symptoms.period import PeriodSummary, summarize
 
-__all__ = ["KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
+__all__ = ["INTERVAL_COLUMNS", "KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
            "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
            "symptom_columns"]
 
@@ -44,6 +47,8 @@ KEY_COLUMNS: tuple[str, ...] = (
     "sub_region_1_code", "sub_region_2", "sub_region_2_code", "date",
 )
 RESOLUTIONS = ("daily", "weekly")
+# The interval tables: the wide files' keys, the symptom, the published value, its interval
+INTERVAL_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, "symptom", "value", "low", "high")
 SCALING_COLUMNS = ("region_id", "resolution", "c", "first_release_last_date")
 
 
@@ -73,6 +78,8 @@ class Candidate:
     counts: dict[str, dict[str, int]]
     resolutions: pd.DataFrame
     scaling: pd.DataFrame
+    daily_intervals: pd.DataFrame
+    weekly_intervals: pd.DataFrame
 
 
 def eligible_regions(regions: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
@@ -169,6 +176,24 @@ def _wide(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str],
     return pd.concat([keys, pd.DataFrame(block, columns=columns, copy=False)], axis=1)
 
 
+def _intervals(values: pd.DataFrame, regions: pd.DataFrame, symptoms: list[str]
+               ) -> pd.DataFrame:
+    """One row per published value of ``values`` (one resolution): the wide file's keys,
+    the symptom, the value and its interval; sorted as the wide file, then by symptom in
+    list order."""
+    shown = values.loc[values["published"]]
+    meta = regions[["region_id", *[c for c in KEY_COLUMNS if c != "date"]]]
+    rows = shown[["region_id", "date", "symptom", "value", "low_value", "high_value"]].merge(
+        meta, on="region_id", how="inner", validate="many_to_one")
+    rows["order"] = pd.Index(symptoms).get_indexer(rows["symptom"])
+    rows = rows[rows["order"] >= 0].sort_values(
+        ["open_covid_region_code", "date", "order"], kind="stable")
+    out = rows.rename(columns={"low_value": "low", "high_value": "high"})
+    out = out[list(INTERVAL_COLUMNS)].reset_index(drop=True)
+    out["symptom"] = out["symptom"].astype(str)
+    return out
+
+
 def _values(m: PeriodSummary, passing: pd.DataFrame, resolution: str) -> pd.DataFrame:
     """The passing values with their series' labels: all of them publishable."""
     cell = passing["cell"].to_numpy(np.int64)
@@ -208,6 +233,10 @@ def build_candidate(daily: pd.DataFrame | DailyMatrix | PeriodSummary, regions: 
     values = values.merge(scaling[["region_id", "resolution", "c"]],
                           on=["region_id", "resolution"], how="left")
     values["value"] = np.round(values["c"] * np.maximum(values["ratio"], 0), 2)
+    # outwards to the cent: the interval holds c x the true ratio whenever [low, high]
+    # holds the true ratio
+    values["low_value"] = np.floor(values["c"] * values["low"] * 100) / 100
+    values["high_value"] = np.ceil(values["c"] * values["high"] * 100) / 100
     labels = {day: day.isoformat() for day in [*m.days, *m.mondays]}
     values["date"] = values["date"].map(labels)
     counts = {
@@ -222,4 +251,8 @@ def build_candidate(daily: pd.DataFrame | DailyMatrix | PeriodSummary, regions: 
                     [day.isoformat() for day in m.days]),
         weekly=_wide(values[values["resolution"] == "weekly"], eligible, symptoms,
                      [day.isoformat() for day in m.mondays]),
-        values=values, counts=counts, resolutions=resolutions, scaling=scaling)
+        values=values, counts=counts, resolutions=resolutions, scaling=scaling,
+        daily_intervals=_intervals(values[values["resolution"] == "daily"], eligible,
+                                   symptoms),
+        weekly_intervals=_intervals(values[values["resolution"] == "weekly"], eligible,
+                                    symptoms))

@@ -77,6 +77,29 @@ def with_reliability(rows: pd.DataFrame, cfg: SymptomsConfig, n_days: int | None
     return out
 
 
+def with_interval(rows: pd.DataFrame) -> pd.DataFrame:
+    """Add ``low`` and ``high``, the published interval of each value's true ratio
+    (:func:`dp_ops.reports.symptoms.reliability.ratio_interval`), to rows holding
+    a_noisy, b_noisy, the noise parameters and ``n_days``."""
+    from dp_ops.reports.symptoms.reliability import ratio_interval
+
+    out = rows.copy()
+    out["low"] = np.nan
+    out["high"] = np.nan
+    if out.empty:
+        return out
+    for key, idx in out.groupby([*NOISE_PARAMETERS, "n_days"], sort=False).groups.items():
+        a_eps, a_sens, b_eps, b_sens, n = key
+        part = out.loc[idx]
+        low, high = ratio_interval(
+            part["a_noisy"].to_numpy(np.int64), part["b_noisy"].to_numpy(np.int64),
+            a_epsilon=float(a_eps), a_sensitivity=int(a_sens), b_epsilon=float(b_eps),
+            b_sensitivity=int(b_sens), n_days=int(n))
+        out.loc[idx, "low"] = low
+        out.loc[idx, "high"] = high
+    return out
+
+
 def report_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: str
                ) -> StepResult:
     """Pair A and B for ``day``, apply the reliability rule, write the day's rows."""

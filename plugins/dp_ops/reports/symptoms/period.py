@@ -60,10 +60,12 @@ from dp_ops.steps.day_files import read_day_bytes
 
 __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summarize"]
 
-# The columns of a passing value (daily or weekly); ``cell`` indexes ``PeriodSummary.cells``.
-VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper")
+# The columns of a passing value (daily or weekly); ``cell`` indexes ``PeriodSummary.cells``;
+# ``low`` and ``high`` bound the true ratio at the published intervals' level.
+VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper", "low", "high")
+_RATIOS = ("ratio", "lower", "upper", "low", "high")
 # Bumped when the state's layout or meaning changes: an older state is then rebuilt.
-STATE_VERSION = 3
+STATE_VERSION = 4
 _FILE_COLUMNS = [*KEYS, "a_noisy", "b_noisy", *NOISE_PARAMETERS, "ratio", "lower", "upper",
                  "reliable"]
 
@@ -104,11 +106,11 @@ class PeriodSummary:
 def _passing(frame: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
     """The values of ``frame`` (a long table from :func:`long_frame` with its ``cell``)
     that pass the reliability rule, with :data:`VALUE_COLUMNS`."""
-    from dp_ops.reports.symptoms.daily import with_reliability
+    from dp_ops.reports.symptoms.daily import with_interval, with_reliability
 
     tested = with_reliability(frame, cfg)
-    return tested.loc[tested["reliable"].to_numpy(bool),
-                      list(VALUE_COLUMNS)].reset_index(drop=True)
+    passing = with_interval(tested.loc[tested["reliable"].to_numpy(bool)])
+    return passing[list(VALUE_COLUMNS)].reset_index(drop=True)
 
 
 def _with_cell(frame: pd.DataFrame, n_cells: int, n_dates: int) -> pd.DataFrame:
@@ -161,12 +163,12 @@ class _Day:
     b: NDArray[np.int64]
     reliable: NDArray[np.bool_]
     params: dict[str, NDArray[np.float64]]
-    passing: pd.DataFrame  # cell, day (ordinal), ratio, lower, upper
+    passing: pd.DataFrame  # cell, day (ordinal), ratio, lower, upper, low, high
 
 
 def _empty_values() -> pd.DataFrame:
     return pd.DataFrame({"cell": np.zeros(0, np.int64), "day": np.zeros(0, np.int64),
-                         **{c: np.zeros(0) for c in ("ratio", "lower", "upper")}})
+                         **{c: np.zeros(0) for c in _RATIOS}})
 
 
 @dataclass
@@ -204,12 +206,16 @@ def _read_day(root: DataRoot, day: date, recorded: str, cells: pd.DataFrame | No
         values: NDArray[Any] = table.column(name).to_numpy(zero_copy_only=False)
         return values
 
+    from dp_ops.reports.symptoms.daily import with_interval
+
     reliable = col("reliable").astype(bool)
     idx = np.flatnonzero(reliable)
-    passing = pd.DataFrame({"cell": idx.astype(np.int64),
-                            "day": np.full(len(idx), day.toordinal(), np.int64),
-                            **{c: col(c)[idx].astype(np.float64)
-                               for c in ("ratio", "lower", "upper")}})
+    passing = with_interval(pd.DataFrame({
+        "cell": idx.astype(np.int64), "day": np.full(len(idx), day.toordinal(), np.int64),
+        **{c: col(c)[idx].astype(np.float64) for c in ("ratio", "lower", "upper")},
+        "a_noisy": col("a_noisy")[idx], "b_noisy": col("b_noisy")[idx], "n_days": 1,
+        **{p: col(p)[idx] for p in NOISE_PARAMETERS}}))
+    passing = passing[["cell", "day", *_RATIOS]]
     return cells, _Day(a=col("a_noisy").astype(np.int64), b=col("b_noisy").astype(np.int64),
                        reliable=reliable,
                        params={p: col(p).astype(np.float64) for p in NOISE_PARAMETERS},
@@ -366,7 +372,7 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date],
         weekly_values.append(pd.DataFrame({
             "cell": passing["cell"].to_numpy(np.int64),
             "day": np.full(len(passing), monday.toordinal(), np.int64),
-            **{c: passing[c].to_numpy(np.float64) for c in ("ratio", "lower", "upper")}}))
+            **{c: passing[c].to_numpy(np.float64) for c in _RATIOS}}))
     if weekly_values:
         state.weekly = pd.concat([state.weekly, *weekly_values], ignore_index=True)
     if fresh or stale or redo or new_weeks:

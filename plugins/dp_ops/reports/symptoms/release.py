@@ -88,17 +88,35 @@ def frozen_resolutions(root: DataRoot, ledger: Ledger) -> tuple[pd.DataFrame | N
 
 
 
+# The interval tables' files: the data file's name and this suffix.
+INTERVALS_SUFFIX = "_intervals"
+
+
 def file_names(candidate: Candidate, code: str) -> dict[str, pd.DataFrame]:
     """``<year>_<CC>_daily_symptoms_dataset.csv`` and the weekly one, per year."""
+    return _per_year({"daily": candidate.daily, "weekly": candidate.weekly}, code,
+                     candidate.last_date, "")
+
+
+def interval_file_names(candidate: Candidate, code: str) -> dict[str, pd.DataFrame]:
+    """``<year>_<CC>_daily_symptoms_dataset_intervals.csv`` and the weekly one, per year:
+    one row per published value with its 95% interval."""
+    return _per_year({"daily": candidate.daily_intervals,
+                      "weekly": candidate.weekly_intervals}, code, candidate.last_date,
+                     INTERVALS_SUFFIX)
+
+
+def _per_year(tables: Mapping[str, pd.DataFrame], code: str, last: date,
+              suffix: str) -> dict[str, pd.DataFrame]:
     out: dict[str, pd.DataFrame] = {}
-    for kind, wide in (("daily", candidate.daily), ("weekly", candidate.weekly)):
-        year_of = wide["date"].str[:4]
-        years = sorted(year_of.unique()) or [str(candidate.last_date.year)]
+    for kind, table in tables.items():
+        year_of = table["date"].str[:4]
+        years = sorted(year_of.unique()) or [str(last.year)]
         for year in years:
             in_year = (year_of == year).to_numpy(bool)
             # one year (the usual case): the table itself, not a copy of it
-            out[f"{year}_{code}_{kind}_symptoms_dataset"] = (
-                wide if in_year.all() else wide[in_year])
+            out[f"{year}_{code}_{kind}_symptoms_dataset{suffix}"] = (
+                table if in_year.all() else table[in_year])
     return out
 
 
@@ -109,6 +127,12 @@ def write_release_files(candidate: Candidate, code: str, target: Path) -> None:
         fault_point("release.mid_write")
         kind = "daily" if name.endswith("_daily_symptoms_dataset") else "weekly"
         pq.write_table(arrow_table(frame, REPORT, f"*_{kind}_symptoms_dataset.parquet"),
+                       target / f"{name}.parquet")
+    for name, frame in interval_file_names(candidate, code).items():
+        write_csv(frame, target / f"{name}.csv")
+        kind = "daily" if "_daily_" in name else "weekly"
+        pq.write_table(arrow_table(frame, REPORT,
+                                   f"*_{kind}_symptoms_dataset{INTERVALS_SUFFIX}.parquet"),
                        target / f"{name}.parquet")
     resolutions = candidate.resolutions[["region_id", "symptom", "resolution"]]
     pq.write_table(arrow_table(resolutions, REPORT, RESOLUTIONS_FILE),

@@ -116,6 +116,9 @@ MAX_RATIO = 1.0  # a <= b (module docstring)
 _SLACK = 1e-9
 
 VERDICT_COLUMNS: tuple[str, ...] = ("ratio", "lower", "upper", "reliable")
+# The published intervals' level: the hull of the same exact test at 1 - INTERVAL_LEVEL.
+INTERVAL_LEVEL = 0.95
+INTERVAL_ALPHA = round(1 - INTERVAL_LEVEL, 12)  # 0.05, not 0.050000000000000044
 
 
 def ratio_test_for(a_epsilon: float, a_sensitivity: int, b_epsilon: float,
@@ -129,16 +132,18 @@ def ratio_test_for(a_epsilon: float, a_sensitivity: int, b_epsilon: float,
 
 def prepare_ratio_tests(cfg: SymptomsConfig) -> int:
     """Build the tests a daily run under ``cfg`` uses (daily values, and weekly values of
-    7 daily cells, at the configured budgets) into this process's cache; returns how many.
+    7 daily cells, at the configured budgets; the rule's and the intervals') into this
+    process's cache; returns how many.
     The Airflow processes that fork tasks call it at start (through
     :func:`dp_ops.reports.registry.prepare_noise_samplers`), so that each symptoms
     ``report`` and ``gate`` task does not build them again. Values noised at other
     parameters (an older config) build their own."""
     a, b = cfg.budget(SYMPTOM_METRIC), cfg.budget(VOLUME_METRIC)
     for n_days in (1, 7):
-        ratio_test_for(a.cell_epsilon, a.sensitivity, b.cell_epsilon, b.sensitivity, n_days,
-                       cfg.reliability_test_level)
-    return 2
+        for alpha in (cfg.reliability_test_level, INTERVAL_ALPHA):
+            ratio_test_for(a.cell_epsilon, a.sensitivity, b.cell_epsilon, b.sensitivity,
+                           n_days, alpha)
+    return 4
 
 
 @lru_cache(maxsize=64)
@@ -242,3 +247,22 @@ def reliability(a_noisy: ArrayLike, b_noisy: ArrayLike, *, a_epsilon: float,
             out[column][rows] = verdict[column]
     index = a_noisy.index if isinstance(a_noisy, pd.Series) else None
     return pd.DataFrame(out, index=index)
+
+
+def ratio_interval(a_noisy: ArrayLike, b_noisy: ArrayLike, *, a_epsilon: float,
+                   a_sensitivity: int, b_epsilon: float, b_sensitivity: int, n_days: int
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The published interval of the true ratio ``a / b``: the hull of the exact test of
+    the module docstring at level ``1 - INTERVAL_LEVEL``, so it holds the true ratio with
+    probability at least ``INTERVAL_LEVEL`` whatever the true ``(a, b)`` are (the test's
+    guarantee); post-processing of the noisy values, no budget. Where the test rejects
+    every ratio (probability at most ``1 - INTERVAL_LEVEL`` at the truth) the interval is
+    the whole range ``[0, 1]``, as that event is already counted against the level."""
+    a = np.atleast_1d(np.asarray(a_noisy, dtype=np.float64))
+    b = np.atleast_1d(np.asarray(b_noisy, dtype=np.float64))
+    test = ratio_test_for(a_epsilon, a_sensitivity, b_epsilon, b_sensitivity, n_days,
+                          INTERVAL_ALPHA)
+    lo, hi = test.hull(a, b)
+    empty = ~(lo <= hi)
+    return (np.where(empty, 0.0, np.clip(lo, 0.0, MAX_RATIO)),
+            np.where(empty, MAX_RATIO, np.clip(hi, 0.0, MAX_RATIO)))

@@ -650,3 +650,34 @@ def test_a_week_in_which_nothing_passes_leaves_an_empty_weekly_file_that_is_vali
     context = gx.get_context(mode="file", project_root_dir=tmp_path / "gx")
     names = {asset.name for asset in context.data_sources.get(DATA_SOURCE).assets}
     assert names == {"symptoms_daily", "symptoms_weekly", "symptoms_values"}
+
+
+def test_every_published_value_has_its_interval_in_the_interval_tables(
+        regions: pd.DataFrame, three_weeks: pd.DataFrame) -> None:
+    """One row per published value, in the wide file's order, its value the wide file's
+    cell; the interval is c x the 95% interval of the true ratio, rounded outwards to the
+    cent, and wider than the reliability rule's (55%) hull the value was published on."""
+    candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
+    for resolution, wide, table in (
+            ("daily", candidate.daily, candidate.daily_intervals),
+            ("weekly", candidate.weekly, candidate.weekly_intervals)):
+        values = candidate.values[candidate.values["resolution"] == resolution]
+        assert len(table) == len(values) > 10
+        assert list(table.columns) == [*KEY_COLUMNS, "symptom", "value", "low", "high"]
+        cells = wide.set_index(["open_covid_region_code", "date"])
+        for row in table.sample(10, random_state=1).itertuples(index=False):
+            assert cells.loc[(row.open_covid_region_code, row.date),
+                             f"symptom:{row.symptom}"] == row.value
+        merged = table.merge(values[["region_id", "date", "symptom", "c", "lower", "upper",
+                                     "low", "high"]].rename(columns={"low": "r_low",
+                                                                     "high": "r_high"}),
+                             on=["date", "symptom"], how="inner").merge(
+            regions[["region_id", "open_covid_region_code"]],
+            on=["region_id", "open_covid_region_code"])
+        assert len(merged) == len(table)
+        assert (merged["low"] <= merged["c"] * merged["r_low"] + 1e-9).all()
+        assert (merged["high"] >= merged["c"] * merged["r_high"] - 1e-9).all()
+        assert (merged["c"] * merged["r_low"] - merged["low"] < 0.01 + 1e-9).all()
+        assert ((merged["r_low"] <= merged["lower"]) & (merged["r_high"] >= merged["upper"])
+                ).all()
+        assert (table["low"] <= table["high"]).all()

@@ -248,11 +248,15 @@ def test_the_tests_of_a_configs_daily_run_can_be_built_ahead() -> None:
 
     cfg = SymptomsConfig()
     rel._ratio_test.cache_clear()
-    assert rel.prepare_ratio_tests(cfg) == 2
+    assert rel.prepare_ratio_tests(cfg) == 4  # the rule's and the intervals'
     built = rel._ratio_test.cache_info()
     a, b = cfg.budget(SYMPTOM_METRIC), cfg.budget(VOLUME_METRIC)
     rel.reliability([50, 3], [400, 90], a_epsilon=a.cell_epsilon, a_sensitivity=a.sensitivity,
                     b_epsilon=b.cell_epsilon, b_sensitivity=b.sensitivity,
                     n_days=[1, 7], cfg=cfg)
+    for n_days in (1, 7):
+        rel.ratio_interval([50], [400], a_epsilon=a.cell_epsilon, a_sensitivity=a.sensitivity,
+                           b_epsilon=b.cell_epsilon, b_sensitivity=b.sensitivity,
+                           n_days=n_days)
     after = rel._ratio_test.cache_info()
-    assert after.misses == built.misses == 2 and after.hits == built.hits + 2
+    assert after.misses == built.misses == 4 and after.hits == built.hits + 4
