@@ -38,8 +38,8 @@ from dp_ops.reports.symptoms.granularity import decide_resolution
 from dp_ops.reports.symptoms.matrix import DailyMatrix, complete_weeks, from_rows
 from dp_ops.reports.symptoms.period import PeriodSummary, summarize
 
-__all__ = ["INTERVAL_COLUMNS", "KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate", "build_candidate",
-           "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
+__all__ = ["INTERVAL_COLUMNS", "KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate",
+           "build_candidate", "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
            "symptom_columns"]
 
 KEY_COLUMNS: tuple[str, ...] = (
