@@ -39,7 +39,8 @@ from dp_ops.reports.symptoms.matrix import DailyMatrix, complete_weeks, from_row
 from dp_ops.reports.symptoms.period import PeriodSummary, summarize
 
 __all__ = ["INTERVAL_COLUMNS", "KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate",
-           "build_candidate", "complete_weeks", "decide", "eligible_regions", "header", "scaling_factors",
+           "build_candidate", "complete_weeks", "decide", "eligible_regions", "header",
+           "scaling_factors",
            "symptom_columns"]
 
 KEY_COLUMNS: tuple[str, ...] = (
