@@ -133,13 +133,15 @@ ALL = "all"
 # Columns of a coverage table (then one column per share within the threshold).
 COVERAGE_COLUMNS = ("eligible", "published", "oracle", "release_coverage", "oracle_coverage",
                     "coverage_ratio", "release_of_oracle")
-MOBILITY_WITHIN = ("within_10_truth", "within_10_bounded")
-SYMPTOMS_WITHIN = ("within_25_truth", "within_25_bounded", "promise_truth", "promise_bounded")
+MOBILITY_WITHIN = ("within_10_truth", "within_10_bounded", "interval_bounded", "interval_truth")
+SYMPTOMS_WITHIN = ("within_25_truth", "within_25_bounded", "promise_truth", "promise_bounded",
+                   "interval_bounded", "interval_truth")
 _HEADERS = {"eligible": "eligible", "release_coverage": "release", "oracle_coverage": "oracle",
             "coverage_ratio": "ratio", "release_of_oracle": "of oracle",
             "within_10_truth": "<=10 truth", "within_10_bounded": "<=10 bounded",
             "within_25_truth": "25% truth", "within_25_bounded": "25% bounded",
-            "promise_truth": "promise truth", "promise_bounded": "promise bounded"}
+            "promise_truth": "promise truth", "promise_bounded": "promise bounded",
+            "interval_bounded": "95% int. bounded", "interval_truth": "95% int. truth"}
 
 
 def coverage_table(values: pd.DataFrame, by: list[str],
@@ -356,6 +358,28 @@ def _eligible_mobility_cells(root: DataRoot, days: list[date]) -> pd.DataFrame:
     return keys.merge(pd.DataFrame({"category": list(CATEGORIES)}), how="cross")
 
 
+def _mobility_intervals(release_dir: Path, regions: pd.DataFrame) -> pd.DataFrame:
+    """(date, level, region_id, category, low, high) of the published changes' intervals
+    (the release's sidecar; no rows for a release without one). ``regions`` maps the
+    sidecar's place_id to (region_id, level)."""
+    path = release_dir / "Global_Mobility_Report_intervals.csv"
+    columns = {"date": str, "level": "int64", "region_id": str, "category": str,
+               "low": float, "high": float}
+    if not path.exists():
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+    ends = [f"{c}_percent_change_from_baseline_{e}" for c in CATEGORIES for e in ("low", "high")]
+    side = pd.read_csv(path, dtype={"date": str, "place_id": str}, keep_default_na=False,
+                       na_values={c: [""] for c in ends})
+    side = side.merge(regions, on="place_id", how="left")
+    frames = [pd.DataFrame({"date": side["date"], "level": side["level"],
+                            "region_id": side["region_id"], "category": cat,
+                            "low": side[f"{cat}_percent_change_from_baseline_low"],
+                            "high": side[f"{cat}_percent_change_from_baseline_high"]})
+              for cat in CATEGORIES]
+    out = pd.concat(frames, ignore_index=True).dropna(subset=["low"])
+    return out.astype({"level": "int64", "region_id": str, "low": float, "high": float})
+
+
 def evaluate_mobility(root: DataRoot, release_dir: Path | None = None, *,
                       draws: int = ORACLE_DRAWS, seed: int = ORACLE_SEED,
                       cfg: MobilityConfig | None = None) -> MobilityEvaluation:
@@ -404,11 +428,17 @@ def evaluate_mobility(root: DataRoot, release_dir: Path | None = None, *,
     eligible = eligible.merge(long, on=[*keys, "category"], how="left", validate="one_to_one")
     eligible = eligible.merge(truth_long, on=[*keys, "category"], how="left",
                               validate="one_to_one")
+    eligible = eligible.merge(_mobility_intervals(release_dir, regions),
+                              on=[*keys, "category"], how="left", validate="one_to_one")
     eligible["published"] = eligible["value"].notna()
     for col, reference in (("within_10_truth", "c_truth"), ("within_10_bounded", "c_bounded")):
         close_enough = ((eligible["value"] - eligible[reference]).abs()
                         <= cfg.max_error_points).astype(float)
         eligible[col] = close_enough.where(eligible["published"])
+    for col, reference in (("interval_bounded", "c_bounded"), ("interval_truth", "c_truth")):
+        covered = ((eligible["low"] <= eligible[reference])
+                   & (eligible[reference] <= eligible["high"])).astype(float)
+        eligible[col] = covered.where(eligible["published"] & eligible["low"].notna())
     eligible["category"] = pd.Categorical(eligible["category"], categories=list(CATEGORIES))
     coverage = coverage_table(eligible, ["level", "category"], MOBILITY_WITHIN)
     counts = eligible[eligible["category"].isin(COUNT_CATEGORIES)]
@@ -541,6 +571,28 @@ def _published_symptoms(release_dir: Path) -> pd.DataFrame:
     return pd.concat(published, ignore_index=True)
 
 
+def _symptoms_intervals(release_dir: Path) -> pd.DataFrame:
+    """(resolution, open_covid_region_code, date, symptom, low, high) of the release's
+    interval tables (no rows for a release without them)."""
+    frames = [pq.read_table(path, columns=["open_covid_region_code", "date", "symptom",
+                                           "low", "high"]).to_pandas().assign(resolution=res)
+              for res in RESOLUTIONS
+              for path in sorted(release_dir.glob(f"*_{res}_symptoms_dataset_intervals.parquet"))]
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in (
+            ("resolution", str), ("open_covid_region_code", str), ("date", str),
+            ("symptom", str), ("low", float), ("high", float))})
+    return pd.concat(frames, ignore_index=True)
+
+
+def _covered(low: pd.Series, high: pd.Series, c: pd.Series, ratio: pd.Series) -> pd.Series:
+    """1.0 where ``[low, high]`` holds ``c x ratio`` (a cent's rounding of slack: the
+    interval is rounded outwards to the cent), 0.0 where not, NaN without an interval."""
+    expected = c * ratio.fillna(0.0)
+    covered = ((low - 1e-9 <= expected) & (expected <= high + 1e-9)).astype(float)
+    return covered.where(low.notna())
+
+
 def _within(value: pd.Series, c: pd.Series, ratio: pd.Series, *, promise: bool) -> pd.Series:
     expected = c * ratio.fillna(0.0)
     scale = value if promise else expected
@@ -571,6 +623,9 @@ def evaluate_symptoms(root: DataRoot, release_dir: Path | None = None, *,
                           on=["region_id", "resolution"], how="left")
     keys = ["resolution", "date", "region_id", "symptom"]
     values = values.merge(_true_ratios(root), on=keys, how="left")
+    values = values.merge(_symptoms_intervals(release_dir),
+                          on=["resolution", "open_covid_region_code", "date", "symptom"],
+                          how="left", validate="one_to_one")
 
     # the eligible domain, its bounded true counts and where the published values sit
     mondays = complete_weeks(days[0], days[-1])
@@ -620,6 +675,10 @@ def evaluate_symptoms(root: DataRoot, release_dir: Path | None = None, *,
                                  promise=True),
         "promise_bounded": _within(values["value"], values["c"], values["bounded_ratio"],
                                    promise=True),
+        "interval_bounded": _covered(values["low"], values["high"], values["c"],
+                                     values["bounded_ratio"]),
+        "interval_truth": _covered(values["low"], values["high"], values["c"],
+                                   values["true_ratio"]),
     }
 
     # the oracle on every eligible value, and the release's decisions beside it

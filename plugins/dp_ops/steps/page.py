@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dp_ops.steps.charts import LEVEL_LABELS, chart_file
+from dp_ops.steps.data_statement import STATEMENT_FILE, statement_section
 from dp_ops.steps.release import sha256_file
 
 INDEX_FILE = "index.html"
@@ -244,12 +245,13 @@ def _regions(charts: Sequence[Mapping[str, Any]], uncharted: Sequence[int]) -> s
 def render_index(manifest: Mapping[str, Any], charts: Sequence[Mapping[str, Any]], *,
                  title: str, published: PublishedSection, data_docs_href: str | None = None,
                  data_docs_path: str | None = None,
-                 uncharted_levels: Sequence[int] = ()) -> str:
+                 uncharted_levels: Sequence[int] = (), statement: str | None = None) -> str:
     """The page, titled ``title`` (the report's), for ``manifest`` (its files, this page
     aside) and the chart entries
     recorded at staging (:meth:`dp_ops.steps.charts.ChartEntry.as_dict`); ``published``
     renders the report's "What is published" section from the manifest;
-    ``uncharted_levels`` are the report's levels the deployment does not chart."""
+    ``uncharted_levels`` are the report's levels the deployment does not chart;
+    ``statement`` the release's data statement (Markdown), shown as a section."""
     release_id = str(manifest.get("release_id", ""))
     published_section = published(manifest)
     drawn = sum(1 for c in charts if c.get("file"))
@@ -266,9 +268,11 @@ def render_index(manifest: Mapping[str, Any], charts: Sequence[Mapping[str, Any]
         f"{escape(manifest.get('software_version', ''))}</p>",
         '<nav><a href="#privacy">Privacy</a><a href="#published">What is published</a>'
         '<a href="#files">Files</a><a href="#gate">Release gate</a>'
-        '<a href="#regions">Regions</a></nav>',
+        '<a href="#regions">Regions</a>'
+        + ('<a href="#statement">Data statement</a>' if statement else "") + "</nav>",
         _privacy(manifest), published_section, _files(manifest, drawn),
         _gate(manifest, data_docs_href, data_docs_path), _regions(charts, uncharted_levels),
+        statement_section(statement) if statement else "",
         "</main></body></html>", "",
     ]
     return "\n".join(parts)
@@ -278,19 +282,24 @@ def write_release_index(files_dir: Path, manifest: Mapping[str, Any],
                         charts: Sequence[Mapping[str, Any]], *, title: str,
                         published: PublishedSection,
                         data_docs: str | None, release_dir: Path, data_root: Path,
-                        uncharted_levels: Sequence[int] = ()) -> dict[str, dict[str, Any]]:
+                        uncharted_levels: Sequence[int] = (), statement: str | None = None
+                        ) -> dict[str, dict[str, Any]]:
     """Write ``index.html`` (:func:`render_index`, with the report's ``published``
-    section) into the staged ``files_dir`` of the release that will live at
-    ``release_dir``; return ``manifest["files"]`` with the page added."""
+    section) and, given, the data ``statement`` as ``DATASTATEMENT.md`` into the staged
+    ``files_dir`` of the release that will live at ``release_dir``; return
+    ``manifest["files"]`` with both added."""
     href = path = None
     if data_docs:
         href = Path(os.path.relpath(data_docs, release_dir)).as_posix()
         path = Path(os.path.relpath(data_docs, data_root)).as_posix()
     page = render_index(manifest, charts, title=title, published=published,
                         data_docs_href=href,
-                        data_docs_path=path, uncharted_levels=uncharted_levels)
-    target = files_dir / INDEX_FILE
-    target.write_text(page, encoding="utf-8", newline="\n")
+                        data_docs_path=path, uncharted_levels=uncharted_levels,
+                        statement=statement)
     files = dict(manifest.get("files") or {})
-    files[INDEX_FILE] = {"sha256": sha256_file(target), "bytes": target.stat().st_size}
+    written = {INDEX_FILE: page} | ({STATEMENT_FILE: statement} if statement else {})
+    for name, text in written.items():
+        target = files_dir / name
+        target.write_text(text, encoding="utf-8", newline="\n")
+        files[name] = {"sha256": sha256_file(target), "bytes": target.stat().st_size}
     return dict(sorted(files.items()))

@@ -29,6 +29,8 @@ import dp_ops
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.privacy.plan import MetricBudget
+from dp_ops.steps.data_statement import StatementParts, render_statement
 from dp_ops.steps.day_files import recorded_days, release_days
 from dp_ops.steps.ledger_binding import closing_ledger, ledger_anchor, open_ledger, require_sound
 from dp_ops.steps.page import INDEX_FILE, PublishedSection, write_release_index
@@ -69,6 +71,15 @@ class ReleaseConfig(Protocol):
 
     @property
     def method_version(self) -> str: ...
+
+    @property
+    def metric_budgets(self) -> tuple[MetricBudget, ...]: ...
+
+    @property
+    def levels(self) -> tuple[int, ...]: ...
+
+    @property
+    def min_area_km2(self) -> float: ...
 
 
 C = TypeVar("C", bound=ReleaseConfig)
@@ -156,6 +167,11 @@ class ReleaseParts(Protocol[C_contra]):
 
     def commit(self, root: DataRoot, ledger: Ledger, staged: Staged) -> None:
         """Record the state this release fixes for good, just before it is promoted."""
+
+    def statement(self, cfg: C_contra, manifest: Mapping[str, Any]) -> StatementParts:
+        """The report's paragraphs of the release's data statement
+        (:mod:`dp_ops.steps.data_statement`), from its public config and ``manifest``."""
+        ...
 
     def rows_text(self, rows: Mapping[str, int]) -> str:
         """The release's row counts in words, for the publish summary."""
@@ -319,11 +335,15 @@ def _manifest(parts: ReleaseParts[C], root: DataRoot, cfg: C, ledger: Ledger,
         rows=staged.rows, suppression=staged.suppression, epsilon=epsilon,
         ledger=ledger_anchor(ledger), files=staged.files, gate=staged.gate,
         extras=extras, schema_version=SCHEMA_VERSION)
-    # the page shows the manifest's figures; it is listed in the manifest itself
+    # the data statement and the page show the manifest's figures; both are listed in it
+    statement = render_statement(manifest.as_dict(), cfg.metric_budgets, cfg.levels,
+                                 cfg.min_area_km2, parts.title,
+                                 parts.statement(cfg, manifest.as_dict()))
     manifest = replace(manifest, files=write_release_index(
         files_dir, manifest.as_dict(), staged.charts, title=parts.title,
         published=parts.page_section, data_docs=staged.gate.data_docs,
         release_dir=root.published_dir(report) / "releases" / release_id,
-        data_root=root.root, uncharted_levels=staged.uncharted_levels))
+        data_root=root.root, uncharted_levels=staged.uncharted_levels,
+        statement=statement))
     require_manifest(manifest.as_dict())  # the shipped manifest schema
     return manifest

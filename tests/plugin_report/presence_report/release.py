@@ -22,6 +22,7 @@ from dp_ops.gx.runner import run_suites
 from dp_ops.gx.suites import suite
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.day_files import read_release_days
 from dp_ops.steps.release import (
     build_key,
@@ -131,6 +132,18 @@ class PresenceRelease:
 
     def commit(self, root: DataRoot, ledger: Ledger, staged: Staged) -> None:
         return None
+
+    def statement(self, cfg: PresenceConfig, manifest: Mapping[str, Any]) -> StatementParts:
+        rows = manifest.get("rows") or {}
+        return StatementParts(
+            what="For each region and day, the number of users with at least one stay in "
+                 "it (a noisy count).",
+            bounds="Each user-day counts once per level, in one region.",
+            thresholds=(f"A count under {cfg.min_users} is not published.",),
+            rule="A count is published when its noisy value is at least the threshold.",
+            published=f"Published counts: {int(rows.get('published', 0)):,}.",
+            intervals="This report publishes no intervals.",
+            biases="Counts of small regions are withheld more often.")
 
     def rows_text(self, rows: Mapping[str, int]) -> str:
         return f"{rows['published']} region counts"

@@ -37,8 +37,10 @@ from dp_ops.reports.mobility.report import (
     PUBLISHED_COLUMNS,
 )
 from dp_ops.reports.mobility.spec import SPEC
+from dp_ops.reports.mobility.statement import mobility_statement
 from dp_ops.steps import release, release_flow
 from dp_ops.steps.charts import charted_regions
+from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.day_files import read_release_days
 from dp_ops.steps.derived import verify_recorded
 from dp_ops.steps.page import PublishedSection
@@ -274,6 +276,9 @@ class MobilityRelease:
 
     def commit(self, root: DataRoot, ledger: Ledger, staged: Staged) -> None:
         return None  # the baseline and the method updates are recorded where they are made
+
+    def statement(self, cfg: MobilityConfig, manifest: Mapping[str, Any]) -> StatementParts:
+        return mobility_statement(cfg, manifest)
 
     def rows_text(self, rows: Mapping[str, int]) -> str:
         return f"{rows['published']} rows"

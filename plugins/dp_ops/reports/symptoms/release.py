@@ -37,8 +37,10 @@ from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.reports.symptoms.period import load_period
 from dp_ops.reports.symptoms.spec import SPEC
+from dp_ops.reports.symptoms.statement import symptoms_statement
 from dp_ops.steps import release_flow
 from dp_ops.steps.charts import charted_regions
+from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.derived import read_recorded, store_recorded
 from dp_ops.steps.ingest import read_symptoms
 from dp_ops.steps.page import PublishedSection
@@ -307,6 +309,9 @@ class SymptomsRelease:
         stored, _ = read_scaling(root, ledger)
         _store_scaling(root, ledger, stored, list(staged.extras.get("new_scaling", [])))
         fault_point("publish.after_scaling")
+
+    def statement(self, cfg: SymptomsConfig, manifest: Mapping[str, Any]) -> StatementParts:
+        return symptoms_statement(cfg, manifest)
 
     def rows_text(self, rows: Mapping[str, int]) -> str:
         return f"{rows['daily']} daily and {rows['weekly']} weekly rows"

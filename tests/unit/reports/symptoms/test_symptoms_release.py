@@ -518,6 +518,12 @@ def test_the_gate_and_publish_enforce_the_release_contract(
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert manifest["schema_version"] == release_contract.SCHEMA_VERSION
     assert release_contract.check_manifest(manifest) == []
+    # the data statement is in the release, listed and checksummed, and on its page
+    latest = root.latest_release("symptoms")
+    assert "DATASTATEMENT.md" in manifest["files"]
+    statement = (latest / "DATASTATEMENT.md").read_text()
+    assert statement.startswith("# Data statement: ") and "delta = 0" in statement
+    assert '<section id="statement">' in (latest / "index.html").read_text()
 
 
 def _counting_validation(monkeypatch: pytest.MonkeyPatch) -> list[str]:
