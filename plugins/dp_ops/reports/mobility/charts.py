@@ -3,8 +3,9 @@ percent-change series over the release period as a PNG under ``charts/``, drawn 
 shared chart machinery of :mod:`dp_ops.steps.charts` (style, palette, blitting, PNG
 writing, the entries of the release page).
 
-A chart is drawn from the published table only: a suppressed value, or a region-day
-without a published row, is a gap in its line, never interpolated.
+A chart is drawn from the published tables only: a suppressed value, or a region-day
+without a published row, is a gap in its line, never interpolated. Around the line, a band
+shows each published change's 95% interval (the intervals file).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -61,15 +63,25 @@ class MobilitySeries:
     level: int
     title: str
     values: NDArray[np.float64]
+    # each value's interval (the same shape; NaN where there is none)
+    low: NDArray[np.float64] | None = None
+    high: NDArray[np.float64] | None = None
 
 
 def mobility_series(published: pd.DataFrame, regions: pd.DataFrame,
-                    days: Sequence[str]) -> list[MobilitySeries]:
+                    days: Sequence[str], intervals: pd.DataFrame | None = None
+                    ) -> list[MobilitySeries]:
     """Per region with at least one published row, its six series over ``days`` (the
     release's dates): the published integers, NaN for a suppressed value or a region-day
-    without a row. Rows are matched to ``regions`` on Google's key columns; rows of other
-    regions (levels not charted) are left out."""
+    without a row, and with ``intervals`` (the intervals file's rows, keyed like
+    ``published``) each value's interval. Rows are matched to ``regions`` on Google's key
+    columns; rows of other regions (levels not charted) are left out."""
     columns = [f"{c}_percent_change_from_baseline" for c in CATEGORIES]
+    if intervals is not None:
+        ends = [f"{c}_{end}" for c in columns for end in ("low", "high")]
+        published = published.merge(intervals[[*MOBILITY_KEYS, "date", *ends]],
+                                     on=[*MOBILITY_KEYS, "date"], how="left",
+                                     validate="one_to_one")
     keyed = published.merge(regions[["region_id", *MOBILITY_KEYS]], on=list(MOBILITY_KEYS),
                             how="inner", validate="many_to_one")
     day_index = pd.Index(list(days))
@@ -79,16 +91,27 @@ def mobility_series(published: pd.DataFrame, regions: pd.DataFrame,
         part = rows_by_region.get(region["region_id"])
         if part is None:
             continue
-        grid = np.full((len(columns), len(day_index)), np.nan)
         at = day_index.get_indexer(part["date"])
         if (at < 0).any():
             raise ValueError(f"published mobility rows of {region['region_id']} dated "
                              "outside the release")
-        for i, col in enumerate(columns):
-            grid[i, at] = part[col].astype("Float64").to_numpy(np.float64, na_value=np.nan)
+        bands = ((_grid(part, columns, at, len(day_index), "_low"),
+                  _grid(part, columns, at, len(day_index), "_high"))
+                 if intervals is not None else (None, None))
         out.append(MobilitySeries(str(region["region_id"]), int(region["level"]),
-                                  str(region["title"]), grid))
+                                  str(region["title"]),
+                                  _grid(part, columns, at, len(day_index), ""), *bands))
     return out
+
+
+def _grid(part: pd.DataFrame, columns: list[str], at: NDArray[np.intp], n_days: int,
+          suffix: str) -> NDArray[np.float64]:
+    """(categories x days) of the columns ``<column><suffix>``, NaN where nothing is."""
+    grid = np.full((len(columns), n_days), np.nan)
+    for i, col in enumerate(columns):
+        grid[i, at] = part[col + suffix].astype("Float64").to_numpy(np.float64,
+                                                                    na_value=np.nan)
+    return grid
 
 
 def _percent(value: float) -> str:
@@ -136,8 +159,8 @@ class MobilityChart:
         self.title = fig.text(0.012, 0.965, "", fontsize=10.5, fontweight="bold",
                               va="top", animated=True)
         fig.text(0.012, 0.905, f"Percent change from baseline, {self.days[0]} to "
-                 f"{self.days[-1]}. Gaps: not published (too few people, or not "
-                 "reliable enough).", fontsize=7, color=MUTED, va="top")
+                 f"{self.days[-1]}; band: 95% interval. Gaps: not published (too few "
+                 "people, or not reliable enough).", fontsize=7, color=MUTED, va="top")
         self._x = np.arange(n, dtype=np.float64)
 
     def _set_range(self, limit: int) -> None:
@@ -154,11 +177,23 @@ class MobilityChart:
         top = float(np.nanmax(np.abs(values), initial=0.0))
         return next((r for r in MOBILITY_RANGES if top <= r), MOBILITY_RANGES[-1])
 
+    def _band(self, ax: Any, low: NDArray[np.float64], high: NDArray[np.float64]) -> None:
+        """Draw the interval band of one panel (a gap where a value has none)."""
+        if not (np.isfinite(low) & np.isfinite(high)).any():
+            return
+        band = ax.fill_between(self._x, low, high, color=LINE, alpha=0.18, linewidth=0,
+                               animated=True, zorder=2)
+        self._fig.draw(band)
+        band.remove()
+
     def render(self, series: MobilitySeries) -> bytes:
-        self._fig.background(self.y_range(series.values), self._set_range)
+        shown = [series.values] + [b for b in (series.low, series.high) if b is not None]
+        self._fig.background(self.y_range(np.concatenate(shown)), self._set_range)
         for i, (line, point, headline) in enumerate(
                 zip(self.lines, self.points, self.headlines, strict=True)):
             y = series.values[i]
+            if series.low is not None and series.high is not None:
+                self._band(self.axes[i], series.low[i], series.high[i])
             line.set_data(self._x, y)
             point.set_data(self._x, isolated(y))
             headline.set_text(_headline(self.days, y))
@@ -195,12 +230,14 @@ def mobility_alt(days: Sequence[str], series: MobilitySeries) -> str:
 
 
 def write_mobility_charts(published: pd.DataFrame, regions: pd.DataFrame,
-                          days: Sequence[str], target: Path) -> list[ChartEntry]:
+                          days: Sequence[str], target: Path,
+                          intervals: pd.DataFrame | None = None) -> list[ChartEntry]:
     """Draw ``charts/<region>.png`` under ``target`` for every region of ``regions`` with
-    a published row; return an entry per region of ``regions`` (those without a chart
-    have ``file=None``), in index order."""
+    a published row (with ``intervals``, a band of each value's interval); return an
+    entry per region of ``regions`` (those without a chart have ``file=None``), in index
+    order."""
     drawn: dict[str, tuple[str, str]] = {}
-    series = mobility_series(published, regions, days)
+    series = mobility_series(published, regions, days, intervals)
     if series:
         (target / CHART_DIR).mkdir(parents=True, exist_ok=True)
         with chart_style():

@@ -189,8 +189,10 @@ def _build(root: DataRoot, cfg: MobilityConfig, ledger: Ledger, target: Path, *,
     record_validated(root.gx_dir, REPORT, rules, day_files)
     # charts first: they are part of the staged files and their checksums
     charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)
-    charts = write_mobility_charts(published, charted, [d.isoformat() for d in days], target)
-    write_release_files(published, target, intervals_table(internal))
+    intervals = intervals_table(internal)
+    charts = write_mobility_charts(published, charted, [d.isoformat() for d in days], target,
+                                   intervals)
+    write_release_files(published, target, intervals)
     return Built(
         rows={"published": len(published), "domain": len(internal)},
         suppression=suppression_summary(internal),

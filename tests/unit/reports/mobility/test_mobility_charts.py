@@ -88,6 +88,39 @@ def test_the_lines_given_to_matplotlib_break_at_the_gaps(regions: pd.DataFrame) 
     assert image.format == "PNG" and image.size == charts.MOBILITY_SIZE
 
 
+def intervals_of(published: pd.DataFrame, below: int = 6, above: int = 8) -> pd.DataFrame:
+    """The intervals file of ``published``: each change from ``below`` under it to
+    ``above`` over it (empty where the change is)."""
+    frame = published[[c for c in PUBLISHED_COLUMNS if c not in CHANGE]].copy()
+    for col in CHANGE:
+        frame[f"{col}_low"] = published[col] - below
+        frame[f"{col}_high"] = published[col] + above
+    return frame
+
+
+def test_each_series_carries_its_intervals_and_the_chart_draws_them_as_a_band(
+        regions: pd.DataFrame) -> None:
+    table = published_table(regions, ["DM-01"])
+    (series,) = charts.mobility_series(table, regions, DAYS, intervals_of(table))
+    parks = list(CATEGORIES).index("parks")
+    assert series.low is not None and series.high is not None
+    assert series.low[parks, 3] == -10 + 3 - 6 and series.high[parks, 3] == -10 + 3 + 8
+    assert np.isnan(series.low[parks, 4]) and np.isnan(series.high[:, 9]).all()
+    (plain,) = charts.mobility_series(table, regions, DAYS)
+    assert plain.low is None
+    with chart_style():
+        chart = charts.MobilityChart(DAYS)
+        with_band = np.asarray(Image.open(io.BytesIO(chart.render(series))).convert("RGB"))
+        without = np.asarray(Image.open(io.BytesIO(chart.render(plain))).convert("RGB"))
+    changed = np.any(with_band != without, axis=2)
+    # the band tints pixels in every panel; nothing else of the chart moves
+    assert changed.sum() > 2000
+    height, width = changed.shape
+    panel_rows = [changed[: height // 2], changed[height // 2:]]
+    assert all(part.any() for part in panel_rows)
+    assert not changed[: int(0.12 * height)].any()  # the title area is untouched
+
+
 def test_png_bytes_are_reproducible_and_carry_no_metadata(regions: pd.DataFrame,
                                                           tmp_path: Path) -> None:
     table = published_table(regions, ["DM", "DM-01", "DM-02"])
