@@ -4,7 +4,8 @@ of :mod:`dp_ops.steps.charts` (style, palette, blitting, PNG writing, the entrie
 release page).
 
 A chart is drawn from the published daily and weekly files only: a value that is not
-published is a gap in its line, never interpolated.
+published is a gap in its line, never interpolated. Given the interval tables, a band
+around each line shows each published value's 95% interval.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class SymptomLine:
     resolution: str
     x: NDArray[np.float64]
     y: NDArray[np.float64]
+    # each value's interval, aligned with ``y`` (NaN where there is none)
+    low: NDArray[np.float64] | None = None
+    high: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,15 @@ class SymptomSeries:
 
 
 def symptom_series(daily: pd.DataFrame, weekly: pd.DataFrame, regions: pd.DataFrame,
-                   days: Sequence[str], top: int = TOP_SYMPTOMS) -> list[SymptomSeries]:
+                   days: Sequence[str], top: int = TOP_SYMPTOMS,
+                   intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None
+                   ) -> list[SymptomSeries]:
     """Per region of ``regions`` in either published file, its ``top`` symptoms (rows of
     other regions, of levels not charted, are left out): a symptom published
     daily in the region is shown daily, else weekly. Symptoms rank by their mean value
     over the release period with unpublished periods counted as zero, so a series
-    published most of the time outranks a single high value."""
+    published most of the time outranks a single high value. With ``intervals`` (the
+    daily and weekly interval tables) each line carries its values' intervals."""
     columns = [c for c in daily.columns if c.startswith("symptom:")]
     day_index = pd.Index(list(days))
     n_days = len(day_index)
@@ -80,6 +87,7 @@ def symptom_series(daily: pd.DataFrame, weekly: pd.DataFrame, regions: pd.DataFr
         raise ValueError("weekly symptom rows dated outside the release")
     week_x = np.append(monday_at, monday_at[-1] + 7 if len(monday_at) else 0) - 0.5
     day_x = np.arange(n_days, dtype=np.float64)
+    bands = (_by_series(intervals[0]), _by_series(intervals[1])) if intervals else ({}, {})
     no_daily = np.full((n_days, len(columns)), np.nan)
     no_weekly = np.full((len(mondays), len(columns)), np.nan)
     out = []
@@ -96,12 +104,41 @@ def symptom_series(daily: pd.DataFrame, weekly: pd.DataFrame, regions: pd.DataFr
         for _, column, j in ranked[:top]:
             name = column.removeprefix("symptom:")
             if is_daily[j]:
-                lines.append(SymptomLine(name, "daily", day_x, d[:, j]))
+                band = _band(bands[0], code, name, day_index, 0)
+                lines.append(SymptomLine(name, "daily", day_x, d[:, j], *band))
             else:
-                lines.append(SymptomLine(name, "weekly", week_x, np.append(w[:, j], np.nan)))
+                band = _band(bands[1], code, name, mondays, 1)
+                lines.append(SymptomLine(name, "weekly", week_x, np.append(w[:, j], np.nan),
+                                         *band))
         out.append(SymptomSeries(str(region["region_id"]), int(region["level"]),
                                  str(region["title"]), tuple(lines)))
     return out
+
+
+_Bands = dict[tuple[str, str], pd.DataFrame]
+
+
+def _by_series(table: pd.DataFrame) -> _Bands:
+    """An interval table split per (region code, symptom)."""
+    return {(str(code), str(symptom)): part for (code, symptom), part in table.groupby(
+        ["open_covid_region_code", "symptom"], sort=False)}
+
+
+def _band(bands: _Bands, code: str, symptom: str, dates: pd.Index, extra: int
+          ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
+    """A line's (low, high) over ``dates`` plus ``extra`` trailing NaN (the end of the last
+    week), or (None, None) without interval tables."""
+    if not bands:
+        return None, None
+    low = np.full(len(dates) + extra, np.nan)
+    high = np.full(len(dates) + extra, np.nan)
+    part = bands.get((code, symptom))
+    if part is not None:
+        at = dates.get_indexer(part["date"])
+        keep = at >= 0
+        low[at[keep]] = part["low"].to_numpy(np.float64)[keep]
+        high[at[keep]] = part["high"].to_numpy(np.float64)[keep]
+    return low, high
 
 
 def _grids(table: pd.DataFrame, columns: list[str],
@@ -161,7 +198,7 @@ class SymptomChart:
                               va="top", animated=True)
         fig.text(0.012, 0.88, f"Top symptoms by search interest, {self.days[0]} to "
                  f"{self.days[-1]} (100 = the region's largest value in its first "
-                 "release). Gaps: not published.",
+                 "release). Bands: 95% intervals. Gaps: not published.",
                  fontsize=7, color=MUTED, va="top")
         self.empty = fig.text(0.34, 0.45, "", ha="center", color=MUTED, animated=True)
 
@@ -172,8 +209,8 @@ class SymptomChart:
 
     @staticmethod
     def y_range(series: SymptomSeries) -> float:
-        top = max((float(np.nanmax(line.y, initial=0.0)) for line in series.lines),
-                  default=0.0)
+        top = max((float(np.nanmax(line.y if line.high is None else np.fmax(line.y, line.high),
+                                   initial=0.0)) for line in series.lines), default=0.0)
         limit = SYMPTOM_RANGE_START
         while top > limit:
             limit *= 2
@@ -187,6 +224,14 @@ class SymptomChart:
                 continue
             shown = series.lines[i]
             daily = shown.resolution == "daily"
+            if shown.low is not None and shown.high is not None and (
+                    np.isfinite(shown.low) & np.isfinite(shown.high)).any():
+                band = self.ax.fill_between(
+                    shown.x, shown.low, shown.high, step=None if daily else "post",
+                    color=SERIES_COLOURS[i % len(SERIES_COLOURS)], alpha=0.15, linewidth=0,
+                    animated=True, zorder=2)
+                self._fig.draw(band)
+                band.remove()
             line.set_drawstyle("default" if daily else "steps-post")
             line.set_data(shown.x, shown.y)
             point.set_data(shown.x, isolated(shown.y) if daily else np.full(len(shown.x),
@@ -210,12 +255,14 @@ def symptoms_alt(days: Sequence[str], series: SymptomSeries) -> str:
 
 
 def write_symptom_charts(daily: pd.DataFrame, weekly: pd.DataFrame, regions: pd.DataFrame,
-                         days: Sequence[str], target: Path,
-                         top: int = TOP_SYMPTOMS) -> list[ChartEntry]:
+                         days: Sequence[str], target: Path, top: int = TOP_SYMPTOMS,
+                         intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None
+                         ) -> list[ChartEntry]:
     """Draw ``charts/<region>.png`` under ``target`` for every region in the daily or
-    weekly file; return an entry per region of ``regions``, in index order."""
+    weekly file (with ``intervals``, the daily and weekly interval tables, a band per
+    line); return an entry per region of ``regions``, in index order."""
     drawn: dict[str, tuple[str, str]] = {}
-    series = symptom_series(daily, weekly, regions, days, top)
+    series = symptom_series(daily, weekly, regions, days, top, intervals)
     if series:
         (target / CHART_DIR).mkdir(parents=True, exist_ok=True)
         with chart_style():

@@ -206,7 +206,8 @@ def _build(root: DataRoot, cfg: SymptomsConfig, target: Path, *, run_id: str,
     # charts first: they are part of the staged files and their checksums
     charted, uncharted = charted_regions(regions, cfg.levels)
     charts = write_symptom_charts(candidate.daily, candidate.weekly, charted, day_labels,
-                                  target)
+                                  target, intervals=(candidate.daily_intervals,
+                                                     candidate.weekly_intervals))
     write_release_files(candidate, codes[0] if codes else "XX", target)
     new = candidate.scaling[candidate.scaling["new"]]
     return Built(

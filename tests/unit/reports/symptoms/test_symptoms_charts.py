@@ -78,6 +78,42 @@ def test_symptom_series_are_daily_where_daily_and_weekly_otherwise(
     assert Image.open(io.BytesIO(png)).size == charts.SYMPTOMS_SIZE
 
 
+def interval_tables(daily: pd.DataFrame, weekly: pd.DataFrame
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The interval tables of the wide files: each value from 2 under it to 3 over it."""
+    out = []
+    for wide in (daily, weekly):
+        cols = [c for c in wide.columns if c.startswith("symptom:")]
+        long = wide.melt(id_vars=list(SYMPTOM_KEYS), value_vars=cols, var_name="symptom",
+                         value_name="value").dropna(subset=["value"])
+        long["symptom"] = long["symptom"].str.removeprefix("symptom:")
+        out.append(long.assign(low=long["value"] - 2, high=long["value"] + 3))
+    return out[0], out[1]
+
+
+def test_each_line_carries_its_intervals_and_the_chart_draws_their_band(
+        regions: pd.DataFrame) -> None:
+    daily, weekly, days = symptom_tables(regions)
+    bands = interval_tables(daily, weekly)
+    series = {s.region_id: s for s in charts.symptom_series(daily, weekly, regions, days,
+                                                             top=2, intervals=bands)}
+    cough, fever = series["DM"].lines
+    assert fever.low is not None and fever.high is not None
+    assert (fever.low[4], fever.high[4]) == (12.0, 17.0) and np.isnan(fever.low[3])
+    assert cough.low is not None and cough.high is not None
+    assert cough.low[0] == 48.0 and cough.high[0] == 53.0 and np.isnan(cough.high[1])
+    plain = {s.region_id: s for s in charts.symptom_series(daily, weekly, regions, days,
+                                                            top=2)}
+    assert plain["DM"].lines[0].low is None
+    with chart_style():
+        chart = charts.SymptomChart(days, top=2)
+        with_band = np.asarray(Image.open(io.BytesIO(chart.render(series["DM"]))).convert("RGB"))
+        without = np.asarray(Image.open(io.BytesIO(chart.render(plain["DM"]))).convert("RGB"))
+    changed = np.any(with_band != without, axis=2)
+    assert changed.sum() > 500
+    assert not changed[: int(0.15 * changed.shape[0])].any()  # title and caption unchanged
+
+
 def test_charts_are_written_for_the_regions_in_either_file(regions: pd.DataFrame,
                                                            tmp_path: Path) -> None:
     daily, weekly, days = symptom_tables(regions)
