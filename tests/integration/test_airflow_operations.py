@@ -96,6 +96,10 @@ MOBILITY_HEADER = [
     "residential_percent_change_from_baseline",
 ]
 PERCENT_COLUMNS = frozenset(c for c in MOBILITY_HEADER if c.endswith("_from_baseline"))
+# The intervals file: the same keys, then each change's interval (noisy, post-processed).
+INTERVALS_HEADER = [*MOBILITY_HEADER[:9], *(f"{c}_{end}" for c in MOBILITY_HEADER[9:]
+                                            for end in ("low", "high"))]
+INTERVAL_ENDS = frozenset(INTERVALS_HEADER[9:])
 
 # OPERATIONS.md "When a task fails": the refusal the on-call engineer reads in the log.
 REFUSAL = re.compile(
@@ -782,17 +786,21 @@ def _small_cells(root: Path) -> dict[str, list[float | int]]:
 
 def _published_records(path: Path) -> Iterator[str]:
     """A published file's records. In the release tables the six percent-change columns
-    hold noisy, post-processed values by design and are blanked before the scan (a true
-    count equal to a published percent change would be a coincidence, not a leak); the
-    other columns are the region's public identity and the date, and the header check of
-    the test makes sure no other column exists to carry a value."""
+    (and, in the intervals file, their intervals' ends) hold noisy, post-processed values
+    by design and are blanked before the scan (a true count equal to a published percent
+    change would be a coincidence, not a leak); the other columns are the region's public
+    identity and the date, and the header check of the test makes sure no other column
+    exists to carry a value."""
     if path.suffix not in (".csv", ".parquet"):
         yield from file_records(path)
         return
     records = iter(file_records(path))
     header = next(records).split(",")
-    assert header == MOBILITY_HEADER, f"{path.name}: unexpected columns"
-    keep = [c not in PERCENT_COLUMNS for c in header]
+    intervals = path.stem.endswith("_intervals")
+    expected = INTERVALS_HEADER if intervals else MOBILITY_HEADER
+    assert header == expected, f"{path.name}: unexpected columns"
+    noisy = INTERVAL_ENDS if intervals else PERCENT_COLUMNS
+    keep = [c not in noisy for c in header]
     for record in records:
         values = next(csv.reader(io.StringIO(record)))
         yield ",".join(v if k else "" for v, k in zip(values, keep, strict=True))
