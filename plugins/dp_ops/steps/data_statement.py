@@ -80,7 +80,8 @@ def render_statement(manifest: Mapping[str, Any], budgets: Sequence[MetricBudget
         "- **Privacy unit:** one user-day (everything one user did on one calendar day).",
         "- **Guarantee:** pure epsilon-differential privacy per user-day; **delta = 0**.",
         f"- **Epsilon per user-day:** at most {eps.get('per_user_day_max')} on any date "
-        f"behind this release (a normal daily run spends {eps.get('normal_run')}; the cap "
+        f"behind this release (a normal daily run spends "
+        f"{eps.get('per_user_day_normal_run')}; the cap "
         f"is {eps.get('cap')}). Composition: {eps.get('composition')}, over the region "
         f"levels {level_text}.",
         "- **Mechanism:** every published aggregate is computed from cells to which "

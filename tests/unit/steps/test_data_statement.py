@@ -4,6 +4,7 @@ item a reader needs, and shown on the page."""
 from __future__ import annotations
 
 import math
+from datetime import date
 
 import numpy as np
 import pytest
@@ -19,14 +20,16 @@ from dp_ops.steps.data_statement import (
     render_statement,
     statement_section,
 )
+from dp_ops.steps.release import epsilon_summary
 
 MANIFEST = {
     "schema_version": "1.2", "report": "mobility", "method_version": "v1",
     "software_version": "0.1.0", "first_date": "2020-02-15", "last_date": "2020-03-31",
     "inputs": {"baseline_window": ["2020-01-03", "2020-02-06"]},
-    "epsilon": {"per_user_day_max": 8.58, "normal_run": 8.58, "cap": 18.018,
-                "composition": "basic (sum over metrics and levels of each date)",
-                "delta": 0},
+    # the accounting as the release flow writes it (so a renamed key fails here)
+    "epsilon": epsilon_summary({date(2020, 2, 15): 8.58, date(2020, 2, 16): 8.57},
+                               normal_run=8.57, cap=18.018,
+                               composition="basic (sum over metrics and levels of each date)"),
     "suppression": {"row_reasons": {"published": 1944, "all_values_unreliable": 1184,
                                     "contributors_under_minimum": 230},
                     "published_share_of_eligible_by_level": {
@@ -55,6 +58,7 @@ def test_a_mobility_statement_says_what_a_reader_needs() -> None:
     text = render_statement(MANIFEST, cfg.metric_budgets, cfg.levels, cfg.min_area_km2,
                             "Community Mobility Report", mobility_statement(cfg, MANIFEST))
     for needed in ("Privacy unit", "one user-day", "delta = 0", "at most 8.58", "18.018",
+                   "a normal daily run spends 8.57;",
                    "discrete Laplace", "| places | 0.44 | 1 | 4 |", "residential_sum",
                    f"{cfg.max_place_pairs} (region, place category)", "3 km",
                    "fewer than 100 contributing users", "more than 10 points",
