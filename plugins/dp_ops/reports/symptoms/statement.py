@@ -43,7 +43,7 @@ def symptoms_statement(cfg: SymptomsConfig, manifest: Mapping[str, Any]) -> Stat
             "who searched anything (B) of a region, and in at most "
             f"{cfg.max_symptoms_per_day} symptoms (A), once each, in that same region; "
             "symptoms past the bound are dropped, chosen by a keyed hash. So the true "
-            "counts satisfy 0 <= A <= B."),
+            "counts satisfy 0 <= a <= b."),
         thresholds=(
             "A series is published daily only where at most "
             f"{100 * cfg.daily_unreliable_share:g}% of its daily values fail the rule (then "
@@ -63,7 +63,11 @@ def symptoms_statement(cfg: SymptomsConfig, manifest: Mapping[str, Any]) -> Stat
             "times the true share with probability at least "
             f"{100 * INTERVAL_LEVEL:g}% whatever the true counts are (the ratios the same "
             f"exact test does not reject at level {1 - INTERVAL_LEVEL:.2g}, rounded outwards "
-            "to the cent). They are about the counts after contribution bounding."),
+            "to the cent). They are about the counts after contribution bounding. The 95% "
+            "holds for every value before it is known whether it is published; among the "
+            "published values of rarely published series (small regions, weekly values) "
+            "fewer may be covered, because such a value is published more often when its "
+            "noise happened to be large."),
         biases=(
             f"Contribution bounding lowers A, the count of searchers of a symptom, for "
             f"users who search more than {cfg.max_symptoms_per_day} symptoms a day, and "
