@@ -125,6 +125,13 @@ def stage(group: str, modules: list[str]) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists() or target.read_bytes() != src.read_bytes():
             shutil.copy2(src, target)
+        # mutmut copies src/ into mutants/src/ once and afterwards refreshes only the
+        # Python files: a changed data file of the package (a column schema, the SQL)
+        # would stay stale there and fail the clean test run
+        copy = where / "mutants" / rel
+        if (name.startswith("plugins/") and src.suffix != ".py" and copy.parent.is_dir()
+                and (not copy.exists() or copy.read_bytes() != src.read_bytes())):
+            shutil.copy2(src, copy)
     (where / "mypy-mutants.ini").write_text(MYPY_INI)
     settings = {
         "source_paths": ["src"],
