@@ -12,7 +12,9 @@ import pandas as pd
 import pytest
 
 from dp_ops.reports.mobility.estimates import (
+    change_interval,
     count_changes,
+    count_estimates,
     count_test,
     residential_changes,
     residential_day_alpha,
@@ -57,6 +59,34 @@ def test_a_count_change_is_published_exactly_when_its_hull_keeps_the_promise() -
     expected = within_promise(change, lo, hi, 10)
     assert publish.tolist() == expected.tolist()
     assert publish.tolist() == [True, True, True, False, False]
+
+
+def test_the_change_interval_is_the_ratio_hull_in_points_rounded_outwards() -> None:
+    low, high = change_interval(np.array([0.5, 1.0, 0.9951, 0.0, np.nan]),
+                                np.array([1.25, 1.0, 1.0049, 0.25, 1.0]))
+    assert low[:4].tolist() == [-50.0, 0.0, -1.0, -100.0]
+    assert high[:4].tolist() == [25.0, 0.0, 1.0, -75.0]
+    assert np.isnan(low[4]) and high[4] == 0.0
+
+
+def test_count_estimates_give_the_hull_of_the_publish_decision_as_the_interval() -> None:
+    values = [1000.0, 1100.0, 2000.0, 50.0, 10.0]
+    base = [1000.0, 1000.0, 1000.0, 40.0, 0.0]
+    est = count_estimates(count_frame(values, base), alpha=ALPHA, max_error_points=10)
+    lo, hi = count_test((1, 0.44, 1), (1, 0.44, 1), ALPHA).hull(values[:4], base[:4])
+    assert est.low[:4].tolist() == np.floor(100 * (lo - 1)).tolist()
+    assert est.high[:4].tolist() == np.ceil(100 * (hi - 1)).tolist()
+    # a published change lies within 10 points of every point of its interval
+    shown = est.publish
+    assert shown[:3].all() and not shown[3:].any()
+    assert ((est.change[shown] - est.low[shown] <= 10)
+            & (est.high[shown] - est.change[shown] <= 10)).all()
+    assert (est.low[:3] <= est.change[:3]).all() and (est.change[:3] <= est.high[:3]).all()
+    assert np.isnan(est.low[4]) and np.isnan(est.high[4])  # no baseline, no interval
+    change, publish = count_changes(count_frame(values, base), alpha=ALPHA,
+                                    max_error_points=10)
+    np.testing.assert_array_equal(change, est.change)
+    np.testing.assert_array_equal(publish, est.publish)
 
 
 def test_a_method_update_divides_the_hull_by_the_factor_interval_and_takes_its_alpha() -> None:
