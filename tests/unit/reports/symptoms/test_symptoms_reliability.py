@@ -260,3 +260,36 @@ def test_the_tests_of_a_configs_daily_run_can_be_built_ahead() -> None:
                            n_days=n_days)
     after = rel._ratio_test.cache_info()
     assert after.misses == built.misses == 4 and after.hits == built.hits + 4
+
+
+def test_the_published_interval_is_the_hull_of_the_test_at_five_percent() -> None:
+    """``ratio_interval`` is the hull of the same exact test at level 0.05: wider than the
+    rule's hull at 0.45, inside [0, 1], and the whole [0, 1] where every ratio is
+    rejected (a negative A against a large B)."""
+    from dp_ops.reports.symptoms import reliability as rel
+    from dp_ops.reports.symptoms.config import SYMPTOM_METRIC, VOLUME_METRIC, SymptomsConfig
+
+    cfg = SymptomsConfig()
+    a, b = cfg.budget(SYMPTOM_METRIC), cfg.budget(VOLUME_METRIC)
+    params = {"a_epsilon": a.cell_epsilon, "a_sensitivity": a.sensitivity,
+              "b_epsilon": b.cell_epsilon, "b_sensitivity": b.sensitivity}
+    noisy_a = np.array([50.0, 400.0, 3.0, 0.0, 990.0, -1000.0])
+    noisy_b = np.array([400.0, 1000.0, 90.0, 500.0, 1000.0, 100.0])
+    for n_days in (1, 7):
+        low, high = rel.ratio_interval(noisy_a, noisy_b, n_days=n_days, **params)
+        test = rel.ratio_test_for(**params, n_days=n_days, alpha=0.05)
+        lo, hi = test.hull(noisy_a, noisy_b)
+        # the hull clipped to [0, 1] (its last cell may reach past 1: A > B here)
+        np.testing.assert_array_equal(low[:5], np.clip(lo[:5], 0.0, 1.0))
+        np.testing.assert_array_equal(high[:5], np.clip(hi[:5], 0.0, 1.0))
+        assert hi[4] > 1.0 and high[4] == 1.0
+        assert not lo[5] <= hi[5] and (low[5], high[5]) == (0.0, 1.0)
+        assert (0.0 <= low).all() and (high <= 1.0).all() and (low <= high).all()
+        assert 0.3 < low[1] < 400 / 1000 < high[1] < 0.5  # a value well inside (0, 1)
+        rule = rel.ratio_test_for(**params, n_days=n_days, alpha=cfg.reliability_test_level)
+        r_lo, r_hi = rule.hull(noisy_a[:2], noisy_b[:2])
+        assert (low[:2] < r_lo).all() and (high[:2] > r_hi).all()
+    # one value, as a scalar
+    one = rel.ratio_interval(50, 400, n_days=1, **params)
+    assert one[0].shape == (1,) and one[0][0] == rel.ratio_interval(
+        noisy_a, noisy_b, n_days=1, **params)[0][0]
