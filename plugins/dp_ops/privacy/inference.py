@@ -178,6 +178,17 @@ def discrete_laplace(epsilon: float, sensitivity: int, n: int = 1) -> Law:
     return coarsen(exact(support, pmf, TRUNCATED_MASS))
 
 
+def discrete_laplace_pmf(epsilon: float, sensitivity: int, n: int = 1
+                         ) -> tuple[int, NDArray[np.float64]]:
+    """``(m, pmf)``: ``pmf[j]`` is ``P(V = j - m)`` for the sum ``V`` of ``n`` i.i.d.
+    discrete Laplace draws, on ``-m .. m`` (the exact atoms :func:`discrete_laplace`
+    buckets; a truncated tail of at most ``TRUNCATED_MASS`` is left out). Read-only."""
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ValueError(f"n={n!r}: must be an integer >= 1")
+    k, pmf = _discrete_laplace_pmf(float(epsilon), int(sensitivity), int(n))
+    return int(n) * k, pmf
+
+
 def convolve(*laws: Law) -> Law:
     """The law of a sum of independent exact integer-atom laws."""
     if not laws:

@@ -4,9 +4,11 @@ A release covers every day from the first public date, but its assembly needs on
 
 - per series (cell): how many of its daily values fail the reliability rule (the
   daily-or-weekly decision) and, per region, the sum of its daily noisy B (its volume);
-- the daily values that pass the rule (only those can be published: about 3% of them);
+- the daily values that pass the rule and the selection of their family (only those can
+  be published: about 3% of them; :mod:`dp_ops.reports.symptoms.selection`);
 - per complete week, the weekly values that pass the rule (sums of seven daily noisy A
-  and B, tested with the 7-fold law), and how many weekly values there are.
+  and B, tested with the 7-fold law) and the selection of their family, and how many
+  weekly values there are.
 
 :func:`summarize` computes that from a whole (days x cells) matrix (tests, small
 periods). :func:`load_period` keeps it in a state file under ``work/period/symptoms/``
@@ -56,6 +58,7 @@ from dp_ops.reports.symptoms.matrix import (
     weekly,
 )
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
+from dp_ops.reports.symptoms.selection import selected, widened
 from dp_ops.steps.day_files import read_day_bytes
 
 __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summarize"]
@@ -65,7 +68,7 @@ __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summa
 VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper", "low", "high")
 _RATIOS = ("ratio", "lower", "upper", "low", "high")
 # Bumped when the state's layout or meaning changes: an older state is then rebuilt.
-STATE_VERSION = 4
+STATE_VERSION = 5
 _FILE_COLUMNS = [*KEYS, "a_noisy", "b_noisy", *NOISE_PARAMETERS, "ratio", "lower", "upper",
                  "reliable"]
 
@@ -103,13 +106,27 @@ class PeriodSummary:
                              self.mondays, keep(self.weekly))
 
 
+def published_values(tested: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
+    """The values of ``tested`` (whole families, with the rule's ``reliable`` flags, the
+    noisy counts and noise parameters, ``n_days``) a release publishes: those the rule
+    passes that their family's selection keeps (bounded at ``reliability_test_level``),
+    with ``low``/``high``, the test's interval widened to hold the posterior one
+    (:mod:`dp_ops.reports.symptoms.selection`)."""
+    from dp_ops.reports.symptoms.daily import with_interval
+
+    choice = selected(tested, tolerance=cfg.reliability_tolerance,
+                      bound=cfg.reliability_test_level)
+    return widened(with_interval(tested.loc[choice.keep]), choice.low[choice.keep],
+                   choice.high[choice.keep])
+
+
 def _passing(frame: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
     """The values of ``frame`` (a long table from :func:`long_frame` with its ``cell``)
-    that pass the reliability rule, with :data:`VALUE_COLUMNS`."""
-    from dp_ops.reports.symptoms.daily import with_interval, with_reliability
+    that pass the reliability rule and the selection of their family
+    (:func:`published_values`), with :data:`VALUE_COLUMNS`."""
+    from dp_ops.reports.symptoms.daily import with_reliability
 
-    tested = with_reliability(frame, cfg)
-    passing = with_interval(tested.loc[tested["reliable"].to_numpy(bool)])
+    passing = published_values(with_reliability(frame, cfg), cfg)
     return passing[list(VALUE_COLUMNS)].reset_index(drop=True)
 
 
@@ -196,7 +213,7 @@ def _regions(cells: pd.DataFrame) -> tuple[NDArray[np.int64], NDArray[np.int64]]
 
 
 def _read_day(root: DataRoot, day: date, recorded: str, cells: pd.DataFrame | None,
-              first: date) -> tuple[pd.DataFrame, _Day]:
+              first: date, cfg: SymptomsConfig) -> tuple[pd.DataFrame, _Day]:
     path = root.report_file(REPORT, day)
     table = pq.read_table(pa.BufferReader(read_day_bytes(root, REPORT, day, recorded)),
                           columns=_FILE_COLUMNS)
@@ -206,15 +223,14 @@ def _read_day(root: DataRoot, day: date, recorded: str, cells: pd.DataFrame | No
         values: NDArray[Any] = table.column(name).to_numpy(zero_copy_only=False)
         return values
 
-    from dp_ops.reports.symptoms.daily import with_interval
-
     reliable = col("reliable").astype(bool)
-    idx = np.flatnonzero(reliable)
-    passing = with_interval(pd.DataFrame({
-        "cell": idx.astype(np.int64), "day": np.full(len(idx), day.toordinal(), np.int64),
-        **{c: col(c)[idx].astype(np.float64) for c in ("ratio", "lower", "upper")},
-        "a_noisy": col("a_noisy")[idx], "b_noisy": col("b_noisy")[idx], "n_days": 1,
-        **{p: col(p)[idx] for p in NOISE_PARAMETERS}}))
+    passing = published_values(pd.DataFrame({
+        "cell": np.arange(len(cells), dtype=np.int64),
+        "day": np.full(len(cells), day.toordinal(), np.int64),
+        "level": cells["level"].to_numpy(), "a_noisy": col("a_noisy"),
+        "b_noisy": col("b_noisy"), "n_days": 1, "reliable": reliable,
+        **{c: col(c).astype(np.float64) for c in ("ratio", "lower", "upper")},
+        **{p: col(p) for p in NOISE_PARAMETERS}}), cfg)
     passing = passing[["cell", "day", *_RATIOS]]
     return cells, _Day(a=col("a_noisy").astype(np.int64), b=col("b_noisy").astype(np.int64),
                        reliable=reliable,
@@ -318,7 +334,7 @@ def load_period(root: DataRoot, cfg: SymptomsConfig, days: list[date],
         nonlocal cells
         if label not in read:
             cells, read[label] = _read_day(root, date.fromisoformat(label), stamps[label],
-                                           cells, days[0])
+                                           cells, days[0], cfg)
         return read[label]
 
     if cells is None:
