@@ -42,9 +42,9 @@ class SymptomsConfig(BudgetedConfig):
     # Reliability rule: the true ratio lies within +/- tolerance of A/B with at least
     # this probability (docs/design.md, Symptoms dataset); the rule inverts a test at
     # level reliability_test_level <= 1 - reliability_probability
-    # (dp_ops.reports.symptoms.reliability explains the 0.45: at 0.5 the many near-empty
-    # cells that pass by luck pull the realised share of published weekly values under
-    # the promise at the finest level).
+    # (dp_ops.reports.symptoms.reliability explains the 0.45); the same level bounds the
+    # expected share of published values outside the tolerance, per day or week and level
+    # (dp_ops.reports.symptoms.selection).
     reliability_tolerance: float = 0.25
     reliability_probability: float = 0.5
     reliability_test_level: float = 0.45

@@ -62,19 +62,13 @@ Why the test's level is 0.45, not 1 - p = 0.5
 At ``alpha = 1 - p`` the rule keeps the promise for every value, but a release is read as
 a whole: most weekly cells of small regions have true counts near zero, each publishes
 with a small probability when its noise happens to be large, and there are so many of
-them that they outnumber the good values among those published. On the demo data at
-``alpha = 0.5`` fewer than half of the published level-2 weekly values are within 25% of
-the truth (the release publishes far more than an oracle that knows the truth would). At
-``alpha = 0.45`` (``reliability_test_level``) the realised share on the demo stays above 50%
-at every level and resolution while the release still publishes more than 0.8 of what the
-oracle publishes (README, Results). A smaller level only makes the rule stricter, so the promise
-holds a fortiori. The level is a calibrated choice, tuned on synthetic populations, and it
-does not settle the problem: on the 30,000-user population of
-``tests/integration/test_symptoms_inprocess.py`` level-2 weekly values are still below
-50% (daily values and levels 0-1 are above it). A rule that controls
-the share of lucky near-empty cells among published values is listed in docs/design.md,
-Not yet built. ``python -m dp_ops evaluate symptoms`` shows the realised share
-and the oracle's coverage for any data root.
+them that they outnumber the good values among those published. A smaller level only
+makes the rule stricter (the promise holds a fortiori); 0.45 leaves room for the
+selection step that follows the rule (:mod:`dp_ops.reports.symptoms.selection`), which
+publishes, per day or week and level, only the passing values whose estimated share
+within the tolerance is at least ``1 - reliability_test_level``: the share among the
+values actually published. ``python -m dp_ops evaluate symptoms`` shows the realised
+share and the oracle's coverage for any data root.
 
 A box of two independent margins (``P(|Z_A| <= m_A) = P(|Z_B| <= m_B) = sqrt(p)``) would
 cover the ratio far more often than the 50% promised: the joint law of ``Z_A - rho Z_B``

@@ -54,7 +54,12 @@ def symptoms_statement(cfg: SymptomsConfig, manifest: Mapping[str, Any]) -> Stat
             f"that it is published and the true share is more than {100 * t:g}% away from "
             f"it is at most {100 * (1 - p):g}%. The decision inverts an exact test (level "
             f"{cfg.reliability_test_level:g}) of the true ratio, from the exact joint law of "
-            "both noises."),
+            "both noises. Of the values that pass, each day or week and level publishes "
+            "the largest set whose expected share within the tolerance is at least "
+            f"{100 * (1 - cfg.reliability_test_level):g}%, estimated from a fit of the "
+            "law of that day's or week's true shares to its noisy values, so that the "
+            "promise also holds among the values published (an estimate, not a "
+            "worst-case bound)."),
         published=published_table(manifest),
         intervals=(
             "`<year>_<CC>_daily_symptoms_dataset_intervals.csv` and the weekly one (and "
@@ -63,11 +68,12 @@ def symptoms_statement(cfg: SymptomsConfig, manifest: Mapping[str, Any]) -> Stat
             "times the true share with probability at least "
             f"{100 * INTERVAL_LEVEL:g}% whatever the true counts are (the ratios the same "
             f"exact test does not reject at level {1 - INTERVAL_LEVEL:.2g}, rounded outwards "
-            "to the cent). They are about the counts after contribution bounding. The 95% "
-            "holds for every value before it is known whether it is published; among the "
-            "published values of rarely published series (small regions, weekly values) "
-            "fewer may be covered, because such a value is published more often when its "
-            "noise happened to be large."),
+            "to the cent), widened to also hold the value's 95% posterior interval under "
+            "the same fit as the selection. They are about the counts after contribution "
+            "bounding. The first part holds for every value before it is known whether it "
+            "is published; the second estimates it among the published values, where "
+            "values of rarely published series (small regions, weekly values) are "
+            "published more often when their noise happened to be large."),
         biases=(
             f"Contribution bounding lowers A, the count of searchers of a symptom, for "
             f"users who search more than {cfg.max_symptoms_per_day} symptoms a day, and "
