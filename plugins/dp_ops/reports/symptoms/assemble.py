@@ -37,6 +37,7 @@ from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.granularity import decide_resolution
 from dp_ops.reports.symptoms.matrix import DailyMatrix, complete_weeks, from_rows
 from dp_ops.reports.symptoms.period import PeriodSummary, summarize
+from dp_ops.reports.symptoms.selection import select_published
 
 __all__ = ["INTERVAL_COLUMNS", "KEY_COLUMNS", "RESOLUTIONS", "SCALING_COLUMNS", "Candidate",
            "build_candidate", "complete_weeks", "decide", "eligible_regions", "header",
@@ -230,6 +231,9 @@ def build_candidate(daily: pd.DataFrame | DailyMatrix | PeriodSummary, regions: 
     daily_passing = m.daily[is_daily[m.daily["cell"].to_numpy(np.int64)]]
     values = pd.concat([_values(m, daily_passing, "daily"),
                         _values(m, m.weekly, "weekly")], ignore_index=True)
+    # the promise among the published values (dp_ops.reports.symptoms.selection)
+    values = values[select_published(values, cfg.reliability_test_level)].drop(
+        columns="off").reset_index(drop=True)
     scaling = scaling_factors(values, stored_scaling, cfg, last)
     values = values.merge(scaling[["region_id", "resolution", "c"]],
                           on=["region_id", "resolution"], how="left")

@@ -4,11 +4,12 @@ A release covers every day from the first public date, but its assembly needs on
 
 - per series (cell): how many of its daily values fail the reliability rule (the
   daily-or-weekly decision) and, per region, the sum of its daily noisy B (its volume);
-- the daily values that pass the rule and the selection of their family (only those can
-  be published: about 3% of them; :mod:`dp_ops.reports.symptoms.selection`);
+- the daily values that pass the rule (only those can be published: about 3% of them),
+  each with its posterior probability of lying outside its tolerance from the fit of its
+  whole day and level (:mod:`dp_ops.reports.symptoms.selection`);
 - per complete week, the weekly values that pass the rule (sums of seven daily noisy A
-  and B, tested with the 7-fold law) and the selection of their family, and how many
-  weekly values there are.
+  and B, tested with the 7-fold law), likewise with their posterior, and how many weekly
+  values there are.
 
 :func:`summarize` computes that from a whole (days x cells) matrix (tests, small
 periods). :func:`load_period` keeps it in a state file under ``work/period/symptoms/``
@@ -58,17 +59,20 @@ from dp_ops.reports.symptoms.matrix import (
     weekly,
 )
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
-from dp_ops.reports.symptoms.selection import selected, widened
+from dp_ops.reports.symptoms.selection import family_posteriors, widened
 from dp_ops.steps.day_files import read_day_bytes
 
 __all__ = ["PeriodSummary", "VALUE_COLUMNS", "load_period", "state_file", "summarize"]
 
 # The columns of a passing value (daily or weekly); ``cell`` indexes ``PeriodSummary.cells``;
 # ``low`` and ``high`` bound the true ratio at the published intervals' level.
-VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper", "low", "high")
-_RATIOS = ("ratio", "lower", "upper", "low", "high")
+# ``off`` is the value's posterior probability of lying outside its tolerance, which the
+# assembly's selection reads (dp_ops.reports.symptoms.selection).
+VALUE_COLUMNS: tuple[str, ...] = ("cell", "date", "ratio", "lower", "upper", "low", "high",
+                                  "off")
+_RATIOS = ("ratio", "lower", "upper", "low", "high", "off")
 # Bumped when the state's layout or meaning changes: an older state is then rebuilt.
-STATE_VERSION = 5
+STATE_VERSION = 6
 _FILE_COLUMNS = [*KEYS, "a_noisy", "b_noisy", *NOISE_PARAMETERS, "ratio", "lower", "upper",
                  "reliable"]
 
@@ -106,27 +110,28 @@ class PeriodSummary:
                              self.mondays, keep(self.weekly))
 
 
-def published_values(tested: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
+def passing_values(tested: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
     """The values of ``tested`` (whole families, with the rule's ``reliable`` flags, the
-    noisy counts and noise parameters, ``n_days``) a release publishes: those the rule
-    passes that their family's selection keeps (bounded at ``reliability_test_level``),
-    with ``low``/``high``, the test's interval widened to hold the posterior one
-    (:mod:`dp_ops.reports.symptoms.selection`)."""
+    noisy counts and noise parameters, ``n_days``) the rule passes, with ``off``, their
+    posterior probability of lying outside the tolerance, and ``low``/``high``, the
+    test's interval widened to hold the posterior one; both from the fit of their whole
+    family (:mod:`dp_ops.reports.symptoms.selection`). Which of them a release publishes
+    is decided at assembly, among the values it can publish."""
     from dp_ops.reports.symptoms.daily import with_interval
 
-    choice = selected(tested, tolerance=cfg.reliability_tolerance,
-                      bound=cfg.reliability_test_level)
-    return widened(with_interval(tested.loc[choice.keep]), choice.low[choice.keep],
-                   choice.high[choice.keep])
+    fit = family_posteriors(tested, tolerance=cfg.reliability_tolerance)
+    keep = tested["reliable"].to_numpy(dtype=bool)
+    out = widened(with_interval(tested.loc[keep]), fit.low[keep], fit.high[keep])
+    out["off"] = fit.off[keep]
+    return out
 
 
 def _passing(frame: pd.DataFrame, cfg: SymptomsConfig) -> pd.DataFrame:
     """The values of ``frame`` (a long table from :func:`long_frame` with its ``cell``)
-    that pass the reliability rule and the selection of their family
-    (:func:`published_values`), with :data:`VALUE_COLUMNS`."""
+    that pass the reliability rule (:func:`passing_values`), with :data:`VALUE_COLUMNS`."""
     from dp_ops.reports.symptoms.daily import with_reliability
 
-    passing = published_values(with_reliability(frame, cfg), cfg)
+    passing = passing_values(with_reliability(frame, cfg), cfg)
     return passing[list(VALUE_COLUMNS)].reset_index(drop=True)
 
 
@@ -224,7 +229,7 @@ def _read_day(root: DataRoot, day: date, recorded: str, cells: pd.DataFrame | No
         return values
 
     reliable = col("reliable").astype(bool)
-    passing = published_values(pd.DataFrame({
+    passing = passing_values(pd.DataFrame({
         "cell": np.arange(len(cells), dtype=np.int64),
         "day": np.full(len(cells), day.toordinal(), np.int64),
         "level": cells["level"].to_numpy(), "a_noisy": col("a_noisy"),

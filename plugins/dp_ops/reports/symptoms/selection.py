@@ -31,8 +31,13 @@ value ``i`` has noisy ``A_i`` and ``B_i`` and an unknown true ratio ``r_i`` in `
   law: a fixed number, so the same noisy values always give the same decision.
 - Posterior. ``off_i = P(r_i not in [(1 - t) R_i, (1 + t) R_i] | A_i, B_i)`` under the
   estimated ``G`` (:func:`posterior`).
-- Selection. Of the values the rule passes, taken in increasing ``off_i``, the largest
-  leading set whose mean ``off_i`` is at most the bound (:func:`select_within_bound`).
+- Selection. Of the values the rule passes that the release can publish (its eligible
+  regions; daily values only of series it publishes daily), per resolution, date and
+  level, taken in increasing ``off_i``, the largest leading set whose mean ``off_i`` is
+  at most the bound (:func:`select_published`). The fit reads the whole family; the
+  selection only the publishable values: a value of a series published daily is one of
+  a strong series, better than the family's law says, so its ``off_i`` errs on the safe
+  side.
   The mean of ``off_i`` over a set is the expected share of its values outside the
   tolerance, so the release publishes, per family, the largest set whose expected share
   within the tolerance is at least ``1 - bound``. This is Bayesian false discovery rate
@@ -80,7 +85,8 @@ from dp_ops.reports.symptoms.reliability import INTERVAL_ALPHA, MAX_RATIO, RATIO
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 
 __all__ = ["EM_ITERATIONS", "FAMILY_KEYS", "GRID", "GRID_POINTS", "FamilyPosterior",
-           "Selection", "posterior", "select_within_bound", "selected", "widened"]
+           "family_posteriors", "posterior", "select_published", "select_within_bound",
+           "widened"]
 
 GRID_POINTS = 160
 # True ratios the prior may hold: 0, then geometric steps of about 6% (the tolerance band
@@ -179,24 +185,15 @@ def select_within_bound(off: ArrayLike, candidate: ArrayLike, bound: float
     return keep
 
 
-class Selection(NamedTuple):
-    """Per row: ``keep`` (published), and ``low``/``high`` of its family's posterior
-    interval (:class:`FamilyPosterior`; NaN in families with nothing to publish)."""
-
-    keep: NDArray[np.bool_]
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-
-
-def selected(values: pd.DataFrame, *, tolerance: float, bound: float) -> Selection:
-    """Which rows of ``values`` a release publishes: rows the rule passes (``reliable``)
-    that the selection of their family keeps (module docstring), with their posterior
-    intervals. ``values`` holds ``a_noisy``, ``b_noisy``, ``reliable``,
-    :data:`FAMILY_KEYS` and, when it spans several dates, ``date``; every value of a
-    family must be in it (the fit reads the whole family, passing or not)."""
+def family_posteriors(values: pd.DataFrame, *, tolerance: float) -> FamilyPosterior:
+    """:func:`posterior` of every row of ``values``, fitted family by family; rows of
+    families where the rule passes nothing are not fitted (``off`` 1, interval NaN).
+    ``values`` holds ``a_noisy``, ``b_noisy``, ``reliable``, :data:`FAMILY_KEYS` and,
+    when it spans several dates, ``date``; every value of a family must be in it (the fit
+    reads the whole family, passing or not)."""
     reliable = values["reliable"].to_numpy(dtype=bool)
-    out = Selection(np.zeros(len(values), dtype=bool), np.full(len(values), np.nan),
-                    np.full(len(values), np.nan))
+    out = FamilyPosterior(np.ones(len(values)), np.full(len(values), np.nan),
+                          np.full(len(values), np.nan))
     if not reliable.any():
         return out
     keys = [*FAMILY_KEYS, *(["date"] if "date" in values.columns else [])]
@@ -208,10 +205,20 @@ def selected(values: pd.DataFrame, *, tolerance: float, bound: float) -> Selecti
                         a_epsilon=float(family["a_epsilon"]),
                         a_sensitivity=int(family["a_sensitivity"]),
                         n_days=int(family["n_days"]), tolerance=tolerance)
-        out.keep[idx] = select_within_bound(fit.off, reliable[idx], bound)
-        out.low[idx] = fit.low
-        out.high[idx] = fit.high
+        out.off[idx], out.low[idx], out.high[idx] = fit
     return out
+
+
+def select_published(values: pd.DataFrame, bound: float) -> NDArray[np.bool_]:
+    """Which of a release's publishable values (``values``: ``resolution``, ``date``,
+    ``level``, ``off``; values of series at the other resolution or of ineligible regions
+    left out) it publishes: per resolution, date and level, the largest set whose mean
+    ``off`` is at most ``bound`` (:func:`select_within_bound`)."""
+    keep = np.zeros(len(values), dtype=bool)
+    off = values["off"].to_numpy(dtype=np.float64)
+    for idx in values.groupby(["resolution", "date", "level"], sort=False).indices.values():
+        keep[idx] = select_within_bound(off[idx], np.ones(idx.size, dtype=bool), bound)
+    return keep
 
 
 def widened(passing: pd.DataFrame, low: ArrayLike, high: ArrayLike) -> pd.DataFrame:

@@ -20,9 +20,10 @@ from dp_ops.reports.symptoms.reliability import (
 )
 from dp_ops.reports.symptoms.selection import (
     GRID,
+    family_posteriors,
     posterior,
+    select_published,
     select_within_bound,
-    selected,
     widened,
 )
 
@@ -137,7 +138,7 @@ def _frame(a: np.ndarray, b: np.ndarray, reliable: np.ndarray, **keys: object
                          "a_noisy": a, "b_noisy": b, "reliable": reliable, **keys})
 
 
-def test_each_family_is_judged_on_its_own() -> None:
+def test_each_family_is_fitted_on_its_own() -> None:
     rng = np.random.default_rng(10)
     n = 20_000
     empty = _noise(rng, A_CELL.cell_epsilon, A_CELL.sensitivity, (n,), 7)
@@ -147,15 +148,29 @@ def test_each_family_is_judged_on_its_own() -> None:
         _frame(empty, np.full(n, 2_000), lucky, date="2020-03-02"),
         _frame(strong, np.full(n, 10_000), np.ones(n, bool), date="2020-03-09")],
         ignore_index=True)
-    choice = selected(frame, tolerance=TOLERANCE, bound=BOUND)
-    assert not choice.keep[:n].any()          # the empty week's lucky values withheld
-    assert choice.keep[n:].all()              # the strong week's all kept
+    fit = family_posteriors(frame, tolerance=TOLERANCE)
+    # the empty week's lucky values are all withheld, the strong week's all kept
+    assert not select_within_bound(fit.off[:n], lucky, BOUND).any()
+    assert fit.off[n:].max() < 0.05
     # pooled into one family the strong values would hide the lucky ones
-    pooled = selected(frame.drop(columns="date"), tolerance=TOLERANCE, bound=BOUND)
-    assert pooled.keep[:n].sum() == lucky.sum()
-    # nothing passes: nothing fitted, nothing kept
-    none = selected(frame.assign(reliable=False), tolerance=TOLERANCE, bound=BOUND)
-    assert not none.keep.any() and np.isnan(none.low).all()
+    pooled = family_posteriors(frame.drop(columns="date"), tolerance=TOLERANCE)
+    assert select_within_bound(pooled.off, frame["reliable"], BOUND)[:n].sum() == lucky.sum()
+    # a family where the rule passes nothing is not fitted
+    none = family_posteriors(frame.assign(reliable=False), tolerance=TOLERANCE)
+    assert (none.off == 1).all() and np.isnan(none.low).all()
+
+
+def test_select_published_selects_per_resolution_date_and_level() -> None:
+    values = pd.DataFrame({
+        "resolution": ["daily"] * 3 + ["weekly"] * 3,
+        "date": ["2020-03-02"] * 6,
+        "level": [1, 1, 2, 1, 1, 1],
+        "off": [0.9, 0.1, 0.9, 0.1, 0.6, 0.9]})
+    # daily level 1: 0.1, 0.9 (mean 0.5 > 0.45): only the 0.1; daily level 2 alone: none;
+    # weekly level 1: 0.1, 0.6 (mean 0.35), 0.9 (mean 0.533): the first two
+    assert select_published(values, 0.45).tolist() == [False, True, False, True, True,
+                                                        False]
+    assert not select_published(values.iloc[:0], 0.45).any()
 
 
 def test_widened_holds_both_intervals() -> None:
@@ -206,20 +221,20 @@ def test_published_values_keep_the_promise_where_the_rule_alone_does_not() -> No
         verdict = apply_test(noisy_a, noisy_b, test, TOLERANCE)
         ratio, truth = verdict["ratio"], a / b
         within = np.abs(ratio - truth) <= TOLERANCE * ratio
-        choice = selected(_frame(noisy_a, noisy_b, verdict["reliable"]), tolerance=TOLERANCE,
-                          bound=BOUND)
+        fit = family_posteriors(_frame(noisy_a, noisy_b, verdict["reliable"]),
+                                tolerance=TOLERANCE)
+        keep = select_within_bound(fit.off, verdict["reliable"], BOUND)
         before += int(verdict["reliable"].sum())
         within_before += int((verdict["reliable"] & within).sum())
-        after += int(choice.keep.sum())
-        within_after += int((choice.keep & within).sum())
-        keep = choice.keep
+        after += int(keep.sum())
+        within_after += int((keep & within).sum())
         low, high = ratio_interval(noisy_a[keep], noisy_b[keep],
                                    a_epsilon=A_CELL.cell_epsilon,
                                    a_sensitivity=A_CELL.sensitivity,
                                    b_epsilon=B_CELL.cell_epsilon,
                                    b_sensitivity=B_CELL.sensitivity, n_days=7)
         naive_covered += int(((low <= truth[keep]) & (truth[keep] <= high)).sum())
-        wide_low, wide_high = np.fmin(low, choice.low[keep]), np.fmax(high, choice.high[keep])
+        wide_low, wide_high = np.fmin(low, fit.low[keep]), np.fmax(high, fit.high[keep])
         covered += int(((wide_low <= truth[keep]) & (truth[keep] <= wide_high)).sum())
     share_before, share_after = within_before / before, within_after / after
     print(f"before {before} published, {share_before:.3f} within; after {after}, "
