@@ -10,8 +10,8 @@ statement about each value before selection. A reader sees only the published va
 the share of them within the tolerance can be far below the promise: a weekly family of a
 fine level holds tens of thousands of near-empty cells, each published with a small
 probability when its noise happens to be large, and together they outnumber the real
-signals the rule lets through (on a 30,000-user population fewer than half of the
-published level-2 weekly values were within 25% of the truth).
+signals the rule lets through (on a small population they can outnumber them among
+the published weekly values of the finest level).
 
 Method: empirical Bayes, one family at a time
 ---------------------------------------------
