@@ -2,17 +2,25 @@
 -- clean (reason IS NULL) or with the first reason that rejects it.
 -- Inputs: the raw source relation (raw rows with filename, file_row_number),
 --         tables finest_regions(region_id), stay_categories(category).
+{# The two engines' dialects differ in a few spellings: the text type, quoting the date
+    column (in Spark a double-quoted name is a string) and the regular expression test. -#}
+{%- set spark = (dialect | default('duckdb')) == 'spark' -%}
+{%- set text = 'STRING' if spark else 'VARCHAR' -%}
+{%- set date_column = '`date`' if spark else '"date"' -%}
+{%- macro has_control(column) -%}
+{%- if spark %}{{ column }} RLIKE r'[\x00-\x1f\x7f]'{% else %}regexp_matches({{ column }}, '[\x00-\x1f\x7f]'){% endif -%}
+{%- endmacro %}
 WITH typed AS (
     SELECT
-        CAST(user_id AS VARCHAR)        AS user_id,
-        CAST(region_id AS VARCHAR)      AS region_id,
-        CAST(place_id AS VARCHAR)       AS place_id,
-        CAST(place_category AS VARCHAR) AS place_category,
+        CAST(user_id AS {{ text }})        AS user_id,
+        CAST(region_id AS {{ text }})      AS region_id,
+        CAST(place_id AS {{ text }})       AS place_id,
+        CAST(place_category AS {{ text }}) AS place_category,
         TRY_CAST(dwell_hours AS DOUBLE) AS dwell_hours,
-        CAST(dwell_hours AS VARCHAR)    AS dwell_hours_text,
+        CAST(dwell_hours AS {{ text }})    AS dwell_hours_text,
         {% if has_date %}
         -- $dated_files: the files with a date column; the others' rows take the day
-        CASE WHEN list_contains($dated_files, filename) THEN TRY_CAST("date" AS DATE)
+        CASE WHEN array_contains($dated_files, filename) THEN TRY_CAST({{ date_column }} AS DATE)
              ELSE CAST($day AS DATE) END
         {%- else %}CAST($day AS DATE){% endif %} AS row_date,
         filename                        AS source_file,
@@ -25,19 +33,20 @@ judged AS (
         CASE
             WHEN t.user_id IS NULL OR trim(t.user_id) = '' THEN 'null or empty user_id'
             WHEN length(t.user_id) > $max_id_length THEN 'user_id longer than the limit'
-            WHEN regexp_matches(t.user_id, '[\x00-\x1f\x7f]') THEN 'control characters in user_id'
+            WHEN {{ has_control('t.user_id') }} THEN 'control characters in user_id'
             WHEN t.region_id IS NULL OR trim(t.region_id) = '' THEN 'null or empty region_id'
             WHEN fr.region_id IS NULL THEN 'unknown or non-finest region_id'
             WHEN t.place_id IS NULL OR trim(t.place_id) = '' THEN 'null or empty place_id'
             WHEN length(t.place_id) > $max_id_length THEN 'place_id longer than the limit'
-            WHEN regexp_matches(t.place_id, '[\x00-\x1f\x7f]') THEN 'control characters in place_id'
+            WHEN {{ has_control('t.place_id') }} THEN 'control characters in place_id'
             WHEN t.place_category IS NULL THEN 'null place_category'
             WHEN sc.category IS NULL THEN 'unknown place_category'
             WHEN t.dwell_hours IS NULL AND t.dwell_hours_text IS NOT NULL THEN 'dwell_hours is not a number'
             WHEN t.dwell_hours IS NULL THEN 'null dwell_hours'
             -- DuckDB 2.0's isnan() misses NaN read from Parquet (zone-map statistics), so
-            -- test the text form, which is exact.
-            WHEN lower(CAST(t.dwell_hours AS VARCHAR)) IN ('nan', '-nan', 'inf', '-inf')
+            -- test the text form, which is exact (Spark spells infinity out).
+            WHEN lower(CAST(t.dwell_hours AS {{ text }}))
+                 IN ('nan', '-nan', 'inf', '-inf', 'infinity', '-infinity')
                 THEN 'dwell_hours is not finite'
             WHEN t.dwell_hours < 0 THEN 'negative dwell_hours'
             WHEN t.dwell_hours > 24 THEN 'dwell_hours over 24'

@@ -4,14 +4,22 @@
 --         tables finest_regions(region_id), symptom_names(symptom).
 -- A null symptom is valid: a search that matches no symptom still counts towards B.
 -- Identical rows are kept (a repeated search); bounding counts a user once per symptom.
+{# The two engines' dialects differ in a few spellings: the text type, quoting the date
+    column (in Spark a double-quoted name is a string) and the regular expression test. -#}
+{%- set spark = (dialect | default('duckdb')) == 'spark' -%}
+{%- set text = 'STRING' if spark else 'VARCHAR' -%}
+{%- set date_column = '`date`' if spark else '"date"' -%}
+{%- macro has_control(column) -%}
+{%- if spark %}{{ column }} RLIKE r'[\x00-\x1f\x7f]'{% else %}regexp_matches({{ column }}, '[\x00-\x1f\x7f]'){% endif -%}
+{%- endmacro %}
 WITH typed AS (
     SELECT
-        CAST(user_id AS VARCHAR)   AS user_id,
-        CAST(region_id AS VARCHAR) AS region_id,
-        CAST(symptom AS VARCHAR)   AS symptom,
+        CAST(user_id AS {{ text }})   AS user_id,
+        CAST(region_id AS {{ text }}) AS region_id,
+        CAST(symptom AS {{ text }})   AS symptom,
         {% if has_date %}
         -- $dated_files: the files with a date column; the others' rows take the day
-        CASE WHEN list_contains($dated_files, filename) THEN TRY_CAST("date" AS DATE)
+        CASE WHEN array_contains($dated_files, filename) THEN TRY_CAST({{ date_column }} AS DATE)
              ELSE CAST($day AS DATE) END
         {%- else %}CAST($day AS DATE){% endif %} AS row_date,
         filename                   AS source_file,
@@ -23,7 +31,7 @@ SELECT
     CASE
         WHEN t.user_id IS NULL OR trim(t.user_id) = '' THEN 'null or empty user_id'
         WHEN length(t.user_id) > $max_id_length THEN 'user_id longer than the limit'
-        WHEN regexp_matches(t.user_id, '[\x00-\x1f\x7f]') THEN 'control characters in user_id'
+        WHEN {{ has_control('t.user_id') }} THEN 'control characters in user_id'
         WHEN t.region_id IS NULL OR trim(t.region_id) = '' THEN 'null or empty region_id'
         WHEN fr.region_id IS NULL THEN 'unknown or non-finest region_id'
         WHEN t.symptom IS NOT NULL AND sn.symptom IS NULL THEN 'unknown symptom'

@@ -1,31 +1,46 @@
-"""The engine contract: what the bounding step asks of whatever runs its SQL.
+"""The engine contract: what the ingest and bounding steps ask of whatever runs their SQL.
 
-An engine runs one report's bounding query (``include/sql/<report>_bound_contributions.sql``
-summed per cell by ``include/sql/aggregate_cells.sql``) over one day's clean Parquet rows
-and writes the true cell sums, atomically, as one Parquet file. The steps never name an
-engine: :func:`dp_ops.engine.registry.engine_for` picks it from the execution settings
+An engine does all the work on private rows. It reads a raw file's column types
+(:meth:`Engine.file_columns`: the ingest step checks them against the input contract),
+runs a source's judging query over a day's raw files and writes the clean rows and the
+quarantine (:meth:`Engine.judge_to_parquet`), and runs one report's bounding query
+(``include/sql/<report>_bound_contributions.sql`` summed per cell by
+``include/sql/aggregate_cells.sql``) over one day's clean Parquet rows and writes the
+true cell sums, atomically, as one Parquet file. The steps never name an engine:
+:func:`dp_ops.engine.registry.engine_for` picks it from the execution settings
 (``DP_ENGINE``).
 
-Both engines run the same SQL text and give identical cell sums for the same input and
-bounding salt (``tests/integration/test_spark_engine.py``). The rows read and the sums
-written are private: an engine logs, prints and returns neither.
+Both engines run the same SQL text (a Jinja ``dialect`` switch where their functions
+differ) and give identical quarantines, clean rows and cell sums for the same input and
+bounding salt (``tests/integration/test_spark_engine.py``, the bad-input corpus on both).
+The rows read and the sums written are private: an engine logs, prints and returns
+neither; it returns only the number of rows of each outcome, which the ingest step keeps
+in the private work area.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Protocol
 
 import pandas as pd
+import pyarrow as pa
 
 from dp_ops.engine.sql import render_sql
+from dp_ops.errors import IngestError, RegionTableError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import ExecutionSettings
 
 # A report's bounding query over a relation of clean rows (a view name or a subquery).
 ContributionsSql = Callable[[str], str]
+
+# The cell-sums queries (mobility_cell_sums*.sql) pack three levels' region numbers into
+# one BIGINT, 21 bits each (all ones marks "no region at that level").
+MAX_REGIONS = 2**21 - 1
 
 
 @dataclass(frozen=True)
@@ -34,24 +49,83 @@ class BoundingSql:
 
     ``contributions`` is the per-user query (``<report>_bound_contributions.sql``): it
     states the bounds, runs on every engine, and its rows summed per cell are the truth.
-    ``duckdb_cell_sums``, when a report has one, gives rows with exactly the same sums per
-    cell, faster, in DuckDB's dialect only (mobility: ``mobility_cell_sums.sql``); tests
-    hold it equal to ``contributions``."""
+    ``duckdb_cell_sums`` and ``spark_cell_sums``, when a report has them, give rows with
+    exactly the same sums per cell, faster, each in its engine's dialect only (mobility:
+    ``mobility_cell_sums.sql`` and ``mobility_cell_sums_spark.sql``); tests hold them equal
+    to ``contributions``."""
 
     contributions: ContributionsSql
     duckdb_cell_sums: ContributionsSql | None = None
+    spark_cell_sums: ContributionsSql | None = None
+
+    def cell_sums_rows(self, relation: str, engine: str) -> str:
+        """Rows over ``relation`` whose per-cell sums are the true cell sums, in the query
+        the ``engine`` runs best (the per-user query where it has no faster one)."""
+        faster = {"duckdb": self.duckdb_cell_sums, "spark": self.spark_cell_sums}.get(engine)
+        return (faster or self.contributions)(relation)
 
     def cell_sums(self, relation: str, engine: str) -> str:
         """The true per-cell sums over ``relation`` in the SQL the ``engine`` runs best."""
-        if engine == "duckdb" and self.duckdb_cell_sums is not None:
-            return aggregate_sql(self.duckdb_cell_sums(relation))
-        return aggregate_sql(self.contributions(relation))
+        return aggregate_sql(self.cell_sums_rows(relation, engine))
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A raw column's type as the ingest step judges it: ``name`` as errors show it
+    (Arrow's name, on either engine) and the ``kinds`` of input column it may stand for:
+    ``string``, ``number`` and ``date`` (a date, a timestamp without time zone or text).
+    An all-null column stands for every kind."""
+
+    name: str
+    kinds: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Judging:
+    """One day of one source to judge: each raw file (mapped to whether it has a ``date``
+    column), the judging query (``include/sql/ingest_<source>.sql``), the public lookup
+    tables it joins (name -> (column, values)), the clean columns and where the clean
+    rows and the quarantine go."""
+
+    sql: str
+    day: date
+    files: Mapping[Path, bool]
+    lookups: Mapping[str, tuple[str, tuple[str, ...]]]
+    clean_columns: tuple[str, ...]
+    clean: Path
+    quarantine: Path
+    partition: Path
+    max_id_length: int
+
+    def params(self, files: Mapping[Path, bool] | None = None) -> dict[str, object]:
+        """The judging query's bind parameters (over ``files``, default all of them)."""
+        files = self.files if files is None else files
+        params: dict[str, object] = {"day": self.day.isoformat(),
+                                     "max_id_length": self.max_id_length}
+        if any(files.values()):
+            # rows of a file without the column take the partition's day
+            params["dated_files"] = [str(f) for f, dated in files.items() if dated]
+        return params
 
 
 class Engine(Protocol):
-    """Runs the bounding SQL of one day (or one user shard of it) into a Parquet file."""
+    """Runs the ingest and bounding SQL of one day (or one user shard of it)."""
 
     name: str
+
+    def file_columns(self, path: Path) -> list[tuple[str, ColumnType]]:
+        """The columns of the raw Parquet file ``path``, in file order (a repeated name
+        repeated), from its footer. Raises :class:`dp_ops.errors.IngestError` naming the
+        file when it cannot be read."""
+        ...
+
+    def judge_to_parquet(self, root: DataRoot, job: Judging) -> dict[str, int]:
+        """Judge every row of ``job``'s files: write the clean rows to ``job.clean`` and
+        the rejected ones (with reason, file and row) to ``job.quarantine``, each
+        atomically (no quarantine file when nothing is rejected: a stale one is removed).
+        Returns the number of rows per reason (``clean`` for the clean rows). Raises
+        :class:`dp_ops.errors.IngestError` naming the file whose data cannot be read."""
+        ...
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
                          ancestors: pd.DataFrame, bounding: BoundingSql,
@@ -59,6 +133,50 @@ class Engine(Protocol):
         """Write the true cell sums of the bounded contributions of ``clean`` (restricted
         to user ``shard`` when given) to ``target``, atomically."""
         ...
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def redacted(exc: BaseException, limit: int = 300) -> str:
+    """An engine's error text fit for a task log: its type and message with every quoted
+    string replaced (a conversion error may quote a raw value) and cut to ``limit``."""
+    text = _QUOTED.sub("'<redacted>'", str(exc)).replace("\n", " ")
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(exc).__name__}: {text}"
+
+
+def unreadable(path: Path, exc: BaseException) -> IngestError:
+    """The error for a raw file an engine cannot read."""
+    return IngestError(f"cannot read Parquet file {path}: {redacted(exc)}")
+
+
+def repeated(path: Path, names: list[str]) -> IngestError:
+    return IngestError(f"{path}: repeated column(s) {names}")
+
+
+def ancestors_table(ancestors: pd.DataFrame) -> pa.Table:
+    """The public region tree as both engines register it (the view ``ancestors``): each
+    finest region and its region at every level, each region also numbered
+    (``region_idx``, its rank among the sorted region ids), so that both engines' cell-sums
+    queries key regions by the same small integers. An Arrow table: DuckDB registers it
+    without a copy, and Spark takes it without Python worker processes (also over Spark
+    Connect).
+
+    Refuses a region table with too many regions for the packed keys."""
+    region_ids = ancestors["region_id"].astype(str)
+    names = pd.Index(sorted(set(region_ids)))
+    if len(names) >= MAX_REGIONS:
+        raise RegionTableError(
+            f"the region table has {len(names):,} regions: the bounding queries pack "
+            f"region numbers in 21 bits, so at most {MAX_REGIONS - 1:,} (split the country "
+            "into several region tables)")
+    return pa.table({
+        "finest_region_id": pa.array(ancestors["finest_region_id"].astype(str), pa.string()),
+        "level": pa.array(ancestors["level"].astype("int64"), pa.int64()),
+        "region_id": pa.array(region_ids, pa.string()),
+        "region_idx": pa.array(names.get_indexer(region_ids), pa.int32()),
+    })
 
 
 def aggregate_sql(contributions_sql: str) -> str:

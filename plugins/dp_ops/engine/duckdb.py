@@ -1,8 +1,10 @@
-"""The embedded engine: DuckDB over the day's clean Parquet rows, in one process.
+"""The embedded engine: DuckDB over a day's raw or clean Parquet rows, in one process.
 
-Memory is capped (``DP_DUCKDB_MEMORY_LIMIT``, spilling under ``work/tmp``), and a big day
-is bounded in user parts of about ``DP_DUCKDB_ROWS_PER_PART`` rows, one after the other:
-bounding is per user, so the parts' cell sums add up to the whole day's exactly.
+Ingest reads each raw file's footer with pyarrow and judges the day's rows in one query
+(results keep the input's row order). Memory is capped (``DP_DUCKDB_MEMORY_LIMIT``,
+spilling under ``work/tmp``), and a big day is bounded in user parts of about
+``DP_DUCKDB_ROWS_PER_PART`` rows, one after the other: bounding is per user, so the
+parts' cell sums add up to the whole day's exactly.
 """
 
 from __future__ import annotations
@@ -16,36 +18,27 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.base import BoundingSql, shard_relation
+from dp_ops.engine.base import (
+    BoundingSql,
+    ColumnType,
+    Judging,
+    ancestors_table,
+    redacted,
+    shard_relation,
+    unreadable,
+)
 from dp_ops.engine.files import atomic_copy_to_parquet, make_dirs
 from dp_ops.engine.sql import render_sql
-from dp_ops.errors import RegionTableError
+from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import ExecutionSettings
-
-# mobility_cell_sums.sql packs three levels' region numbers into one BIGINT, 21 bits each
-# (all ones marks "no region at that level").
-MAX_REGIONS = 2**21 - 1
 
 
 def register_ancestors(con: duckdb.DuckDBPyConnection, ancestors: pd.DataFrame) -> None:
     """The public region tree as the view ``ancestors`` (finest region -> its region at
     every level) that the bounding SQL joins to, each region also numbered
-    (``region_idx``, its rank among the sorted region ids)."""
-    names = pd.Index(sorted(set(ancestors["region_id"].astype(str))))
-    if len(names) >= MAX_REGIONS:
-        raise RegionTableError(
-            f"the region table has {len(names):,} regions: the DuckDB bounding query packs "
-            f"region numbers in 21 bits, so at most {MAX_REGIONS - 1:,} (split the country "
-            "into several region tables, or run DP_ENGINE=spark)")
-    table = pa.table({
-        "finest_region_id": pa.array(ancestors["finest_region_id"].astype(str), pa.string()),
-        "level": pa.array(ancestors["level"].astype("int64"), pa.int64()),
-        "region_id": pa.array(ancestors["region_id"].astype(str), pa.string()),
-        "region_idx": pa.array(names.get_indexer(ancestors["region_id"].astype(str)),
-                               pa.int32()),
-    })
-    con.register("ancestors", table)
+    (``region_idx``): :func:`dp_ops.engine.base.ancestors_table`, as Spark registers it."""
+    con.register("ancestors", ancestors_table(ancestors))
 
 
 def duckdb_connection(root: DataRoot, settings: ExecutionSettings, *,
@@ -95,6 +88,42 @@ def sum_partials(partials: list[Path], target: Path) -> None:
         con.close()
 
 
+# -- ingest ----------------------------------------------------------------------------
+
+def arrow_column_type(t: pa.DataType) -> ColumnType:
+    """How the ingest step judges an Arrow column type."""
+    if pa.types.is_dictionary(t):
+        return ColumnType(str(t), arrow_column_type(t.value_type).kinds)
+    if pa.types.is_null(t):
+        return ColumnType(str(t), frozenset({"string", "number", "date"}))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return ColumnType(str(t), frozenset({"string", "date"}))
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return ColumnType(str(t), frozenset({"number"}))
+    # a zoned timestamp's day depends on the reader's time zone, so it is no date
+    if pa.types.is_date(t) or (pa.types.is_timestamp(t) and t.tz is None):
+        return ColumnType(str(t), frozenset({"date"}))
+    return ColumnType(str(t), frozenset())
+
+
+def _lookup_tables(con: duckdb.DuckDBPyConnection, job: Judging) -> None:
+    """Register the public one-column lookup tables: name -> (column, values)."""
+    for name, (column, values) in job.lookups.items():
+        con.register(name, pa.table({column: pa.array(sorted(set(values)), pa.string())}))
+
+
+def judging_query(job: Judging, files: dict[Path, bool] | None = None
+                  ) -> tuple[str, dict[str, object]]:
+    """``job``'s judging query over ``files`` (default all) in DuckDB, and its parameters."""
+    files = dict(job.files) if files is None else files
+    # hive_partitioning=false: the path's date=... must not overwrite a date column
+    source = ("read_parquet($files, filename=true, file_row_number=true, "
+              "hive_partitioning=false, union_by_name=true)")
+    params = job.params(files) | {"files": [str(f) for f in files]}
+    return render_sql(job.sql, source=source, has_date=any(files.values()),
+                      dialect="duckdb"), params
+
+
 class DuckDBEngine:
     """:class:`dp_ops.engine.base.Engine` on an embedded DuckDB."""
 
@@ -102,6 +131,41 @@ class DuckDBEngine:
 
     def __init__(self, settings: ExecutionSettings) -> None:
         self.settings = settings
+
+    def file_columns(self, path: Path) -> list[tuple[str, ColumnType]]:
+        try:
+            schema = pq.read_schema(path)
+            # reading the footer is not enough to catch a truncated body
+            pq.ParquetFile(path).metadata  # noqa: B018
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise unreadable(path, exc) from exc
+        return [(f.name, arrow_column_type(f.type)) for f in schema]
+
+    def judge_to_parquet(self, root: DataRoot, job: Judging) -> dict[str, int]:
+        # capped at DP_DUCKDB_MEMORY_LIMIT and spilling under work/tmp, like the
+        # bounding: a big day's judged rows do not fit in memory
+        con = duckdb_connection(root, self.settings, keep_row_order=True)
+        try:
+            _lookup_tables(con, job)
+            query, params = judging_query(job)
+            try:
+                con.execute(f"CREATE TEMP TABLE judged AS {query}", params)
+            except duckdb.Error as exc:
+                raise _unreadable(con, job, exc) from exc
+            atomic_copy_to_parquet(
+                con, f"SELECT {', '.join(job.clean_columns)} FROM judged WHERE reason IS NULL",
+                job.clean)
+            counts = dict(con.execute("SELECT coalesce(reason, 'clean'), count(*) FROM judged "
+                                      "GROUP BY 1").fetchall())
+            if set(counts) - {"clean"}:
+                atomic_copy_to_parquet(
+                    con, "SELECT * FROM judged WHERE reason IS NOT NULL "
+                         "ORDER BY source_file, source_row", job.quarantine)
+            else:
+                job.quarantine.unlink(missing_ok=True)  # no stale quarantine stays
+            return counts
+        finally:
+            con.close()
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
                          ancestors: pd.DataFrame, bounding: BoundingSql,
@@ -136,3 +200,21 @@ class DuckDBEngine:
                     partial.unlink(missing_ok=True)
         finally:
             con.close()
+
+
+def _unreadable(con: duckdb.DuckDBPyConnection, job: Judging, exc: duckdb.Error
+                ) -> IngestError:
+    """The error for a partition DuckDB could not read, naming the file at fault.
+
+    The footers were fine (``file_columns``), so a data page is corrupt: the query is
+    rerun file by file (only on this failure path) to find which."""
+    for f, has_date in job.files.items():
+        query, params = judging_query(job, {f: has_date})
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE probe AS {query}", params)
+        except duckdb.Error as file_exc:
+            return unreadable(f, file_exc)
+        finally:
+            con.execute("DROP TABLE IF EXISTS probe")
+    return IngestError(f"cannot read raw partition {job.partition} (files "
+                       f"{[f.name for f in job.files]}): {redacted(exc)}")

@@ -20,10 +20,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # the Spark engine's processes never import DuckDB
+    import duckdb
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
@@ -220,6 +223,8 @@ def read_parquet_files(paths: list[Path]) -> pa.Table:
     with pyarrow.
     Files whose columns do not cast to the last file's types are read one by one and
     unified by pyarrow's permissive promotion."""
+    import duckdb  # here: a process on the Spark engine loads DuckDB only for this
+
     if not paths:
         raise ValueError("no Parquet files to read")
     schema = pq.read_schema(paths[-1])

@@ -43,9 +43,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import pyarrow as pa
 
-from dp_ops.engine.base import BoundingSql, aggregate_sql, shard_relation
+from dp_ops.engine import spark_ingest
+from dp_ops.engine.base import (
+    BoundingSql,
+    ColumnType,
+    Judging,
+    aggregate_sql,
+    ancestors_table,
+    shard_relation,
+)
 from dp_ops.engine.files import file_mode, make_dirs
 from dp_ops.errors import SparkEngineError
 from dp_ops.layout import DataRoot
@@ -217,14 +224,10 @@ def _file_uri(path: Path) -> str:
 
 
 def _register_ancestors(spark: SparkSession, ancestors: pd.DataFrame) -> None:
-    """The public region tree, typed as :func:`dp_ops.engine.duckdb.register_ancestors` does
-    (an Arrow table: no Python worker processes, and it works over Spark Connect too)."""
-    table = pa.table({
-        "finest_region_id": pa.array(ancestors["finest_region_id"].astype(str), pa.string()),
-        "level": pa.array(ancestors["level"].astype("int64"), pa.int64()),
-        "region_id": pa.array(ancestors["region_id"].astype(str), pa.string()),
-    })
-    spark.createDataFrame(table).createOrReplaceTempView(ANCESTORS_VIEW)
+    """The public region tree, numbered and typed as DuckDB registers it
+    (:func:`dp_ops.engine.base.ancestors_table`: an Arrow table, so no Python worker
+    processes, and it works over Spark Connect too)."""
+    spark.createDataFrame(ancestors_table(ancestors)).createOrReplaceTempView(ANCESTORS_VIEW)
 
 
 @contextmanager
@@ -235,6 +238,22 @@ def _temp_dir_beside(target: Path) -> Iterator[Path]:
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_one_parquet(frame: Any, target: Path) -> None:
+    """Write the Spark DataFrame ``frame`` to ``target`` as one Parquet file, atomically:
+    Spark writes into a hidden directory beside ``target``, whose single part file is then
+    renamed onto it (the worker renames; it never opens the file). Row order is the
+    frame's (``coalesce``, not ``repartition``, keeps a sorted order)."""
+    with _temp_dir_beside(target) as tmp:
+        out = tmp / "out"
+        frame.coalesce(1).write.mode("error").parquet(_file_uri(out))
+        parts = sorted(out.glob("part-*.parquet"))
+        if len(parts) != 1:
+            raise SparkEngineError(f"Spark wrote {len(parts)} Parquet part files under "
+                                   f"{out}, expected exactly one")
+        os.chmod(parts[0], file_mode(target))
+        os.replace(parts[0], target)
 
 
 def copy_query_to_parquet(settings: ExecutionSettings, query: str,
@@ -279,17 +298,7 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
                 persisted.append(frame)
             frame.createOrReplaceTempView(name)
             views.append(name)
-        result = spark.sql(sql, args=args)
-        with _temp_dir_beside(target) as tmp:
-            out = tmp / "out"
-            # coalesce (not repartition) keeps the sorted order of the query's ORDER BY
-            result.coalesce(1).write.mode("error").parquet(_file_uri(out))
-            parts = sorted(out.glob("part-*.parquet"))
-            if len(parts) != 1:
-                raise SparkEngineError(f"Spark wrote {len(parts)} Parquet part files under "
-                                       f"{out}, expected exactly one")
-            os.chmod(parts[0], file_mode(target))
-            os.replace(parts[0], target)
+        write_one_parquet(spark.sql(sql, args=args), target)
     finally:
         for view in views:
             spark.catalog.dropTempView(view)
@@ -307,11 +316,47 @@ class SparkEngine:
     def __init__(self, settings: ExecutionSettings) -> None:
         self.settings = settings
 
+    def file_columns(self, path: Path) -> list[tuple[str, ColumnType]]:
+        return spark_ingest.file_columns(spark_session(self.settings), _file_uri(path), path)
+
+    def judge_to_parquet(self, root: DataRoot, job: Judging) -> dict[str, int]:
+        """See :class:`dp_ops.engine.base.Engine` and :mod:`dp_ops.engine.spark_ingest`:
+        the judged rows are persisted (memory, then Spark's local disk) while the counts,
+        the clean rows and the quarantine are taken from them."""
+        spark = spark_session(self.settings)
+        views = [spark_ingest.RAW_VIEW, spark_ingest.JUDGED_VIEW, *job.lookups]
+        judged = None
+        try:
+            spark_ingest.register_lookups(spark, job)
+            spark_ingest.register_raw(spark, job, _file_uri)
+            sql, args = spark_parameters(spark_ingest.judging_sql(job), job.params())
+            judged = spark.sql(sql, args=args).persist()
+            judged.createOrReplaceTempView(spark_ingest.JUDGED_VIEW)
+            try:
+                counts = spark_ingest.outcome_counts(spark)
+            except Exception as exc:  # noqa: BLE001  (a corrupt data page, say)
+                raise spark_ingest.unreadable_file(spark, job, _file_uri, spark_parameters,
+                                                   exc) from exc
+            write_one_parquet(judged.where("reason IS NULL").select(*job.clean_columns),
+                              job.clean)
+            if set(counts) - {"clean"}:
+                write_one_parquet(judged.where("reason IS NOT NULL")
+                                  .orderBy("source_file", "source_row"), job.quarantine)
+            else:
+                job.quarantine.unlink(missing_ok=True)  # no stale quarantine stays
+            return counts
+        finally:
+            for view in views:
+                spark.catalog.dropTempView(view)
+            if judged is not None:
+                judged.unpersist()
+
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
                          ancestors: pd.DataFrame, bounding: BoundingSql,
                          params: dict[str, object], shard: int | None) -> None:
         relation, params = shard_relation(CLEAN_VIEW, params, self.settings, shard, "spark")
-        # the per-user query's CTEs as views, each computed once (see copy_query_to_parquet)
-        stages, statement = split_ctes(bounding.contributions(relation))
+        # the report's cell-sums query for Spark (else its per-user query), its CTEs as
+        # views, each computed once (see copy_query_to_parquet)
+        stages, statement = split_ctes(bounding.cell_sums_rows(relation, self.name))
         copy_query_to_parquet(self.settings, aggregate_sql(statement), params, ancestors,
                               target, clean_file=clean, stages=stages)

@@ -14,7 +14,6 @@ from datetime import date
 from pathlib import Path
 
 from dp_ops.engine.base import BoundingSql
-from dp_ops.engine.duckdb import sum_partials
 from dp_ops.engine.files import pinned
 from dp_ops.engine.registry import engine_for
 from dp_ops.errors import BoundingError
@@ -40,6 +39,9 @@ def combine_shards(root: DataRoot, report: str, day: date, shards: int) -> Path:
                           f"{', ...' if len(missing) > 3 else ''}) under {parts[0].parent}; "
                           "rerun the bound_contributions task(s) of that day")
     target = root.bounded_file(report, day)
+    # the shards' cell sums (true aggregates, no rows) are added up here, on DuckDB
+    from dp_ops.engine.duckdb import sum_partials
+
     sum_partials(parts, target)
     return target
 

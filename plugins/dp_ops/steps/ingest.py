@@ -20,24 +20,23 @@ Logs and summaries name paths and reasons, never rows, ids or counts of people.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-import duckdb
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, SEARCH_SOURCE
-from dp_ops.engine.duckdb import duckdb_connection
-from dp_ops.engine.files import atomic_copy_to_parquet, write_json_atomic
-from dp_ops.engine.sql import render_sql
+from dp_ops.engine.base import ColumnType, Engine, Judging, redacted, repeated
+from dp_ops.engine.files import write_json_atomic
+from dp_ops.engine.registry import engine_for
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import execution_settings
 from dp_ops.steps.result import StepResult
+
+__all__ = ["LOCATION_SCHEMA", "MAX_ID_LENGTH", "SEARCH_SCHEMA", "SourceSchema",
+           "check_columns", "check_file_schema", "ingest_location_history",
+           "ingest_search_activity", "partition_files", "read_symptoms", "redacted"]
 
 MAX_ID_LENGTH = 256
 
@@ -67,37 +66,18 @@ SEARCH_SCHEMA = SourceSchema(
 )
 
 
-def _is_string(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        return _is_string(t.value_type)
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t))
-
-
-def _is_numeric(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t))
-
-
-def _is_date(t: pa.DataType) -> bool:
-    # a zoned timestamp's day depends on the reader's time zone, so it is refused
-    return (pa.types.is_date(t) or (pa.types.is_timestamp(t) and t.tz is None)
-            or _is_string(t))
-
-
-def check_file_schema(path: Path, schema: SourceSchema) -> bool:
-    """Raise :class:`IngestError` naming ``path`` unless its columns match ``schema``.
+def check_columns(path: Path, columns: list[tuple[str, ColumnType]],
+                  schema: SourceSchema) -> bool:
+    """Raise :class:`IngestError` naming ``path`` unless its ``columns`` (name and type, in
+    file order, as the engine read them from the footer) match ``schema``.
 
     Returns whether the optional ``date`` column is present.
     """
-    try:
-        file_schema = pq.read_schema(path)
-        # reading the footer is not enough to catch a truncated body
-        pq.ParquetFile(path).metadata  # noqa: B018
-    except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise IngestError(f"cannot read Parquet file {path}: {redacted(exc)}") from exc
-    names = file_schema.names
-    repeated = sorted({c for c in names if names.count(c) > 1})
-    if repeated:
-        raise IngestError(f"{path}: repeated column(s) {repeated}")
+    names = [name for name, _ in columns]
+    types = dict(columns)
+    duplicated = sorted({c for c in names if names.count(c) > 1})
+    if duplicated:
+        raise repeated(path, duplicated)
     missing = [c for c in schema.required if c not in names]
     if missing:
         raise IngestError(f"{path}: missing required column(s) {missing}; "
@@ -108,17 +88,24 @@ def check_file_schema(path: Path, schema: SourceSchema) -> bool:
                           f"expected {list(schema.required)} (optional: "
                           f"{list(schema.optional_columns)})")
     for col in schema.string_columns:
-        t = file_schema.field(col).type
-        if not _is_string(t):
-            raise IngestError(f"{path}: column {col!r} has type {t}, expected string")
+        if "string" not in types[col].kinds:
+            raise IngestError(f"{path}: column {col!r} has type {types[col].name}, "
+                              "expected string")
     for col in schema.numeric_columns:
-        t = file_schema.field(col).type
-        if not _is_numeric(t):
-            raise IngestError(f"{path}: column {col!r} has type {t}, expected a number")
-    if "date" in names and not _is_date(file_schema.field("date").type):
-        raise IngestError(f"{path}: column 'date' has type {file_schema.field('date').type}, "
+        if "number" not in types[col].kinds:
+            raise IngestError(f"{path}: column {col!r} has type {types[col].name}, "
+                              "expected a number")
+    if "date" in types and "date" not in types["date"].kinds:
+        raise IngestError(f"{path}: column 'date' has type {types['date'].name}, "
                           "expected a date, a timestamp without time zone or ISO text")
-    return "date" in names
+    return "date" in types
+
+
+def check_file_schema(path: Path, schema: SourceSchema, engine: Engine | None = None) -> bool:
+    """:func:`check_columns` of the file at ``path`` as ``engine`` (default: the
+    configured one) reads its footer."""
+    engine = engine or engine_for(execution_settings())
+    return check_columns(path, engine.file_columns(path), schema)
 
 
 def partition_files(root: DataRoot, source: str, day: date) -> list[Path]:
@@ -136,13 +123,6 @@ def partition_files(root: DataRoot, source: str, day: date) -> list[Path]:
     return parquet
 
 
-def _lookup_tables(con: duckdb.DuckDBPyConnection, tables: dict[str, tuple[str, Iterable[str]]]
-                   ) -> None:
-    """Register one-column lookup tables: name -> (column, values)."""
-    for name, (column, values) in tables.items():
-        con.register(name, pa.table({column: pa.array(sorted(set(values)), pa.string())}))
-
-
 @dataclass(frozen=True)
 class _Ingestion:
     """What differs between the sources: schema, SQL, lookups and the clean columns."""
@@ -157,90 +137,26 @@ def _ingest(root: DataRoot, day: date, spec: _Ingestion,
             lookups: dict[str, tuple[str, Iterable[str]]]) -> StepResult:
     source_name = spec.schema.name
     files = partition_files(root, source_name, day)
-    dated = {f: check_file_schema(f, spec.schema) for f in files}
-    # capped at DP_DUCKDB_MEMORY_LIMIT and spilling under work/tmp, like the bounding: a
-    # big day's judged rows do not fit in memory
-    con = duckdb_connection(root, execution_settings(), keep_row_order=True)
-    try:
-        _lookup_tables(con, lookups)
-        query, params = _judging_query(spec.sql, day, dated)
-        try:
-            con.execute(f"CREATE TEMP TABLE judged AS {query}", params)
-        except duckdb.Error as exc:
-            raise _unreadable(con, spec.sql, day, dated,
-                              root.raw_partition(source_name, day), exc) from exc
-        clean = root.clean_partition(source_name, day) / "part.parquet"
-        quarantine = root.quarantine_partition(source_name, day) / "rows.parquet"
-        atomic_copy_to_parquet(
-            con, f"SELECT {', '.join(spec.clean_columns)} FROM judged WHERE reason IS NULL",
-            clean)
-        reasons = [r for (r,) in con.execute(
-            "SELECT DISTINCT reason FROM judged WHERE reason IS NOT NULL ORDER BY 1").fetchall()]
-        counts = dict(con.execute("SELECT coalesce(reason, 'clean'), count(*) FROM judged "
-                                  "GROUP BY 1").fetchall())
-        if reasons:
-            atomic_copy_to_parquet(
-                con, "SELECT * FROM judged WHERE reason IS NOT NULL "
-                     "ORDER BY source_file, source_row", quarantine)
-        elif quarantine.exists():
-            quarantine.unlink()  # a corrected partition leaves no stale quarantine
-    finally:
-        con.close()
+    engine = engine_for(execution_settings())
+    dated = {f: check_file_schema(f, spec.schema, engine) for f in files}
+    clean = root.clean_partition(source_name, day) / "part.parquet"
+    quarantine = root.quarantine_partition(source_name, day) / "rows.parquet"
+    counts = engine.judge_to_parquet(root, Judging(
+        sql=spec.sql, day=day, files=dated,
+        lookups={name: (column, tuple(values)) for name, (column, values) in lookups.items()},
+        clean_columns=spec.clean_columns, clean=clean, quarantine=quarantine,
+        partition=root.raw_partition(source_name, day), max_id_length=MAX_ID_LENGTH))
+    reasons = sorted(set(counts) - {"clean"})
     # Row counts stay in the private work area; the summary names reasons and paths only.
     write_json_atomic(clean.parent / "ingest_report.json",
                       {"date": day.isoformat(), "files": [str(f) for f in dated],
                        "rows_by_outcome": counts})
     if reasons:
-        return StepResult(f"ingested {spec.label} for {day}: clean rows in {clean.parent}; "
-                          f"rows quarantined for: {', '.join(reasons)} (see {quarantine})",
-                          (str(clean),))
-    return StepResult(f"ingested {spec.label} for {day}: clean rows in {clean.parent}",
-                      (str(clean),))
-
-
-def _judging_query(sql: str, day: date, dated: dict[Path, bool]
-                   ) -> tuple[str, dict[str, object]]:
-    """The judging query of ``sql`` over ``dated`` (each file mapped to whether it has a
-    ``date`` column), and its bind parameters."""
-    # hive_partitioning=false: the path's date=... must not overwrite a date column
-    source = ("read_parquet($files, filename=true, file_row_number=true, "
-              "hive_partitioning=false, union_by_name=true)")
-    has_date = any(dated.values())
-    params: dict[str, object] = {"files": [str(f) for f in dated], "day": day.isoformat(),
-                                 "max_id_length": MAX_ID_LENGTH}
-    if has_date:
-        # rows of a file without the column take the partition's day
-        params["dated_files"] = [str(f) for f, d in dated.items() if d]
-    return render_sql(sql, source=source, has_date=has_date), params
-
-
-def _unreadable(con: duckdb.DuckDBPyConnection, sql: str, day: date,
-                dated: dict[Path, bool], part: Path, exc: duckdb.Error) -> IngestError:
-    """The error for a partition DuckDB could not read, naming the file at fault.
-
-    The footers were fine (``check_file_schema``), so a data page is corrupt: the query is
-    rerun file by file (only on this failure path) to find which."""
-    for f, has_date in dated.items():
-        query, params = _judging_query(sql, day, {f: has_date})
-        try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE probe AS {query}", params)
-        except duckdb.Error as file_exc:
-            return IngestError(f"cannot read Parquet file {f}: {redacted(file_exc)}")
-        finally:
-            con.execute("DROP TABLE IF EXISTS probe")
-    return IngestError(f"cannot read raw partition {part} (files "
-                       f"{[f.name for f in dated]}): {redacted(exc)}")
-
-
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-
-
-def redacted(exc: BaseException, limit: int = 300) -> str:
-    """An engine's error text fit for a task log: its type and message with every quoted
-    string replaced (a conversion error may quote a raw value) and cut to ``limit``."""
-    text = _QUOTED.sub("'<redacted>'", str(exc)).replace("\n", " ")
-    text = text if len(text) <= limit else text[:limit] + "..."
-    return f"{type(exc).__name__}: {text}"
+        return StepResult(f"ingested {spec.label} for {day} ({engine.name}): clean rows in "
+                          f"{clean.parent}; rows quarantined for: {', '.join(reasons)} "
+                          f"(see {quarantine})", (str(clean),))
+    return StepResult(f"ingested {spec.label} for {day} ({engine.name}): clean rows in "
+                      f"{clean.parent}", (str(clean),))
 
 
 def _finest_regions(root: DataRoot) -> set[str]:

@@ -11,17 +11,23 @@ and the case's step runs:
   id or row in the message, and writes no clean rows;
 - ``accept`` / ``bounded``: every row is clean; for ``bounded`` the user's change to the
   bounded aggregates is at most the per-user bound at every level.
+
+Every outcome test runs on both engines: DuckDB (the default) and Spark (``DP_ENGINE=spark``,
+one local[2] SparkSession for the module; slow, so in the integration tier), which must
+quarantine the same rows for the same reasons, keep the same clean rows, bound them to
+the same cell sums and refuse the same files with the same message.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import json
 import math
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 from types import ModuleType
@@ -45,6 +51,7 @@ from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.settings import ExecutionSettings, execution_settings_bound
 from dp_ops.steps.ingest import ingest_location_history, ingest_search_activity
 from dp_ops.steps.result import StepResult
 
@@ -97,6 +104,31 @@ SYMPTOMS = Report(
     {"users_with_any_search": 1, "symptom": SYMPTOMS_CFG.max_symptoms_per_day})
 REPORTS = {"ingest_location_history": MOBILITY, "ingest_search_activity": SYMPTOMS}
 COUNTED = {"contributors", "users_with_any_search"}  # once per user-day and level
+
+
+ENGINES = ["duckdb", pytest.param("spark", marks=[pytest.mark.slow, pytest.mark.integration])]
+
+
+@pytest.fixture(scope="module")
+def spark_session() -> Iterator[object]:
+    """One local SparkSession for the module's Spark runs (the engine uses an active
+    session as it is)."""
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        pytest.skip("Java not found: the Spark engine needs Java 17+")
+    from dp_ops.engine.spark import spark_session as start
+
+    session = start(ExecutionSettings(engine="spark", spark_master="local[2]"))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test's steps on each engine."""
+    if request.param == "spark":
+        request.getfixturevalue("spark_session")
+    with execution_settings_bound(ExecutionSettings(engine=request.param)):
+        yield request.param
 
 
 def case_id(case: dict[str, Any]) -> str:
@@ -277,12 +309,13 @@ def test_make_corpus_reproduces_the_corpus(tmp_path: Path) -> None:
 # -- outcomes ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", of_outcome("quarantine"))
-def test_bad_rows_are_quarantined_with_their_reason(tmp_path: Path,
-                                                    case: dict[str, Any]) -> None:
+def test_bad_rows_are_quarantined_with_their_reason(tmp_path: Path, case: dict[str, Any],
+                                                    engine: str) -> None:
     root = build_root(tmp_path, case)
     report = REPORTS[case["step"]]
     result = report.ingest(root, DAY)
     assert_private_free(result.summary)
+    assert f"({engine})" in result.summary  # the engine the test means ran
 
     quarantine_file = root.quarantine_partition(report.source, DAY) / "rows.parquet"
     quarantine = pq.read_table(quarantine_file).to_pandas()
@@ -308,7 +341,8 @@ def test_bad_rows_are_quarantined_with_their_reason(tmp_path: Path,
 
 
 @pytest.mark.parametrize("case", of_outcome("accept", "bounded"))
-def test_valid_rows_are_all_accepted(tmp_path: Path, case: dict[str, Any]) -> None:
+def test_valid_rows_are_all_accepted(tmp_path: Path, case: dict[str, Any],
+                                     engine: str) -> None:
     root = build_root(tmp_path, case)
     report = REPORTS[case["step"]]
     report.ingest(root, DAY)
@@ -338,7 +372,8 @@ def test_valid_rows_are_all_accepted(tmp_path: Path, case: dict[str, Any]) -> No
 
 
 @pytest.mark.parametrize("case", of_outcome("fail"))
-def test_bad_files_fail_naming_file_and_problem(tmp_path: Path, case: dict[str, Any]) -> None:
+def test_bad_files_fail_naming_file_and_problem(tmp_path: Path, case: dict[str, Any],
+                                                engine: str) -> None:
     root = build_root(tmp_path, case)
     report = REPORTS[case["step"]]
     with pytest.raises(ERRORS[case["error"]]) as err:
