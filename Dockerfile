@@ -12,10 +12,13 @@ FROM apache/airflow:3.3.2-python3.11
 # up- or downgrading the image's Airflow. constraints.txt pins every transitive package
 # to the set the test suite ran with (it replaces the image's own ${HOME}/constraints.txt).
 USER airflow
-COPY --chown=airflow:0 requirements.txt constraints.txt /opt/airflow/dp_requirements/
+COPY --chown=airflow:0 requirements.txt requirements-nodeps.txt constraints.txt \
+     /opt/airflow/dp_requirements/
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" \
         -r /opt/airflow/dp_requirements/requirements.txt \
         -c /opt/airflow/dp_requirements/constraints.txt
+# the Apache Spark provider without its pyspark-client requirement (requirements-nodeps.txt)
+RUN pip install --no-cache-dir --no-deps -r /opt/airflow/dp_requirements/requirements-nodeps.txt
 
 # The project, after the pinned requirements (a code change rebuilds only these layers).
 # --no-deps: its dependencies are exactly the pinned ones installed above. Not editable:

@@ -21,10 +21,12 @@ export DP_DATA_ROOT ?= $(CURDIR)/data
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt requirements-dev.txt constraints.txt \
+		pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	# dp_ops and dp_demo, editable: `import dp_ops`, `dp-ops` and `python -m dp_ops` work
 	# everywhere the venv's python runs (no PYTHONPATH), and edits need no reinstall
 	$(PY) -m pip install --quiet --no-deps -e .

@@ -30,7 +30,13 @@ reading (:func:`execution_settings`):
                             8,000,000; each part re-reads the day's file, so smaller
                             parts cost time), which keeps memory flat
 ``DP_SPARK_MASTER``         Spark master URL for ``spark`` (default ``local[2]``)
-``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``); wins over the master
+``DP_SPARK_CONN_ID``        the Airflow connection (type ``spark_connect``, from the Apache
+                            Spark provider) whose Spark Connect URL a task uses (default
+                            ``spark_connect_default``); in a task it wins over
+                            ``DP_SPARK_REMOTE``. Missing, the default name falls back to
+                            ``DP_SPARK_REMOTE``; a name set here must exist
+``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``), the fallback (and the
+                            CLI's way); a Connect URL wins over the master
 ``DP_CHART_LEVELS``         region levels charted in each release, e.g. ``0,1`` (default:
                             every level of the report; ``none`` for no charts). Charts are
                             drawn at every gate step, so a geography of thousands of
@@ -47,7 +53,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
@@ -82,6 +88,7 @@ def json_object(variable: str, environ: Mapping[str, str] | None = None
 
 
 ENGINES = ("duckdb", "spark")
+DEFAULT_SPARK_CONN_ID = "spark_connect_default"
 MAX_SHARDS = 4096
 
 
@@ -94,6 +101,7 @@ class ExecutionSettings:
     duckdb_rows_per_part: int = 8_000_000
     spark_master: str = "local[2]"
     spark_remote: str | None = None
+    spark_conn_id: str = DEFAULT_SPARK_CONN_ID
     chart_levels: tuple[int, ...] | None = None
     docs_index_seconds: int = 120
 
@@ -190,3 +198,33 @@ def _levels(raw: str) -> tuple[int, ...]:
         return tuple(sorted({int(part) for part in raw.split(",") if part.strip()}))
     except ValueError as exc:
         raise ConfigError(f"DP_CHART_LEVELS={raw!r}: expected levels like 0,1 or none") from exc
+
+
+# How a task finds the Spark Connect URL of an Airflow connection: registered by the
+# Airflow adapters (dp_ops.airflow.runtime), so that this package's core knows no Airflow.
+# Called with the connection id; returns None when there is no such connection (or no
+# task is running).
+_SPARK_REMOTE_PROVIDER: ContextVar[Callable[[str], str | None] | None] = ContextVar(
+    "dp_ops_spark_remote_provider", default=None)
+
+
+def use_spark_remote_provider(provider: Callable[[str], str | None] | None) -> None:
+    """Look Spark Connect URLs up with ``provider`` (connection id -> URL or None)."""
+    _SPARK_REMOTE_PROVIDER.set(provider)
+
+
+def spark_remote_url(settings: ExecutionSettings) -> str | None:
+    """The Spark Connect URL the Spark engine uses, if any: the Airflow connection
+    ``spark_conn_id`` when a task runs and it exists, else ``DP_SPARK_REMOTE``. A
+    connection named explicitly (not the default name) that does not exist is a
+    :class:`ConfigError`: the work would otherwise silently run elsewhere."""
+    provider = _SPARK_REMOTE_PROVIDER.get()
+    if provider is not None:
+        url = provider(settings.spark_conn_id)
+        if url:
+            return url
+        if settings.spark_conn_id != DEFAULT_SPARK_CONN_ID:
+            raise ConfigError(f"DP_SPARK_CONN_ID={settings.spark_conn_id!r}: no such Airflow "
+                              "connection (create it with type spark_connect, or unset "
+                              "DP_SPARK_CONN_ID to use DP_SPARK_REMOTE)")
+    return settings.spark_remote or None

@@ -627,7 +627,7 @@ def test_dockerfile_installs_requirements_with_constraints() -> None:
     assert users and users[-1] == "airflow", "pip runs as the airflow user"
     sources = _dockerfile_copies()
     assert {"requirements.txt", "constraints.txt"} <= set(sources)
-    runs = [pip for pip in _pip_installs() if "-r" in pip]
+    runs = [pip for pip in _pip_installs() if "-r" in pip and "--no-deps" not in pip]
     assert len(runs) == 1
     pip = runs[0]
     req = PurePosixPath(sources["requirements.txt"]) / "requirements.txt"
@@ -635,6 +635,12 @@ def test_dockerfile_installs_requirements_with_constraints() -> None:
     assert pip[pip.index("-r") + 1] == str(req) and pip[pip.index("-c") + 1] == str(con)
     assert "--no-cache-dir" in pip
     assert '"apache-airflow==${AIRFLOW_VERSION}"' in pip  # pip may not change Airflow
+    # then, without their requirements, the packages of requirements-nodeps.txt (the Spark
+    # provider, whose pyspark-client would overwrite pyspark's files)
+    nodeps = [pip for pip in _pip_installs() if "-r" in pip and "--no-deps" in pip]
+    assert len(nodeps) == 1 and "requirements-nodeps.txt" in sources
+    assert nodeps[0][nodeps[0].index("-r") + 1] == str(
+        PurePosixPath(sources["requirements-nodeps.txt"]) / "requirements-nodeps.txt")
 
 
 def test_dockerfile_installs_the_project() -> None:
@@ -651,8 +657,9 @@ def test_dockerfile_installs_the_project() -> None:
     assert (REPO / "plugins/dp_ops/sql").is_symlink()
     assert (REPO / "plugins/dp_ops/sql").resolve() == REPO / "include/sql"
     installs = _pip_installs()
-    assert len(installs) == 2 and "-r" in installs[0], "the project after the requirements"
-    pip = installs[1]
+    assert len(installs) == 3 and all("-r" in pip for pip in installs[:2]), (
+        "the project after the requirements")
+    pip = installs[2]
     assert pip[-1].rstrip("/") == str(src), pip
     assert "--no-deps" in pip, "the pinned requirements are the project's dependencies"
     assert "-e" not in pip and "--editable" not in pip, "a copy in site-packages"

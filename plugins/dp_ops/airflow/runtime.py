@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -81,6 +82,29 @@ def ledger_key_from_connection() -> bytes | None:
     return parse_key(conn.password, source=f"connection {LEDGER_KEY_CONN_ID}")
 
 
+def spark_remote_from_connection(conn_id: str) -> str | None:
+    """The Spark Connect URL of the Airflow Connection ``conn_id`` (type ``spark_connect``:
+    host, port, optional user id and token; the Apache Spark provider's
+    ``SparkConnectHook`` builds the URL, its token masked in every log), or None when
+    there is no such connection or no task is running: then ``DP_SPARK_REMOTE`` applies."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    if not _in_task():
+        return None
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    hook = SparkConnectHook(conn_id)
+    try:
+        conn = hook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    if conn.password:  # the token, as typed and as the URL quotes it
+        mask_secret(conn.password)
+        mask_secret(quote(conn.password))
+    return hook.get_connection_url()
+
+
 def announced_releases() -> list[Mapping[str, Any]]:
     """The extras of every release asset event (every report), from Airflow's metadata DB
     through the Execution API: what was announced, kept outside the data root."""
@@ -105,9 +129,11 @@ def load(report: str) -> AnyReport:
     ledger (one Execution API call; ingest, bounding and the gate never do)."""
     from dp_ops.privacy import ledger_key
     from dp_ops.reports.registry import load_report
+    from dp_ops.settings import use_spark_remote_provider
     from dp_ops.steps.ledger_binding import use_announcements
 
     ledger_key.use_provider(ledger_key_from_connection)
+    use_spark_remote_provider(spark_remote_from_connection)
     use_announcements(announced_releases)
     return load_report(report, ledger_url=ledger_url_from_connection)
 

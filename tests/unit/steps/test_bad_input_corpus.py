@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import json
 import math
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
