@@ -6,9 +6,9 @@ one of its processes. A task process is forked, without exec, from the Celery wo
 pool processes (CeleryExecutor: ``docker-compose.yaml``, ``scripts/topology.py``) or from
 the scheduler (LocalExecutor: ``make demo``), so importing pandas, pyarrow, DuckDB,
 matplotlib, Great Expectations and dp_ops there once saves every task those imports
-(Great Expectations' the slowest); it also builds the noise
-samplers' tables and runs one throwaway validation, whose set-up the gate tasks then
-skip. Other processes import nothing more.
+(Great Expectations' the slowest; DuckDB and its engine not when ``DP_ENGINE=spark``);
+it also builds the noise samplers' tables and runs one throwaway validation, whose set-up
+the gate tasks then skip. Other processes import nothing more.
 
 Mounted at /opt/airflow/config by docker-compose.yaml; ``scripts/airflow_demo.py`` links
 it into its Airflow home.
@@ -22,7 +22,11 @@ _FORKS_TASKS = (["scheduler"], ["celery", "worker"])
 
 if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import duckdb  # noqa: F401
+    # With DP_ENGINE=spark the work on private rows runs on Spark: the task processes need
+    # no DuckDB engine, so none is loaded into them here.
+    _SPARK = os.environ.get("DP_ENGINE", "").strip().lower() == "spark"
+    if not _SPARK:
+        import duckdb  # noqa: F401
     import great_expectations  # noqa: F401
     import matplotlib.backends.backend_agg  # noqa: F401  (release charts)
     import matplotlib.figure  # noqa: F401
@@ -44,6 +48,8 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
         for module in pkgutil.walk_packages(dp_ops.__path__, "dp_ops."):
             if module.name.endswith("__main__") or ".migrations" in module.name:
                 continue  # the CLI entry point; Alembic's env (run by Alembic only)
+            if _SPARK and module.name == "dp_ops.engine.duckdb":
+                continue
             importlib.import_module(module.name)
 
     _warm_dp_ops()

@@ -27,8 +27,9 @@ import pytest
 from dp_demo.generator import generate
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, PLACE_CATEGORIES, SEARCH_SOURCE
+from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.files import write_parquet_atomic
-from dp_ops.engine.spark import spark_parameters
+from dp_ops.engine.spark import SparkEngine, spark_parameters
 from dp_ops.layout import DataRoot
 from dp_ops.regions import ancestors, read_regions
 from dp_ops.reports.mobility import bounding as mobility_bounding
@@ -243,6 +244,37 @@ def test_spark_writes_what_duckdb_writes(spark: object, root: DataRoot, report: 
 
     _engine(monkeypatch, "spark")
     assert "(spark)" in bound(root, DAY).summary
+    _assert_same(_cells(target), duckdb_cells)
+    _no_leftovers(target)
+
+
+def test_spark_runs_the_spark_cell_sums_query() -> None:
+    """The mobility tests here compare DuckDB's mobility_cell_sums.sql with what the Spark
+    engine runs: its own mobility_cell_sums_spark.sql, not the per-user query."""
+    bounding = mobility_bounding.BOUNDING
+    assert bounding.cell_sums_rows("s", "spark") == mobility_bounding.spark_cell_sums_sql("s")
+    assert bounding.cell_sums_rows("s", "duckdb") == mobility_bounding.cell_sums_sql("s")
+    assert BoundingSql(bounding.contributions).cell_sums_rows("s", "spark") == (
+        mobility_bounding.bounded_contributions_sql("s"))
+
+
+@pytest.mark.slow
+def test_spark_per_user_query_writes_what_duckdb_writes(spark: object, root: DataRoot,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The per-user mobility query (the statement of the bounds) on Spark gives the cells
+    that DuckDB's cell-sums query gives: the Spark cell-sums query's reference, on the same
+    hard users."""
+    target = root.bounded_file("mobility", DAY)
+    _engine(monkeypatch, "duckdb")
+    _bound("mobility")(root, DAY)
+    duckdb_cells = _cells(target)
+    per_user_only = BoundingSql(mobility_bounding.BOUNDING.contributions)
+    settings = ExecutionSettings(engine="spark", spark_master="local[2]")
+    SparkEngine(settings).bound_to_parquet(
+        root, root.clean_partition(LOCATION_SOURCE, DAY) / "part.parquet", target,
+        ancestors(read_regions(root.regions_csv)), per_user_only,
+        mobility_bounding.bounding_params(MOBILITY, DAY), None)
     _assert_same(_cells(target), duckdb_cells)
     _no_leftovers(target)
 

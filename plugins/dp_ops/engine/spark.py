@@ -56,7 +56,7 @@ from dp_ops.engine.base import (
 from dp_ops.engine.files import file_mode, make_dirs
 from dp_ops.errors import SparkEngineError
 from dp_ops.layout import DataRoot
-from dp_ops.settings import ExecutionSettings
+from dp_ops.settings import ExecutionSettings, spark_remote_url
 
 if TYPE_CHECKING:  # pyspark is imported only when the Spark engine is selected
     from pyspark.sql import SparkSession
@@ -187,7 +187,8 @@ def _require_java() -> None:
 
 def spark_session(settings: ExecutionSettings) -> SparkSession:
     """The process's SparkSession for ``settings``: an active session if there is one, else
-    a Spark Connect session (``spark_remote``), else a new one on ``spark_master``."""
+    a Spark Connect session (:func:`dp_ops.settings.spark_remote_url`: the Airflow
+    connection in a task, else ``DP_SPARK_REMOTE``), else a new one on ``spark_master``."""
     from pyspark.sql import SparkSession
 
     # py4j logs every connection at INFO, also from __del__ at interpreter exit, when the
@@ -197,8 +198,9 @@ def spark_session(settings: ExecutionSettings) -> SparkSession:
     if active is not None:
         return active
     builder = SparkSession.builder.appName(APP_NAME)
-    if settings.spark_remote:
-        builder = builder.remote(settings.spark_remote)
+    remote = spark_remote_url(settings)
+    if remote:
+        builder = builder.remote(remote)
     else:
         _require_java()
         builder = builder.master(settings.spark_master)
@@ -300,10 +302,12 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
             views.append(name)
         write_one_parquet(spark.sql(sql, args=args), target)
     finally:
+        # unpersist first: over Spark Connect it analyses the plan again, which needs the
+        # views it reads
+        for frame in reversed(persisted):
+            frame.unpersist()
         for view in views:
             spark.catalog.dropTempView(view)
-        for frame in persisted:
-            frame.unpersist()
 
 
 class SparkEngine:
@@ -346,10 +350,12 @@ class SparkEngine:
                 job.quarantine.unlink(missing_ok=True)  # no stale quarantine stays
             return counts
         finally:
-            for view in views:
-                spark.catalog.dropTempView(view)
+            # unpersist first: over Spark Connect it analyses the plan again, which needs
+            # the views it reads
             if judged is not None:
                 judged.unpersist()
+            for view in views:
+                spark.catalog.dropTempView(view)
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
                          ancestors: pd.DataFrame, bounding: BoundingSql,

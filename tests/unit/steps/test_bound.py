@@ -190,7 +190,7 @@ def test_cell_sums_query_on_a_larger_day() -> None:
 
 
 def test_too_many_regions_for_the_packed_keys_is_refused() -> None:
-    from dp_ops.engine.duckdb import MAX_REGIONS
+    from dp_ops.engine.base import MAX_REGIONS
     many = pd.DataFrame({"finest_region_id": [f"r{i}" for i in range(MAX_REGIONS)],
                          "level": 2, "region_id": [f"r{i}" for i in range(MAX_REGIONS)]})
     with pytest.raises(RegionTableError, match="2,097,151 regions"):

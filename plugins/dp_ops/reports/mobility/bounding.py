@@ -1,9 +1,10 @@
 """Contribution bounding for the mobility report, run by DuckDB (or Spark) over Parquet.
 
 The SQL lives in ``include/sql/mobility_bound_contributions.sql`` (per-user bounded
-contributions; the statement of the bounds, run by Spark) and
+contributions; the statement of the bounds, which every engine can run),
 ``include/sql/mobility_cell_sums.sql`` (the same cell sums computed directly, faster, run by
-DuckDB), each summed per cell by ``include/sql/aggregate_cells.sql``. The bounds
+DuckDB) and ``include/sql/mobility_cell_sums_spark.sql`` (its counterpart run by Spark),
+each summed per cell by ``include/sql/aggregate_cells.sql``. The bounds
 enforced per user-day and level are what the noise step's sensitivities assume;
 ``tests/unit/steps/test_bound.py`` checks them with property tests, and that both queries
 give the same cell sums.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from datetime import date
 
 from dp_ops.contract import LEVELS, LOCATION_SOURCE, PLACE_CATEGORIES
-from dp_ops.engine.base import BoundingSql
+from dp_ops.engine.base import BoundingSql, aggregate_sql
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
@@ -22,7 +23,8 @@ from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.result import StepResult
 
 __all__ = ["BOUNDING", "bound_day", "bounded_contributions_sql", "bounding_params",
-           "cell_aggregates_sql", "cell_sums_sql", "portable_cell_aggregates_sql"]
+           "cell_aggregates_sql", "cell_sums_sql", "portable_cell_aggregates_sql",
+           "spark_cell_sums_sql"]
 
 
 def bounding_params(cfg: MobilityConfig, day: date) -> dict[str, object]:
@@ -47,7 +49,14 @@ def cell_sums_sql(stays: str) -> str:
     return render_sql("mobility_cell_sums", stays=stays, levels=LEVELS)
 
 
-BOUNDING = BoundingSql(bounded_contributions_sql, duckdb_cell_sums=cell_sums_sql)
+def spark_cell_sums_sql(stays: str) -> str:
+    """The same rows' sums in Spark's dialect (Spark only): ``mobility_cell_sums_spark.sql``,
+    keyed by integers and shuffled once by user, as Spark runs fastest."""
+    return render_sql("mobility_cell_sums_spark", stays=stays, levels=LEVELS)
+
+
+BOUNDING = BoundingSql(bounded_contributions_sql, duckdb_cell_sums=cell_sums_sql,
+                       spark_cell_sums=spark_cell_sums_sql)
 
 
 def cell_aggregates_sql(stays: str) -> str:
@@ -57,8 +66,9 @@ def cell_aggregates_sql(stays: str) -> str:
 
 
 def portable_cell_aggregates_sql(stays: str) -> str:
-    """The same sums from the per-user query (what Spark runs)."""
-    return BOUNDING.cell_sums(stays, "spark")
+    """The same sums from the per-user query (the statement of the bounds, which every
+    engine can run)."""
+    return aggregate_sql(bounded_contributions_sql(stays))
 
 
 def bound_day(root: DataRoot, cfg: MobilityConfig, day: date, *,
