@@ -218,7 +218,8 @@ def _multiset(path: Path, columns: list[str]) -> list[tuple[object, ...]]:
     if not path.exists():
         return []
     frame = pq.read_table(path).to_pandas()[columns]
-    return sorted(map(tuple, frame.astype(str).itertuples(index=False)))
+    return sorted(tuple("<null>" if pd.isna(v) else str(v) for v in row)
+                  for row in frame.itertuples(index=False))
 
 
 def _cells(path: Path) -> pd.DataFrame:
