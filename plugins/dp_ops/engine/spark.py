@@ -1,12 +1,14 @@
-"""Run the bounding SQL of ``include/sql/`` on Apache Spark instead of DuckDB.
+"""Run the ingest and bounding SQL of ``include/sql/`` on Apache Spark instead of DuckDB.
 
-Selected with ``DP_ENGINE=spark`` (see :mod:`dp_ops.settings`). The SQL is the same text
-DuckDB runs: it is written in the subset both engines share, and the only translation here
-is of DuckDB's ``$name`` bind parameters into Spark's ``:name`` (values still go in as
-parameters, never into the string). The pseudo-random keys are ``md5`` strings, which both
-engines compute alike, so Spark bounds every user exactly as DuckDB does and writes the
-same true cell sums (``tests/integration/test_spark_engine.py`` checks it, sharded and
-unsharded).
+Selected with ``DP_ENGINE=spark`` (see :mod:`dp_ops.settings`). The SQL is DuckDB's: the
+judging and per-user queries are written in the subset both engines share (a Jinja
+``dialect`` switch where spellings differ), and a report may give Spark a faster
+formulation of its cell sums (``BoundingSql``; mobility's ``mobility_cell_sums_spark.sql``)
+held equal to its per-user query. DuckDB's ``$name`` bind parameters become Spark's
+``:name`` (values still go in as parameters, never into the string). The pseudo-random
+keys are ``md5`` strings, which both engines compute alike, so Spark judges and bounds
+every row and user exactly as DuckDB does (``tests/integration/test_spark_engine.py``,
+the bad-input corpus on both engines). Ingest on Spark: :mod:`dp_ops.engine.spark_ingest`.
 
 Where Spark runs
 ----------------
@@ -15,18 +17,23 @@ Where Spark runs
 * A cluster, driver in the Airflow worker (client mode): ``DP_SPARK_MASTER`` set to the
   cluster's master (``spark://host:7077``, ``yarn``, ``k8s://https://host:443``), with
   ``SPARK_CONF_DIR``/``spark-defaults.conf`` on the worker for memory, executors, etc.
-* Spark Connect: ``DP_SPARK_REMOTE=sc://host:15002`` (wins over the master). The Airflow
-  workers only need the thin client (``pyspark[connect]``); the query runs on the server.
+* Spark Connect: in an Airflow task, the connection ``DP_SPARK_CONN_ID`` (type
+  ``spark_connect``, default ``spark_connect_default``) when it exists, else
+  ``DP_SPARK_REMOTE=sc://host:15002`` (:func:`dp_ops.settings.spark_remote_url`; either
+  wins over the master). The Airflow workers only need the thin client
+  (``pyspark[connect]``); the queries run on the server, and no worker reads a row.
 * Under ``spark-submit`` or in any process that already has an active SparkSession, that
   session is used as it is (its master and configuration win).
 
 With anything but a local master, the **data root must be on storage that the Airflow
 workers, the Spark driver and every executor see under the same absolute path** (a shared
-POSIX mount such as NFS): Spark reads the clean rows and writes the result through
-``file:`` paths, and the worker then moves the result file into place with ``os.replace``.
+POSIX mount such as NFS): Spark reads the raw and clean rows and writes its results
+through ``file:`` paths, and the worker then moves each result file into place with
+``os.replace``.
 
 Privacy: the rows read and the cell sums written are private. Nothing here logs, prints,
-collects or shows rows or values; only paths and the query text can appear in errors.
+collects or shows rows or values (ingest brings back only the number of rows per
+outcome); only paths and the query text can appear in errors.
 """
 
 from __future__ import annotations
