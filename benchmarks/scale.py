@@ -1,18 +1,17 @@
-"""National scale: bound and noise one day of up to 100M stays on one machine, with DuckDB
-and with Spark in local mode, and check that both give identical cell sums.
+"""National scale: ingest, bound and noise one day of up to 100M stays on one machine, with
+DuckDB, with Spark in local mode and with Spark through a Spark Connect server, and check
+that they give identical results.
 
-    .venv/bin/python benchmarks/scale.py                       # 10M, 30M, 100M; both engines
-    .venv/bin/python benchmarks/scale.py --sizes 10M --engines duckdb   # a quick look
+    .venv/bin/python benchmarks/scale.py                       # 10M, 100M; every engine
+    .venv/bin/python benchmarks/scale.py --sizes 10M --engines duckdb,spark   # a quick look
 
 For each size the synthetic day of ``synth.py`` (the ``make bench`` generator: ~3.5 stays
 per user, 3,051 regions) is generated once (cached under ``benchmarks/data/``; the largest
-days take gigabytes of Parquet). Then each engine runs in a fresh child process that does what a
-``bound_contributions`` task and a ``noise`` task of the pipeline do:
-``steps.bound_contributions`` then ``steps.noise`` (ledger on SQLite) on a data root that
-holds the day as its clean partition.
+days take gigabytes of Parquet). Then each engine runs in a fresh child process that does
+what the pipeline's ``ingest``, ``bound_contributions`` and ``noise`` tasks do:
+``steps.ingest`` (the day as a raw partition -> clean rows and quarantine),
+``steps.bound_contributions``, then ``steps.noise`` (ledger on SQLite).
 
-* **ingest**: ``steps.ingest`` alone (DuckDB, whatever the bounding engine: it runs on
-  the worker), from the day as a raw partition to clean rows and quarantine.
 * **duckdb**: the pipeline's settings (``dp_ops.settings``): memory limit
   ``--duckdb-memory`` (``DP_DUCKDB_MEMORY_LIMIT``, default the pipeline's 1GB), user parts
   of ``DP_DUCKDB_ROWS_PER_PART`` rows, spilling under the data root.
@@ -20,12 +19,20 @@ holds the day as its clean partition.
   (``local[N]`` over the machine's cores, driver memory ``--spark-memory``, shuffle
   partitions ``--spark-partitions``, scratch under the data root), which the engine then
   uses as it would under ``spark-submit``. Session start is timed apart.
+* **connect**: ``DP_ENGINE=spark`` with ``DP_SPARK_REMOTE`` pointing at a Spark Connect
+  server that this script starts first (``scripts/spark_connect_server.py``: local[N],
+  the same driver memory and shuffle partitions) and stops afterwards; the child is a thin
+  client. Server start is timed apart.
 
 Measured from outside each child: wall seconds and the **peak memory of its whole process
 tree** (the sum of the resident sizes of the child and its descendants, the Spark JVM
-included, sampled every 0.1 s from ``/proc``); inside: the seconds of each step. After both
-engines ran a size, their bounded cell files (private, deleted afterwards) are compared
-cell by cell: the report says whether they are identical. Results go to
+included, and for ``connect`` the server's process tree too, sampled every 0.1 s from
+``/proc``); inside: the seconds of each step. All engines run on the same cores, so the
+ratio of their step seconds is the ratio per core: the report prints Spark's (local and
+Connect) over DuckDB's for ingest and for bounding. After the engines ran a size, their
+bounded cell files (private, deleted afterwards) are compared cell by cell, and their
+ingest outcome counts (clean and quarantined rows per reason) are compared: the report
+says whether they are identical, never the values. Results go to
 ``benchmarks/results/scale-<time>.{md,json}`` and ``benchmarks/results/scale-latest.*``.
 """
 
@@ -50,12 +57,16 @@ sys.path.insert(0, str(REPO / "plugins"))
 
 from run import human, parse_size  # noqa: E402
 
+sys.path.insert(0, str(REPO / "scripts"))
+import spark_connect_server as connect_server  # noqa: E402
+
 # -- the child ------------------------------------------------------------------------------
 
 def child(engine: str, data: Path, work: Path, spark_memory: str,
-          spark_partitions: int) -> dict[str, Any]:
-    """One day bounded and noised as the pipeline's tasks do; returns step seconds."""
-    from contenders import BENCH_DAY, prepare_root
+          spark_partitions: int, remote: str | None) -> dict[str, Any]:
+    """One day ingested, bounded and noised as the pipeline's tasks do; returns step
+    seconds."""
+    from contenders import BENCH_DAY, SOURCE, prepare_root
 
     import dp_ops.privacy.ledger_migrations  # noqa: F401  imports outside the timed part
     import dp_ops.reports.mobility.bounding  # noqa: F401
@@ -69,36 +80,35 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
     prepare_noise_samplers()
     cfg = MobilityConfig()
     out: dict[str, Any] = {"engine": engine}
-    if engine == "ingest":
-        # the ingest step runs on the worker with DuckDB whatever the bounding engine:
-        # from the day as a raw partition to its clean rows and quarantine
-        root = prepare_root(data, work, raw_days=[BENCH_DAY])
-        t = time.perf_counter()
-        steps.ingest(root, cfg, BENCH_DAY)
-        return out | {"ingest_s": round(time.perf_counter() - t, 2),
-                      "execution": vars(load_execution_settings())}
-    # both engines bound the same clean file (ingest drops exact duplicate rows, so its
-    # output is not the generated file)
-    root = prepare_root(data, work, clean_days=[BENCH_DAY])
-    if engine == "spark":
+    root = prepare_root(data, work, raw_days=[BENCH_DAY])
+    if engine in ("spark", "connect"):
         os.environ["DP_ENGINE"] = "spark"
         t = time.perf_counter()
-        session = start_local_spark(work, spark_memory, spark_partitions)
+        if engine == "spark":
+            session = start_local_spark(work, spark_memory, spark_partitions)
+        else:
+            from dp_ops.engine.spark import spark_session
+
+            os.environ["DP_SPARK_REMOTE"] = str(remote)
+            session = spark_session(load_execution_settings())
         out["session_start_s"] = round(time.perf_counter() - t, 2)
         out["spark_conf"] = {k: session.conf.get(k) for k in (
             "spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions",
             "spark.sql.adaptive.enabled")}
     out["execution"] = vars(load_execution_settings())
     t0 = time.perf_counter()
-    steps.bound_contributions(root, cfg, BENCH_DAY)
+    steps.ingest(root, cfg, BENCH_DAY)
     t1 = time.perf_counter()
+    steps.bound_contributions(root, cfg, BENCH_DAY)
+    t2 = time.perf_counter()
     steps.noise(root, cfg, NoiseRequest(day=BENCH_DAY, run_id="scale"),
                 ledger_url=f"sqlite:///{work}/ledger.db")
-    t2 = time.perf_counter()
-    out |= {"bound_s": round(t1 - t0, 2), "noise_s": round(t2 - t1, 2),
-            "seconds": round(t2 - t0, 2),
-            "bounded_file": str(root.bounded_file("mobility", BENCH_DAY))}
-    return out
+    t3 = time.perf_counter()
+    report = root.clean_partition(SOURCE, BENCH_DAY) / "ingest_report.json"
+    return out | {"ingest_s": round(t1 - t0, 2), "bound_s": round(t2 - t1, 2),
+                  "noise_s": round(t3 - t2, 2), "seconds": round(t3 - t0, 2),
+                  "ingest_report": str(report),
+                  "bounded_file": str(root.bounded_file("mobility", BENCH_DAY))}
 
 
 def start_local_spark(work: Path, memory: str, partitions: int) -> Any:
@@ -142,7 +152,18 @@ def _tree_rss_bytes(pgid: int) -> int:
     return total
 
 
-def run_child(argv: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
+def _pid_rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def run_child(argv: list[str], log: Path, timeout_s: float,
+              server_pid: int | None = None) -> dict[str, Any]:
+    """Run the child; its wall seconds and the peak memory of its process tree (plus the
+    Spark Connect server's JVM, ``server_pid``, when it works for the child)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     peak = 0
     with open(log, "wb") as out:
@@ -151,7 +172,8 @@ def run_child(argv: list[str], log: Path, timeout_s: float) -> dict[str, Any]:
                                 start_new_session=True)
         timed_out = False
         while proc.poll() is None:
-            peak = max(peak, _tree_rss_bytes(proc.pid))
+            peak = max(peak, _tree_rss_bytes(proc.pid)
+                       + (_pid_rss_bytes(server_pid) if server_pid else 0))
             if time.perf_counter() - t0 > timeout_s:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -178,11 +200,32 @@ def same_cells(a: Path, b: Path) -> dict[str, Any]:
     return {"identical": bool(identical), "cells": [len(fa), len(fb)]}
 
 
+def same_outcomes(a: Path, b: Path) -> dict[str, Any]:
+    """Whether two ingest runs had the same number of rows per outcome (clean, and each
+    quarantine reason). Only whether they agree is returned."""
+    ca = json.loads(a.read_text())["rows_by_outcome"]
+    cb = json.loads(b.read_text())["rows_by_outcome"]
+    return {"identical": ca == cb, "outcomes": sorted(set(ca) | set(cb))}
+
+
+def ratios(entry: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per Spark engine, its step seconds over DuckDB's (same cores: the ratio per core)."""
+    runs = entry["runs"]
+    duck = runs.get("duckdb", {})
+    out = {}
+    for engine in ("spark", "connect"):
+        r = runs.get(engine, {})
+        out[engine] = {step: round(r[f"{step}_s"] / duck[f"{step}_s"], 2)
+                       for step in ("ingest", "bound")
+                       if r.get(f"{step}_s") and duck.get(f"{step}_s")}
+    return {k: v for k, v in out.items() if v}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="10M,30M,100M")
-    p.add_argument("--engines", default="ingest,duckdb,spark",
-                   help="ingest (DuckDB, alone), duckdb and spark (bound + noise)")
+    p.add_argument("--sizes", default="10M,100M")
+    p.add_argument("--engines", default="duckdb,spark,connect",
+                   help="duckdb, spark (local) and connect (Spark Connect server)")
     p.add_argument("--spark-max", default="100M", help="largest size Spark runs at")
     p.add_argument("--duckdb-memory", default="1GB", help="DP_DUCKDB_MEMORY_LIMIT")
     p.add_argument("--spark-memory", default="6g", help="spark.driver.memory (local mode)")
@@ -193,14 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=2020)
     p.add_argument("--keep-work", action="store_true")
     # the child's arguments
-    p.add_argument("--child", choices=["ingest", "duckdb", "spark"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["duckdb", "spark", "connect"], help=argparse.SUPPRESS)
+    p.add_argument("--remote", help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
 
     if a.child:
-        result = child(a.child, a.data, a.work, a.spark_memory, a.spark_partitions)
+        result = child(a.child, a.data, a.work, a.spark_memory, a.spark_partitions,
+                       a.remote)
         a.result.write_text(json.dumps(result, default=str) + "\n")
         return 0
 
@@ -229,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         entry: dict[str, Any] = {"stays": n, "users": meta.get("users"),
                                  "parquet_gib": round(meta["bytes"] / 2**30, 2), "runs": {}}
         bounded: dict[str, Path] = {}
+        reports: dict[str, Path] = {}
         for engine in engines:
-            if engine == "spark" and n > parse_size(a.spark_max):
+            if engine in ("spark", "connect") and n > parse_size(a.spark_max):
                 continue
             work = runs_dir / f"{engine}-{human(n)}"
             result_file = runs_dir / f"{engine}-{human(n)}.json"
@@ -239,17 +285,39 @@ def main(argv: list[str] | None = None) -> int:
                         "--data", str(data), "--work", str(work), "--result", str(result_file),
                         "--spark-memory", a.spark_memory, "--spark-partitions", str(partitions)]
             os.environ["DP_DUCKDB_MEMORY_LIMIT"] = a.duckdb_memory
+            server = None
+            if engine == "connect":
+                t = time.perf_counter()
+                server = connect_server.start(
+                    runs_dir / f"server-{human(n)}", driver_memory=a.spark_memory,
+                    conf={"spark.sql.shuffle.partitions": str(partitions)})
+                env_argv += ["--remote", server.url]
+                entry.setdefault("server_start_s", round(time.perf_counter() - t, 2))
             print(f"[{human(n)}] {engine} ...", flush=True)
-            outer = run_child(env_argv, runs_dir / f"{engine}-{human(n)}.log", a.timeout)
+            try:
+                outer = run_child(env_argv, runs_dir / f"{engine}-{human(n)}.log", a.timeout,
+                                  server_pid=server.pid() if server else None)
+            finally:
+                if server is not None:
+                    connect_server.stop(server.directory)
             inner = json.loads(result_file.read_text()) if result_file.is_file() else {}
             entry["runs"][engine] = outer | inner
             if inner.get("bounded_file"):
                 bounded[engine] = Path(inner["bounded_file"])
+                reports[engine] = Path(inner["ingest_report"])
             timings = {k: v for k, v in inner.items() if k.endswith("_s")}
             print(f"[{human(n)}] {engine}: {json.dumps(outer | timings)}", flush=True)
-        if len(bounded) == 2:
-            entry["same_cells"] = same_cells(*bounded.values())
-            print(f"[{human(n)}] same cells: {entry['same_cells']}", flush=True)
+        others = [e for e in bounded if e != "duckdb"]
+        if "duckdb" in bounded and others:
+            entry["same_cells"] = {e: same_cells(bounded["duckdb"], bounded[e]) for e in others}
+            entry["same_outcomes"] = {e: same_outcomes(reports["duckdb"], reports[e])
+                                      for e in others}
+            print(f"[{human(n)}] same cells: {entry['same_cells']}; same ingest outcomes: "
+                  f"{entry['same_outcomes']}", flush=True)
+        entry["ratios"] = ratios(entry)
+        for engine, r in entry["ratios"].items():
+            print(f"[{human(n)}] per-core ratio {engine}/duckdb: "
+                  + ", ".join(f"{step} {v:.2f}x" for step, v in r.items()), flush=True)
         if not a.keep_work:
             for engine in engines:
                 shutil.rmtree(runs_dir / f"{engine}-{human(n)}", ignore_errors=True)
@@ -264,25 +332,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = [f"# Scale: one day bounded and noised (commit {report['commit']}"
+    lines = [f"# Scale: one day ingested, bounded and noised (commit {report['commit']}"
              f"{', uncommitted changes' if report['dirty'] else ''}, {report['cores']} cores)",
              "",
-             f"DuckDB memory limit {report['duckdb_memory']}; Spark local, driver memory "
-             f"{report['spark_memory']}. Wall: the child process from start to exit; steps: "
-             "timed inside it. Peak: the child's whole process tree (JVM included).", "",
-             "| stays | users | engine | wall s | ingest s | session start s | bound s | "
-             "noise s | peak tree MiB | bound s per 1M stays | identical cells |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"DuckDB memory limit {report['duckdb_memory']}; Spark (local, and the Connect "
+             f"server) driver memory {report['spark_memory']}, local[{report['cores']}]. "
+             "Wall: the child process from start to exit; steps: timed inside it. Peak: the "
+             "child's whole process tree (JVM included), plus the Connect server's JVM for "
+             "connect.", "",
+             "| stays | users | engine | wall s | session start s | ingest s | bound s | "
+             "noise s | peak MiB | ingest s per 1M | bound s per 1M | same cells | "
+             "same ingest outcomes |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+
+    def yes(check: dict[str, Any] | None) -> str:
+        return "" if check is None else ("yes" if check["identical"] else "NO")
+
     for e in report["sizes"]:
         for engine, r in e["runs"].items():
-            same = e.get("same_cells")
+            cells = e.get("same_cells", {}).get(engine)
+            outcomes = e.get("same_outcomes", {}).get(engine)
+            per_m = [f"{r[k] / e['stays'] * 1e6:.2f}" if k in r else ""
+                     for k in ("ingest_s", "bound_s")]
             lines.append(
                 f"| {human(e['stays'])} | {e.get('users') or ''} | {engine} | {r['wall_s']} | "
-                f"{r.get('ingest_s', '')} | {r.get('session_start_s', '')} | "
-                f"{r.get('bound_s', 'failed')} | "
-                f"{r.get('noise_s', '')} | {r['peak_tree_rss_mib']} | "
-                + (f"{r['bound_s'] / e['stays'] * 1e6:.2f}" if 'bound_s' in r else "")
-                + f" | {'' if same is None else ('yes' if same['identical'] else 'NO')} |")
+                f"{r.get('session_start_s', '')} | {r.get('ingest_s', 'failed')} | "
+                f"{r.get('bound_s', 'failed')} | {r.get('noise_s', '')} | "
+                f"{r['peak_tree_rss_mib']} | {per_m[0]} | {per_m[1]} | {yes(cells)} | "
+                f"{yes(outcomes)} |")
+    lines += ["", "Per-core ratio of Spark's step seconds to DuckDB's (same cores; target at "
+              "most 3):", "", "| stays | engine | ingest | bound |", "|---:|---|---:|---:|"]
+    for e in report["sizes"]:
+        for engine, r in e.get("ratios", {}).items():
+            lines.append(f"| {human(e['stays'])} | {engine} | {r.get('ingest', '')} | "
+                         f"{r.get('bound', '')} |")
     return "\n".join(lines) + "\n"
 
 

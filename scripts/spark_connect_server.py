@@ -39,6 +39,10 @@ class Server:
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
 
+    def pid(self) -> int | None:
+        """The server's pid while it runs."""
+        return _pid(self.directory)
+
 
 def spark_home() -> Path:
     """pyspark's installation, which carries ``sbin/`` and the Connect server's jar."""
@@ -68,9 +72,11 @@ def _listening(port: int) -> bool:
 
 
 def start(directory: Path, port: int | None = None, *, cores: int | None = None,
-          driver_memory: str = "2g", timeout: float = 180) -> Server:
+          driver_memory: str = "2g", conf: dict[str, str] | None = None,
+          timeout: float = 180) -> Server:
     """Start the server and wait until it accepts connections; raise with the end of its
-    log if it does not within ``timeout`` seconds."""
+    log if it does not within ``timeout`` seconds. ``conf`` adds or overrides Spark
+    settings."""
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         raise RuntimeError("the Spark Connect server needs Java 17+ (java on PATH or "
                            "JAVA_HOME)")
@@ -87,7 +93,7 @@ def start(directory: Path, port: int | None = None, *, cores: int | None = None,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),
         "spark.local.dir": str(directory / "scratch"),
-    }
+    } | (conf or {})
     cmd = ["bash", str(spark_home() / "sbin" / "start-connect-server.sh"),
            "--master", f"local[{cores}]"]
     for key, value in conf.items():
