@@ -14,7 +14,8 @@ records every file any of them, or any process they fork (task processes include
 opens. Then:
 
 1. **No raw or clean row in Airflow.** No Airflow process opened a file under
-   ``raw/``, ``work/clean/`` or ``quarantine/``: the server read and wrote them all; the
+   ``raw/``, ``work/clean/``, ``work/tmp/`` (where Spark keeps the judged rows while it
+   ingests) or ``quarantine/``: the server read and wrote them all; the
    workers only listed directories and renamed the server's output into place. The one
    file they write there is each day's ``ingest_report.json`` (outcome counts, no rows).
    Nor did any load DuckDB (no file of the ``duckdb`` package opened).
@@ -57,7 +58,7 @@ START, END = date(2020, 1, 1), date(2020, 1, 10)
 USERS = 1500
 SEED = 5
 SOURCES = {"mobility": "location_history", "symptoms": "search_activity"}
-PRIVATE_AREAS = ("raw", "work/clean", "quarantine")
+PRIVATE_AREAS = ("raw", "work/clean", "work/tmp", "quarantine")
 
 # strace -y: "PID openat(dirfd, "name", FLAGS...) = FD</resolved/path>"
 OPEN = re.compile(r'^(\d+)\s+(?:open|openat|openat2)\((.*)\)\s+=\s+(\d+)<(.*)>$')

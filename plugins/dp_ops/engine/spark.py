@@ -331,36 +331,35 @@ class SparkEngine:
         return spark_ingest.file_columns(spark_session(self.settings), _file_uri(path), path)
 
     def judge_to_parquet(self, root: DataRoot, job: Judging) -> dict[str, int]:
-        """See :class:`dp_ops.engine.base.Engine` and :mod:`dp_ops.engine.spark_ingest`:
-        the judged rows are persisted (memory, then Spark's local disk) while the counts,
-        the clean rows and the quarantine are taken from them."""
+        """See :class:`dp_ops.engine.base.Engine` and :mod:`dp_ops.engine.spark_ingest`.
+        The judged rows are written once, in parallel, to a private directory under
+        ``work/tmp``; the counts, the clean rows and the quarantine are read from there."""
         spark = spark_session(self.settings)
-        views = [spark_ingest.RAW_VIEW, spark_ingest.JUDGED_VIEW, *job.lookups]
-        judged = None
+        views = [spark_ingest.RAW_VIEW, spark_ingest.FILES_VIEW,
+                 spark_ingest.JUDGED_VIEW, *job.lookups]
         try:
             spark_ingest.register_lookups(spark, job)
             spark_ingest.register_raw(spark, job, _file_uri)
-            sql, args = spark_parameters(spark_ingest.judging_sql(job), job.params())
-            judged = spark.sql(sql, args=args).persist()
-            judged.createOrReplaceTempView(spark_ingest.JUDGED_VIEW)
-            try:
-                counts = spark_ingest.outcome_counts(spark)
-            except Exception as exc:  # noqa: BLE001  (a corrupt data page, say)
-                raise spark_ingest.unreadable_file(spark, job, _file_uri, spark_parameters,
-                                                   exc) from exc
-            write_one_parquet(judged.where("reason IS NULL").select(*job.clean_columns),
-                              job.clean)
-            if set(counts) - {"clean"}:
-                write_one_parquet(judged.where("reason IS NOT NULL")
-                                  .orderBy("source_file", "source_row"), job.quarantine)
-            else:
-                job.quarantine.unlink(missing_ok=True)  # no stale quarantine stays
+            sql, args = spark_parameters(spark_ingest.judging_sql(job),
+                                         spark_ingest.judging_params(job))
+            # under work/tmp (private): nothing appears in the clean area until it is whole
+            with _temp_dir_beside(root.root / "work" / "tmp" / "judged") as tmp:
+                judged_uri = _file_uri(tmp / "judged")
+                try:
+                    spark.sql(sql, args=args).write.mode("error").parquet(judged_uri)
+                except Exception as exc:  # noqa: BLE001  (a corrupt data page, say)
+                    raise spark_ingest.unreadable_file(spark, job, _file_uri,
+                                                       spark_parameters, exc) from exc
+                judged = spark.read.parquet(judged_uri)
+                counts = spark_ingest.outcome_counts(judged)
+                write_one_parquet(judged.where("reason IS NULL")
+                                  .select(*job.clean_columns), job.clean)
+                if set(counts) - {"clean"}:
+                    write_one_parquet(spark_ingest.quarantined(spark, judged), job.quarantine)
+                else:
+                    job.quarantine.unlink(missing_ok=True)  # no stale quarantine stays
             return counts
         finally:
-            # unpersist first: over Spark Connect it analyses the plan again, which needs
-            # the views it reads
-            if judged is not None:
-                judged.unpersist()
             for view in views:
                 spark.catalog.dropTempView(view)
 

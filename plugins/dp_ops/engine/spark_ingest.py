@@ -5,11 +5,15 @@ Connect server); the calling process reads no raw row.
 The judging query is the one DuckDB runs (``include/sql/ingest_<source>.sql``, Spark
 spellings by its ``dialect`` switch), over a view of the day's files that has the columns
 DuckDB's ``read_parquet(..., filename=true, file_row_number=true)`` gives: each file is
-read on its own, with its path as ``filename`` and Spark's ``_metadata.row_index`` (the
-row's 0-based position in its file) as ``file_row_number``, and the files are stacked by
-column name. A file without a ``date`` column gets an empty one: the query gives its rows
-the partition's day, as on DuckDB. So both engines quarantine the same rows for the same
-reasons and keep the same clean rows (the bad-input corpus runs on both).
+read on its own, with Spark's ``_metadata.row_index`` (the row's 0-based position in its
+file) as ``file_row_number``, and the files are stacked by column name. ``filename`` is
+the file's rank among the day's files (zero-padded text, so it sorts as the paths do:
+``partition_files`` lists them sorted), not its path: a path on every row would be most
+of what the query shuffles. The quarantine gets the paths back from a small table of
+the files (:func:`quarantined`). A file without a ``date`` column gets an empty one: the
+query gives its rows the partition's day, as on DuckDB. So both engines quarantine the
+same rows for the same reasons and keep the same clean rows (the bad-input corpus runs
+on both).
 
 Privacy: nothing here collects, logs or shows a row; the only values brought back are
 the number of rows of each outcome.
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 RAW_VIEW = "raw_rows"
+FILES_VIEW = "raw_files"
 JUDGED_VIEW = "judged_rows"
 
 # Spark's names of the types a raw file may have, as Arrow (and so the DuckDB engine's
@@ -99,7 +104,12 @@ def file_columns(spark: SparkSession, uri: str, path: Path) -> list[tuple[str, C
     return [(f.name, spark_column_type(f.dataType.simpleString())) for f in schema.fields]
 
 
-def _file_rows(spark: SparkSession, uri: str, path: Path, has_date: bool,
+def file_labels(job: Judging) -> dict[Path, str]:
+    """Each raw file's label: its rank among the day's files, zero-padded."""
+    return {f: f"{k:06d}" for k, f in enumerate(job.files)}
+
+
+def _file_rows(spark: SparkSession, uri: str, label: str, has_date: bool,
                columns: tuple[str, ...]) -> DataFrame:
     """One raw file's rows, with the columns of DuckDB's ``read_parquet`` (see the module
     docstring)."""
@@ -108,20 +118,47 @@ def _file_rows(spark: SparkSession, uri: str, path: Path, has_date: bool,
     date = "CAST(`date` AS STRING)" if has_date else "CAST(NULL AS STRING)"
     return spark.read.parquet(uri).select(
         *[F.col(f"`{c}`") for c in columns], F.expr(date).alias("date"),
-        F.lit(str(path)).alias("filename"),
+        F.lit(label).alias("filename"),
         F.col("_metadata.row_index").alias("file_row_number"))
 
 
 def register_raw(spark: SparkSession, job: Judging, uri: Any,
                  files: dict[Path, bool] | None = None) -> None:
-    """The view ``raw_rows`` over ``files`` (default all of ``job``'s), stacked by name."""
+    """The view ``raw_rows`` over ``files`` (default all of ``job``'s), stacked by name,
+    and the view ``raw_files`` (label, path) of all of them."""
     files = dict(job.files) if files is None else files
-    frames = [_file_rows(spark, uri(f), f, dated, job.clean_columns)
+    labels = file_labels(job)
+    frames = [_file_rows(spark, uri(f), labels[f], dated, job.clean_columns)
               for f, dated in files.items()]
     stacked = frames[0]
     for frame in frames[1:]:
         stacked = stacked.unionByName(frame)
     stacked.createOrReplaceTempView(RAW_VIEW)
+    spark.createDataFrame(pa.table({
+        "label": pa.array(list(labels.values()), pa.string()),
+        "path": pa.array([str(f) for f in labels], pa.string()),
+    })).createOrReplaceTempView(FILES_VIEW)
+
+
+def judging_params(job: Judging, files: dict[Path, bool] | None = None) -> dict[str, object]:
+    """The judging query's parameters, the dated files named by their labels."""
+    params = job.params(files)
+    if "dated_files" in params:
+        labels = file_labels(job)
+        params["dated_files"] = [labels[f] for f, dated in
+                                 (job.files if files is None else files).items() if dated]
+    return params
+
+
+def quarantined(spark: SparkSession, judged: DataFrame) -> DataFrame:
+    """The quarantined rows of ``judged``, in DuckDB's columns and order: each row's file
+    path back in ``source_file``, sorted by file and row."""
+    judged.createOrReplaceTempView(JUDGED_VIEW)
+    select = ", ".join("f.path AS source_file" if c == "source_file" else f"j.`{c}`"
+                       for c in judged.columns)
+    return spark.sql(f"SELECT {select} FROM {JUDGED_VIEW} AS j "
+                     f"JOIN {FILES_VIEW} AS f ON f.label = j.source_file "
+                     "WHERE j.reason IS NOT NULL ORDER BY j.source_file, j.source_row")
 
 
 def register_lookups(spark: SparkSession, job: Judging) -> None:
@@ -138,10 +175,11 @@ def judging_sql(job: Judging, files: dict[Path, bool] | None = None) -> str:
                       dialect="spark")
 
 
-def outcome_counts(spark: SparkSession) -> dict[str, int]:
-    rows = spark.sql(f"SELECT coalesce(reason, 'clean') AS outcome, count(*) AS n "
-                     f"FROM {JUDGED_VIEW} GROUP BY 1").collect()
-    return {str(r["outcome"]): int(r["n"]) for r in rows}
+def outcome_counts(judged: DataFrame) -> dict[str, int]:
+    """The number of judged rows per reason (``clean`` for the clean rows)."""
+    rows = judged.selectExpr("coalesce(reason, 'clean') AS outcome").groupBy(
+        "outcome").count().collect()
+    return {str(r["outcome"]): int(r["count"]) for r in rows}
 
 
 def unreadable_file(spark: SparkSession, job: Judging, uri: Any, translate: Any,
@@ -152,7 +190,7 @@ def unreadable_file(spark: SparkSession, job: Judging, uri: Any, translate: Any,
         one = {f: has_date}
         try:
             register_raw(spark, job, uri, one)
-            sql, args = translate(judging_sql(job, one), job.params(one))
+            sql, args = translate(judging_sql(job, one), judging_params(job, one))
             spark.sql(sql, args=args).selectExpr("count(*)").collect()
         except Exception as file_exc:  # noqa: BLE001
             return unreadable(f, file_exc)
