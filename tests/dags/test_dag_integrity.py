@@ -342,9 +342,9 @@ def test_the_daily_dags_carry_their_run_deadline(monkeypatch: pytest.MonkeyPatch
 
 
 def test_bounding_tasks_take_the_configured_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """DP_BOUNDING_POOL puts every bound_contributions task (daily and on-call) in that
-    Airflow pool, and no other task; unset, the default pool; a malformed name is an
-    import error naming the variable."""
+    """DP_BOUNDING_POOL puts every task that runs on the engine (ingest and
+    bound_contributions, daily and on-call) in that Airflow pool, and no other task;
+    unset, the default pool; a malformed name is an import error naming the variable."""
     monkeypatch.setenv("DP_BOUNDING_POOL", "spark_bounding")
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
@@ -352,7 +352,9 @@ def test_bounding_tasks_take_the_configured_pool(monkeypatch: pytest.MonkeyPatch
                    "symptoms_region_rerun"):
         dag = bag.dags[dag_id]
         assert _arg(dag.get_task("bound_contributions"), "pool") == "spark_bounding", dag_id
-        others = {t.task_id: t.pool for t in dag.tasks if t.task_id != "bound_contributions"}
+        assert dag.get_task("ingest").pool == "spark_bounding", dag_id
+        engine_tasks = {"ingest", "bound_contributions"}
+        others = {t.task_id: t.pool for t in dag.tasks if t.task_id not in engine_tasks}
         assert set(others.values()) == {"default_pool"}, (dag_id, others)
     monkeypatch.delenv("DP_BOUNDING_POOL")
     bag = DagBag(dag_folder=str(DAGS))

@@ -171,7 +171,9 @@ def _rerun_doc(doc_md: str) -> str:
 
 
 def _ingest_and_bound(name: str, day: str) -> tuple[BaseOperator, Any]:
-    ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=day, report=name)
+    # both run on the engine (DP_ENGINE): with Spark, in the cluster's pool of jobs
+    ingest = ReportStepOperator(task_id="ingest", step=Step.INGEST, day=day, report=name,
+                                pool=bounding_pool())
     # one mapped task instance per user shard (DP_BOUNDING_SHARDS, default 1)
     bound = ReportStepOperator.partial(
         task_id="bound_contributions", step=Step.BOUND_CONTRIBUTIONS, day=day, report=name,
