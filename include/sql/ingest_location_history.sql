@@ -2,14 +2,8 @@
 -- clean (reason IS NULL) or with the first reason that rejects it.
 -- Inputs: the raw source relation (raw rows with filename, file_row_number),
 --         tables finest_regions(region_id), stay_categories(category).
-{# The two engines' dialects differ in a few spellings: the text type, quoting the date
-    column (in Spark a double-quoted name is a string) and the regular expression test. -#}
-{%- set spark = (dialect | default('duckdb')) == 'spark' -%}
-{%- set text = 'STRING' if spark else 'VARCHAR' -%}
-{%- set date_column = '`date`' if spark else '"date"' -%}
-{%- macro has_control(column) -%}
-{%- if spark %}{{ column }} RLIKE r'[\x00-\x1f\x7f]'{% else %}regexp_matches({{ column }}, '[\x00-\x1f\x7f]'){% endif -%}
-{%- endmacro %}
+-- Jinja (dp_ops.engine.base.ingest_dialect): text, date_column and has_control(),
+-- the three spellings in which DuckDB and Spark differ.
 WITH typed AS (
     SELECT
         CAST(user_id AS {{ text }})        AS user_id,

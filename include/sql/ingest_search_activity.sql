@@ -4,14 +4,8 @@
 --         tables finest_regions(region_id), symptom_names(symptom).
 -- A null symptom is valid: a search that matches no symptom still counts towards B.
 -- Identical rows are kept (a repeated search); bounding counts a user once per symptom.
-{# The two engines' dialects differ in a few spellings: the text type, quoting the date
-    column (in Spark a double-quoted name is a string) and the regular expression test. -#}
-{%- set spark = (dialect | default('duckdb')) == 'spark' -%}
-{%- set text = 'STRING' if spark else 'VARCHAR' -%}
-{%- set date_column = '`date`' if spark else '"date"' -%}
-{%- macro has_control(column) -%}
-{%- if spark %}{{ column }} RLIKE r'[\x00-\x1f\x7f]'{% else %}regexp_matches({{ column }}, '[\x00-\x1f\x7f]'){% endif -%}
-{%- endmacro %}
+-- Jinja (dp_ops.engine.base.ingest_dialect): text, date_column and has_control(),
+-- the three spellings in which DuckDB and Spark differ.
 WITH typed AS (
     SELECT
         CAST(user_id AS {{ text }})   AS user_id,

@@ -91,8 +91,9 @@ def bounding_pool(value: str | None = None) -> str:
     ``bound_contributions``), from ``DP_BOUNDING_POOL`` (default ``default_pool``). With
     the Spark engine on a cluster, a pool whose slots are the Spark applications the
     cluster can run at once keeps a backfill from queueing more Spark jobs than that,
-    while the other steps (which run on the workers) go on; create the pool first (``airflow pools set spark_bounding 4 "..."``). Read when the DAG file
-    is parsed; a malformed name is a ValueError naming the variable (a DAG import error)."""
+    while the other steps (which run on the workers) go on; create the pool first
+    (``airflow pools set spark_bounding 4 "..."``). Read when the DAG file is parsed; a
+    malformed name is a ValueError naming the variable (a DAG import error)."""
     name = os.environ.get(BOUNDING_POOL_ENV) if value is None else value
     if name is None or not name.strip():
         return "default_pool"

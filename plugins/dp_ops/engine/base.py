@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 import pyarrow as pa
@@ -135,6 +135,20 @@ class Engine(Protocol):
         ...
 
 
+def ingest_dialect(dialect: str) -> dict[str, Any]:
+    """The Jinja values of the judging queries (``include/sql/ingest_<source>.sql``) for
+    an engine's ``dialect``: the three spellings in which DuckDB and Spark differ (the text
+    type, quoting the ``date`` column, which Spark would read as a string in double quotes,
+    and the test for control characters)."""
+    if dialect == "spark":
+        return {"text": "STRING", "date_column": "`date`",
+                "has_control": lambda column: f"{column} RLIKE r'{_CONTROL}'"}
+    return {"text": "VARCHAR", "date_column": '"date"',
+            "has_control": lambda column: f"regexp_matches({column}, '{_CONTROL}')"}
+
+
+# ASCII control characters, as a regular expression both RE2 and Java read alike
+_CONTROL = r"[\x00-\x1f\x7f]"
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 

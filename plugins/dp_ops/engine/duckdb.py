@@ -23,6 +23,7 @@ from dp_ops.engine.base import (
     ColumnType,
     Judging,
     ancestors_table,
+    ingest_dialect,
     redacted,
     shard_relation,
     unreadable,
@@ -121,7 +122,7 @@ def judging_query(job: Judging, files: dict[Path, bool] | None = None
               "hive_partitioning=false, union_by_name=true)")
     params = job.params(files) | {"files": [str(f) for f in files]}
     return render_sql(job.sql, source=source, has_date=any(files.values()),
-                      dialect="duckdb"), params
+                      **ingest_dialect("duckdb")), params
 
 
 class DuckDBEngine:

@@ -3,17 +3,17 @@ work done where the SparkSession runs (in a local JVM, on a cluster, or on a Spa
 Connect server); the calling process reads no raw row.
 
 The judging query is the one DuckDB runs (``include/sql/ingest_<source>.sql``, Spark
-spellings by its ``dialect`` switch), over a view of the day's files that has the columns
-DuckDB's ``read_parquet(..., filename=true, file_row_number=true)`` gives: each file is
-read on its own, with Spark's ``_metadata.row_index`` (the row's 0-based position in its
-file) as ``file_row_number``, and the files are stacked by column name. ``filename`` is
-the file's rank among the day's files (zero-padded text, so it sorts as the paths do:
-``partition_files`` lists them sorted), not its path: a path on every row would be most
-of what the query shuffles. The quarantine gets the paths back from a small table of
-the files (:func:`quarantined`). A file without a ``date`` column gets an empty one: the
-query gives its rows the partition's day, as on DuckDB. So both engines quarantine the
-same rows for the same reasons and keep the same clean rows (the bad-input corpus runs
-on both).
+spellings from :func:`dp_ops.engine.base.ingest_dialect`), over a view of the day's files
+that has the columns DuckDB's ``read_parquet(..., filename=true, file_row_number=true)``
+gives: each file is read on its own, with Spark's ``_metadata.row_index`` (the row's
+0-based position in its file) as ``file_row_number``, and the files are stacked by column
+name. ``filename`` is the file's rank among the day's files (zero-padded text, so it sorts
+as the paths do: ``partition_files`` lists them sorted), not its path: a path on every row
+would be most of what the query shuffles. The quarantine gets the paths back from a small
+table of the files (:func:`quarantined`). A file without a ``date`` column gets an empty
+one: the query gives its rows the partition's day, as on DuckDB. So both engines
+quarantine the same rows for the same reasons and keep the same clean rows (the bad-input
+corpus runs on both).
 
 Privacy: nothing here collects, logs or shows a row; the only values brought back are
 the number of rows of each outcome.
@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dp_ops.engine.base import ColumnType, Judging, redacted, repeated, unreadable
+from dp_ops.engine.base import (
+    ColumnType,
+    Judging,
+    ingest_dialect,
+    redacted,
+    repeated,
+    unreadable,
+)
 from dp_ops.engine.sql import render_sql
 from dp_ops.errors import IngestError
 
@@ -172,7 +179,7 @@ def register_lookups(spark: SparkSession, job: Judging) -> None:
 def judging_sql(job: Judging, files: dict[Path, bool] | None = None) -> str:
     files = dict(job.files) if files is None else files
     return render_sql(job.sql, source=RAW_VIEW, has_date=any(files.values()),
-                      dialect="spark")
+                      **ingest_dialect("spark"))
 
 
 def outcome_counts(judged: DataFrame) -> dict[str, int]:
