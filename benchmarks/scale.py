@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             if inner.get("bounded_file"):
                 bounded[engine] = Path(inner["bounded_file"])
                 reports[engine] = Path(inner["ingest_report"])
+            write_results({**report, "sizes": [*report["sizes"], entry]}, results_dir, stamp)
             timings = {k: v for k, v in inner.items() if k.endswith("_s")}
             print(f"[{human(n)}] {engine}: {json.dumps(outer | timings)}", flush=True)
         others = [e for e in bounded if e != "duckdb"]
@@ -322,13 +323,19 @@ def main(argv: list[str] | None = None) -> int:
             for engine in engines:
                 shutil.rmtree(runs_dir / f"{engine}-{human(n)}", ignore_errors=True)
         report["sizes"].append(entry)
-        (results_dir / f"scale-{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_results(report, results_dir, stamp)
+    print(render(report))
+    return 0
+
+
+def write_results(report: dict[str, Any], results_dir: Path, stamp: str) -> None:
+    """The results so far, stamped and as the latest (after every size: a long run that is
+    stopped keeps what it measured)."""
     md = render(report)
+    (results_dir / f"scale-{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
     (results_dir / f"scale-{stamp}.md").write_text(md)
     shutil.copyfile(results_dir / f"scale-{stamp}.json", results_dir / "scale-latest.json")
     (results_dir / "scale-latest.md").write_text(md)
-    print(md)
-    return 0
 
 
 def render(report: dict[str, Any]) -> str:
