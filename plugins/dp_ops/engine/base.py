@@ -97,15 +97,23 @@ class Judging:
     partition: Path
     max_id_length: int
 
-    def params(self, files: Mapping[Path, bool] | None = None) -> dict[str, object]:
-        """The judging query's bind parameters (over ``files``, default all of them)."""
+    def params(self, files: Mapping[Path, bool] | None = None,
+               name: Callable[[Path], str] = str) -> dict[str, object]:
+        """The judging query's bind parameters (over ``files``, default all of them), each
+        dated file as the query's ``filename`` column names it (``name``: its path)."""
         files = self.files if files is None else files
         params: dict[str, object] = {"day": self.day.isoformat(),
                                      "max_id_length": self.max_id_length}
         if any(files.values()):
             # rows of a file without the column take the partition's day
-            params["dated_files"] = [str(f) for f, dated in files.items() if dated]
+            params["dated_files"] = [name(f) for f, dated in files.items() if dated]
         return params
+
+    def lookup_tables(self) -> dict[str, pa.Table]:
+        """The public one-column lookup tables the judging query joins, as Arrow tables
+        (what either engine registers under each name)."""
+        return {name: pa.table({column: pa.array(sorted(set(values)), pa.string())})
+                for name, (column, values) in self.lookups.items()}
 
 
 class Engine(Protocol):

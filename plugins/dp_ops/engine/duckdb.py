@@ -107,12 +107,6 @@ def arrow_column_type(t: pa.DataType) -> ColumnType:
     return ColumnType(str(t), frozenset())
 
 
-def _lookup_tables(con: duckdb.DuckDBPyConnection, job: Judging) -> None:
-    """Register the public one-column lookup tables: name -> (column, values)."""
-    for name, (column, values) in job.lookups.items():
-        con.register(name, pa.table({column: pa.array(sorted(set(values)), pa.string())}))
-
-
 def judging_query(job: Judging, files: dict[Path, bool] | None = None
                   ) -> tuple[str, dict[str, object]]:
     """``job``'s judging query over ``files`` (default all) in DuckDB, and its parameters."""
@@ -147,7 +141,8 @@ class DuckDBEngine:
         # bounding: a big day's judged rows do not fit in memory
         con = duckdb_connection(root, self.settings, keep_row_order=True)
         try:
-            _lookup_tables(con, job)
+            for name, table in job.lookup_tables().items():
+                con.register(name, table)
             query, params = judging_query(job)
             try:
                 con.execute(f"CREATE TEMP TABLE judged AS {query}", params)

@@ -21,8 +21,9 @@ the number of rows of each outcome.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -129,7 +130,7 @@ def _file_rows(spark: SparkSession, uri: str, label: str, has_date: bool,
         F.col("_metadata.row_index").alias("file_row_number"))
 
 
-def register_raw(spark: SparkSession, job: Judging, uri: Any,
+def register_raw(spark: SparkSession, job: Judging, uri: Callable[[Path], str],
                  files: dict[Path, bool] | None = None) -> None:
     """The view ``raw_rows`` over ``files`` (default all of ``job``'s), stacked by name,
     and the view ``raw_files`` (label, path) of all of them."""
@@ -149,12 +150,7 @@ def register_raw(spark: SparkSession, job: Judging, uri: Any,
 
 def judging_params(job: Judging, files: dict[Path, bool] | None = None) -> dict[str, object]:
     """The judging query's parameters, the dated files named by their labels."""
-    params = job.params(files)
-    if "dated_files" in params:
-        labels = file_labels(job)
-        params["dated_files"] = [labels[f] for f, dated in
-                                 (job.files if files is None else files).items() if dated]
-    return params
+    return job.params(files, name=file_labels(job).__getitem__)
 
 
 def quarantined(spark: SparkSession, judged: DataFrame) -> DataFrame:
@@ -171,8 +167,7 @@ def quarantined(spark: SparkSession, judged: DataFrame) -> DataFrame:
 def register_lookups(spark: SparkSession, job: Judging) -> None:
     """The public one-column lookup tables, as Arrow tables (no Python workers; works over
     Spark Connect too)."""
-    for name, (column, values) in job.lookups.items():
-        table = pa.table({column: pa.array(sorted(set(values)), pa.string())})
+    for name, table in job.lookup_tables().items():
         spark.createDataFrame(table).createOrReplaceTempView(name)
 
 
@@ -189,7 +184,9 @@ def outcome_counts(judged: DataFrame) -> dict[str, int]:
     return {str(r["outcome"]): int(r["count"]) for r in rows}
 
 
-def unreadable_file(spark: SparkSession, job: Judging, uri: Any, translate: Any,
+def unreadable_file(spark: SparkSession, job: Judging, uri: Callable[[Path], str],
+                    translate: Callable[[str, dict[str, object]],
+                                        tuple[str, dict[str, object]]],
                     exc: BaseException) -> IngestError:
     """The error for a day Spark could not judge, naming the file at fault: the query is
     rerun file by file (only on this failure path) to find which."""
