@@ -2,8 +2,8 @@
 -- clean (reason IS NULL) or with the first reason that rejects it.
 -- Inputs: the raw source relation (raw rows with filename, file_row_number),
 --         tables finest_regions(region_id), stay_categories(category).
--- Jinja (dp_ops.engine.base.ingest_dialect): text, date_column and has_control(),
--- the three spellings in which DuckDB and Spark differ.
+-- Jinja (dp_ops.engine.base.ingest_dialect): text, date_column, has_control() and
+-- copy_hash(), the spellings in which DuckDB and Spark differ.
 WITH typed AS (
     SELECT
         CAST(user_id AS {{ text }})        AS user_id,
@@ -57,7 +57,8 @@ deduplicated AS (
     SELECT
         *,
         row_number() OVER (
-            PARTITION BY reason IS NULL, user_id, region_id, place_id, place_category,
+            PARTITION BY {{ copy_hash('user_id, region_id, place_id, place_category, dwell_hours') }}
+                         reason IS NULL, user_id, region_id, place_id, place_category,
                          dwell_hours
             ORDER BY source_file, source_row
         ) AS copy_number

@@ -184,20 +184,28 @@ decided AS (
     JOIN tops AS t ON t.user_id = k.user_id AND t.level = k.level
     JOIN names AS n ON n.region_idx = k.region_idx
 ),
--- the top region of each metric: the max key's region, or on a tie (work_top etc. true on
--- the tied regions only) the tied region with the least md5 key
+-- each general (user, level)'s tops: the max key's region per metric; fixed-width values
+-- only, so Spark groups by hashing (a string among them, such as an md5 key, would make it
+-- sort every row)
 chosen AS (
-    SELECT level, max(work_max) AS work_seconds, max(home_max) AS home_seconds,
-           coalesce(min_by(region_idx, CASE WHEN work_top THEN md5(concat_ws('|', user_id,
-                        CAST(level AS STRING), 'work', region_id, $day, $salt)) END),
-                    max(work_hi)) AS work_region,
-           coalesce(min_by(region_idx, CASE WHEN home_top THEN md5(concat_ws('|', user_id,
-                        CAST(level AS STRING), 'home', region_id, $day, $salt)) END),
-                    max(home_hi)) AS home_region,
-           coalesce(min_by(region_idx, CASE WHEN any_top THEN md5(concat_ws('|', user_id,
-                        CAST(level AS STRING), 'any', region_id, $day, $salt)) END),
-                    max(any_hi)) AS any_region
+    SELECT user_id, level, max(work_max) AS work_seconds, max(home_max) AS home_seconds,
+           max(work_hi) AS work_region, max(home_hi) AS home_region,
+           max(any_hi) AS any_region
     FROM decided
+    GROUP BY user_id, level
+),
+-- where regions tie for a top (work_top etc. true on the tied regions only, which are
+-- rare), the tied region with the least md5 key
+tie_breaks AS (
+    SELECT user_id, level,
+           min_by(region_idx, CASE WHEN work_top THEN md5(concat_ws('|', user_id,
+                      CAST(level AS STRING), 'work', region_id, $day, $salt)) END) AS work_region,
+           min_by(region_idx, CASE WHEN home_top THEN md5(concat_ws('|', user_id,
+                      CAST(level AS STRING), 'home', region_id, $day, $salt)) END) AS home_region,
+           min_by(region_idx, CASE WHEN any_top THEN md5(concat_ws('|', user_id,
+                      CAST(level AS STRING), 'any', region_id, $day, $salt)) END) AS any_region
+    FROM decided
+    WHERE work_top OR home_top OR any_top
     GROUP BY user_id, level
 ),
 -- each general (user, level)'s four metric rows, in one pass (DuckDB: four groupings);
@@ -205,7 +213,12 @@ chosen AS (
 -- resident is counted, as there
 general_cells AS (
     SELECT level, m.region_idx, m.metric, CAST(sum(m.value) AS BIGINT) AS value
-    FROM chosen
+    FROM (SELECT c.level, c.work_seconds, c.home_seconds,
+                 coalesce(t.work_region, c.work_region) AS work_region,
+                 coalesce(t.home_region, c.home_region) AS home_region,
+                 coalesce(t.any_region, c.any_region) AS any_region
+          FROM chosen AS c
+          LEFT JOIN tie_breaks AS t ON t.user_id = c.user_id AND t.level = c.level) AS g
     LATERAL VIEW inline(array(
         IF(work_seconds > round($workplace_min_hours * 3600),
            named_struct('region_idx', work_region, 'metric', 'workplaces', 'value', CAST(1 AS BIGINT)), NULL),

@@ -49,6 +49,8 @@ SHARDS = 3
 MOBILITY = MobilityConfig()
 SYMPTOMS = SymptomsConfig()
 SOURCE = {"mobility": LOCATION_SOURCE, "symptoms": SEARCH_SOURCE}
+# a session setting the Spark engine changes while a bounding query runs, and puts back
+CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 
 
 def _java_available() -> bool:
@@ -243,9 +245,15 @@ def test_spark_writes_what_duckdb_writes(spark: object, root: DataRoot, report: 
     assert duckdb_cells.num_rows > 200
 
     _engine(monkeypatch, "spark")
+    conf = spark.conf  # type: ignore[attr-defined]
+    conf.set(CACHE_COMPRESSED, "true")  # the query's own setting must not outlive it
     assert "(spark)" in bound(root, DAY).summary
+    assert conf.get(CACHE_COMPRESSED, None) == "true"
     _assert_same(_cells(target), duckdb_cells)
     _no_leftovers(target)
+    conf.unset(CACHE_COMPRESSED)
+    assert "(spark)" in bound(root, DAY).summary
+    assert conf.get(CACHE_COMPRESSED, None) is None
 
 
 def test_spark_runs_the_spark_cell_sums_query() -> None:

@@ -145,14 +145,19 @@ class Engine(Protocol):
 
 def ingest_dialect(dialect: str) -> dict[str, Any]:
     """The Jinja values of the judging queries (``include/sql/ingest_<source>.sql``) for
-    an engine's ``dialect``: the three spellings in which DuckDB and Spark differ (the text
-    type, quoting the ``date`` column, which Spark would read as a string in double quotes,
-    and the test for control characters)."""
+    an engine's ``dialect``: the spellings in which DuckDB and Spark differ (the text type,
+    quoting the ``date`` column, which Spark would read as a string in double quotes, and
+    the test for control characters), and ``copy_hash``: a leading key for the duplicate
+    check's partitions, a 64-bit hash of the compared columns on Spark (equal rows have
+    equal hashes, so the partitions are the same; Spark sorts them by that one number
+    first instead of comparing strings), nothing on DuckDB, which does not sort them."""
     if dialect == "spark":
         return {"text": "STRING", "date_column": "`date`",
-                "has_control": lambda column: f"{column} RLIKE r'{_CONTROL}'"}
+                "has_control": lambda column: f"{column} RLIKE r'{_CONTROL}'",
+                "copy_hash": lambda columns: f"xxhash64({columns}),"}
     return {"text": "VARCHAR", "date_column": '"date"',
-            "has_control": lambda column: f"regexp_matches({column}, '{_CONTROL}')"}
+            "has_control": lambda column: f"regexp_matches({column}, '{_CONTROL}')",
+            "copy_hash": lambda columns: ""}
 
 
 # ASCII control characters, as a regular expression both RE2 and Java read alike

@@ -84,6 +84,11 @@ _LOCAL_CONF = {
 }
 # Every session: runtime settings that keep results independent of the host.
 _SESSION_CONF = {"spark.sql.session.timeZone": "UTC"}
+# While a bounding query runs: its persisted stages are kept uncompressed. Each is read
+# once or twice and dropped when the query ends, so compressing it costs more CPU than the
+# memory it saves; a stage that does not fit in memory goes to Spark's local disk either
+# way.
+_QUERY_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 # A DuckDB bind parameter outside quoted literals, quoted identifiers and comments.
 _MARKER = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|/\*.*?\*/"""
@@ -240,6 +245,23 @@ def _register_ancestors(spark: SparkSession, ancestors: pd.DataFrame) -> None:
 
 
 @contextmanager
+def _runtime_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """``conf`` set on the session while the block runs, the previous values back after
+    (a setting that was not set is unset again)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@contextmanager
 def _temp_dir_beside(target: Path) -> Iterator[Path]:
     make_dirs(target.parent)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-spark-"))
@@ -281,40 +303,41 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
 
     ``stages`` (a query's common table expressions, :func:`split_ctes`) become temporary
     views first, in order; one that later stages or the query read more than once is
-    persisted (memory, then Spark's local disk) while the query runs. Spark does not
-    materialize a CTE: it computes it again at every reference (the mobility query would
-    read the clean file once per reference).
+    persisted (uncompressed; in memory, then on Spark's local disk) while the query runs.
+    Spark does not materialize a CTE: it computes it again at every reference (the
+    mobility query would read the clean file once per reference).
     """
     spark = spark_session(settings)
     sql, args = spark_parameters(query, params)
     views = [ANCESTORS_VIEW]
     persisted: list[Any] = []
-    try:
-        _register_ancestors(spark, ancestors)
-        if clean_file is not None:
-            # basePath = the file's own directory: no partition column from date=... dirs,
-            # like DuckDB's hive_partitioning=false.
-            clean_dir = _file_uri(clean_file.parent)
-            (spark.read.option("basePath", clean_dir).parquet(_file_uri(clean_file))
-             .createOrReplaceTempView(CLEAN_VIEW))
-            views.append(CLEAN_VIEW)
-        for k, (name, body) in enumerate(stages):
-            later = " ".join(b for _, b in stages[k + 1:]) + " " + query
-            stage_sql, stage_args = spark_parameters(body, params)
-            frame = spark.sql(stage_sql, args=stage_args)
-            if len(re.findall(rf"\b{re.escape(name)}\b", later)) > 1:
-                frame = frame.persist()
-                persisted.append(frame)
-            frame.createOrReplaceTempView(name)
-            views.append(name)
-        write_one_parquet(spark.sql(sql, args=args), target)
-    finally:
-        # unpersist first: over Spark Connect it analyses the plan again, which needs the
-        # views it reads
-        for frame in reversed(persisted):
-            frame.unpersist()
-        for view in views:
-            spark.catalog.dropTempView(view)
+    with _runtime_conf(spark, _QUERY_CONF):
+        try:
+            _register_ancestors(spark, ancestors)
+            if clean_file is not None:
+                # basePath = the file's own directory: no partition column from date=... dirs,
+                # like DuckDB's hive_partitioning=false.
+                clean_dir = _file_uri(clean_file.parent)
+                (spark.read.option("basePath", clean_dir).parquet(_file_uri(clean_file))
+                 .createOrReplaceTempView(CLEAN_VIEW))
+                views.append(CLEAN_VIEW)
+            for k, (name, body) in enumerate(stages):
+                later = " ".join(b for _, b in stages[k + 1:]) + " " + query
+                stage_sql, stage_args = spark_parameters(body, params)
+                frame = spark.sql(stage_sql, args=stage_args)
+                if len(re.findall(rf"\b{re.escape(name)}\b", later)) > 1:
+                    frame = frame.persist()
+                    persisted.append(frame)
+                frame.createOrReplaceTempView(name)
+                views.append(name)
+            write_one_parquet(spark.sql(sql, args=args), target)
+        finally:
+            # unpersist first: over Spark Connect it analyses the plan again, which needs the
+            # views it reads
+            for frame in reversed(persisted):
+                frame.unpersist()
+            for view in views:
+                spark.catalog.dropTempView(view)
 
 
 class SparkEngine:
