@@ -10,17 +10,21 @@
 --
 -- Where it differs from mobility_cell_sums.sql, and why (Spark's costs are not DuckDB's):
 --   * Spark shuffles, DuckDB does not: every stay is moved once, to the partition of its
---     user (the REPARTITION hint on user_id), and every later grouping and join of per-user
---     rows has user_id among its keys, so Spark finds the rows already partitioned and moves
---     nothing again until the per-cell sums (a few rows per region). Only the public region
---     tables are joined by broadcast.
+--     user (the REPARTITION hint on user_id), before any grouping, and every later grouping
+--     and join of per-user rows has user_id among its keys. Only the public region tables
+--     are joined by broadcast. (Under adaptive execution a persisted stage does not tell
+--     the plans that read it how it is partitioned, so Spark moves the per-user rows, a
+--     fraction of the stays, again there; turning adaptive execution off, with joins
+--     allowed on part of their keys, avoids that but was measured no faster.)
 --   * No user numbers (DuckDB's row_number() OVER (), one partition in Spark): the general
 --     users' rows keep their user id, which also keys the md5s.
---   * Per-user and per-(user, level) results are joined back to their rows by hash joins in
---     place (SHUFFLE_HASH: both sides are in the user's partition), not by sorted merges;
+--   * Per-user and per-(user, level) results are joined back to their rows by hash joins
+--     (SHUFFLE_HASH: both sides by user), not by sorted merges;
 --     the tops are DuckDB's maxima of the same packed keys, so the same tops and the same
 --     ties. A tie is broken by min_by over the md5 key computed on the tied top regions only
---     (a CASE: NULL keys elsewhere, which min_by skips), as DuckDB's tie_breaks does.
+--     (a CASE: NULL keys elsewhere, which min_by skips), grouped apart from the tops as
+--     DuckDB's tie_breaks is: Spark hashes a grouping of fixed-width values, but sorts
+--     every row of one that holds a string (the md5 key).
 --   * A general (user, level)'s four metric rows come from one pass over its chosen
 --     regions (DuckDB: four groupings), and the simple users' rows are grouped with their
 --     place-category mask once, for both their metrics and their pairs.
@@ -70,8 +74,7 @@ finest AS (
     GROUP BY s.user_id, s.packed
 ),
 -- each finest row with its user's packed-region bits, totals and mask: DuckDB's per_user,
--- grouped in place (the rows are in their user's partition) and joined back by a hash join
--- in place (no sort, no shuffle)
+-- grouped by user and joined back by a hash join (no sort)
 finest_users AS (
     SELECT /*+ SHUFFLE_HASH(u) */
            f.user_id, f.packed, f.work_seconds, f.home_seconds, f.any_seconds, f.mask,
@@ -153,7 +156,7 @@ keyed AS (
            shiftleft(CASE WHEN any_seconds < 1099511627775 THEN any_seconds WHEN any_seconds IS NOT NULL THEN 1099511627775 END, 22) | (4194303 - region_idx) AS any_lo
     FROM by_region
 ),
--- DuckDB's tops per (general user, level), grouped in place
+-- DuckDB's tops per (general user, level)
 tops AS (
     SELECT user_id, level,
            sum(bit_count(mask)) AS n_pairs,
@@ -169,7 +172,7 @@ tops AS (
     FROM keyed
     GROUP BY user_id, level
 ),
--- each region row with its (user, level)'s tops, joined back by a hash join in place
+-- each region row with its (user, level)'s tops, joined back by a hash join
 decided AS (
     SELECT /*+ SHUFFLE_HASH(t), BROADCAST(n) */
            k.user_id, k.level, k.region_idx, n.region_id, k.mask, t.n_pairs,
