@@ -4,8 +4,8 @@
 --         tables finest_regions(region_id), symptom_names(symptom).
 -- A null symptom is valid: a search that matches no symptom still counts towards B.
 -- Identical rows are kept (a repeated search); bounding counts a user once per symptom.
--- Jinja (dp_ops.engine.base.ingest_dialect): text, date_column and has_control(),
--- the three spellings in which DuckDB and Spark differ.
+-- Jinja (dp_ops.engine.base.ingest_dialect): text, date_column and has_control(), the
+-- spellings in which DuckDB and Spark differ that this query needs.
 WITH typed AS (
     SELECT
         CAST(user_id AS {{ text }})   AS user_id,
