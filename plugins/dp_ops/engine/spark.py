@@ -261,6 +261,33 @@ def _runtime_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None
                 spark.conf.set(key, old)
 
 
+class _TempViews:
+    """The temporary views (and persisted frames) one query creates, dropped when the block
+    ends, however it ends: frames unpersisted first (over Spark Connect, unpersist analyses
+    the plan again, which needs the views it reads), then every view named."""
+
+    def __init__(self, spark: SparkSession, names: Sequence[str] = ()) -> None:
+        self.spark = spark
+        self.names = list(names)
+        self.persisted: list[Any] = []
+
+    def register(self, name: str, frame: Any, *, persist: bool = False) -> None:
+        if persist:
+            frame = frame.persist()
+            self.persisted.append(frame)
+        frame.createOrReplaceTempView(name)
+        self.names.append(name)
+
+    def __enter__(self) -> _TempViews:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for frame in reversed(self.persisted):
+            frame.unpersist()
+        for name in self.names:
+            self.spark.catalog.dropTempView(name)
+
+
 @contextmanager
 def _temp_dir_beside(target: Path) -> Iterator[Path]:
     make_dirs(target.parent)
@@ -309,35 +336,20 @@ def copy_query_to_parquet(settings: ExecutionSettings, query: str,
     """
     spark = spark_session(settings)
     sql, args = spark_parameters(query, params)
-    views = [ANCESTORS_VIEW]
-    persisted: list[Any] = []
-    with _runtime_conf(spark, _QUERY_CONF):
-        try:
-            _register_ancestors(spark, ancestors)
-            if clean_file is not None:
-                # basePath = the file's own directory: no partition column from date=... dirs,
-                # like DuckDB's hive_partitioning=false.
-                clean_dir = _file_uri(clean_file.parent)
-                (spark.read.option("basePath", clean_dir).parquet(_file_uri(clean_file))
-                 .createOrReplaceTempView(CLEAN_VIEW))
-                views.append(CLEAN_VIEW)
-            for k, (name, body) in enumerate(stages):
-                later = " ".join(b for _, b in stages[k + 1:]) + " " + query
-                stage_sql, stage_args = spark_parameters(body, params)
-                frame = spark.sql(stage_sql, args=stage_args)
-                if len(re.findall(rf"\b{re.escape(name)}\b", later)) > 1:
-                    frame = frame.persist()
-                    persisted.append(frame)
-                frame.createOrReplaceTempView(name)
-                views.append(name)
-            write_one_parquet(spark.sql(sql, args=args), target)
-        finally:
-            # unpersist first: over Spark Connect it analyses the plan again, which needs the
-            # views it reads
-            for frame in reversed(persisted):
-                frame.unpersist()
-            for view in views:
-                spark.catalog.dropTempView(view)
+    with _runtime_conf(spark, _QUERY_CONF), _TempViews(spark, [ANCESTORS_VIEW]) as views:
+        _register_ancestors(spark, ancestors)
+        if clean_file is not None:
+            # basePath = the file's own directory: no partition column from date=... dirs,
+            # like DuckDB's hive_partitioning=false.
+            clean_dir = _file_uri(clean_file.parent)
+            views.register(CLEAN_VIEW, spark.read.option("basePath", clean_dir)
+                           .parquet(_file_uri(clean_file)))
+        for k, (name, body) in enumerate(stages):
+            later = " ".join(b for _, b in stages[k + 1:]) + " " + query
+            stage_sql, stage_args = spark_parameters(body, params)
+            views.register(name, spark.sql(stage_sql, args=stage_args),
+                           persist=len(re.findall(rf"\b{re.escape(name)}\b", later)) > 1)
+        write_one_parquet(spark.sql(sql, args=args), target)
 
 
 class SparkEngine:
@@ -358,9 +370,8 @@ class SparkEngine:
         The judged rows are written once, in parallel, to a private directory under
         ``work/tmp``; the counts, the clean rows and the quarantine are read from there."""
         spark = spark_session(self.settings)
-        views = [spark_ingest.RAW_VIEW, spark_ingest.FILES_VIEW,
-                 spark_ingest.JUDGED_VIEW, *job.lookups]
-        try:
+        with _TempViews(spark, [spark_ingest.RAW_VIEW, spark_ingest.FILES_VIEW,
+                                spark_ingest.JUDGED_VIEW, *job.lookups]):
             spark_ingest.register_lookups(spark, job)
             spark_ingest.register_raw(spark, job, _file_uri)
             sql, args = spark_parameters(spark_ingest.judging_sql(job),
@@ -382,9 +393,6 @@ class SparkEngine:
                 else:
                     job.quarantine.unlink(missing_ok=True)  # no stale quarantine stays
             return counts
-        finally:
-            for view in views:
-                spark.catalog.dropTempView(view)
 
     def bound_to_parquet(self, root: DataRoot, clean: Path, target: Path,
                          ancestors: pd.DataFrame, bounding: BoundingSql,
