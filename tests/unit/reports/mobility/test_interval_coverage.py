@@ -29,6 +29,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
+from mobility_draws import (
+    ALPHA,
+    CFG,
+    CONFIRM_DRAWS,
+    CONFIRMED,
+    DRAWS,
+    EPS,
+    RATIOS,
+    SHAPES,
+    noise,
+    noisy_hours,
+)
 
 from dp_ops.privacy.inference import (
     RatioTest,
@@ -37,9 +49,8 @@ from dp_ops.privacy.inference import (
     ratio_edges,
     ratio_test,
 )
-from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
+from dp_ops.privacy.noise import noise_generator
 from dp_ops.reports.mobility.baseline import residential_miss, residential_window_alpha
-from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     RATIO_HIGHEST,
     RATIO_START,
@@ -48,26 +59,10 @@ from dp_ops.reports.mobility.estimates import (
     noise_law_cells,
     residential_day_alpha,
     residential_estimates,
-    residential_hours,
-    strictly_below,
 )
 
 pytestmark = pytest.mark.slow
 
-CFG = MobilityConfig()
-ALPHA = strictly_below(CFG.max_error_probability)
-EPS = CFG.place_epsilon
-DRAWS = 1000
-CONFIRM_DRAWS = 20_000
-LEVEL = 0.05
-CONFIRMED = LEVEL + 3.5 * np.sqrt(LEVEL * (1 - LEVEL) / CONFIRM_DRAWS)
-RATIOS = (0.2, 0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0)
-SHAPES: dict[str, tuple[float, ...]] = {
-    "equal": (1, 1, 1, 1, 1),
-    "two far above": (1, 1, 1, 10, 10),
-    "two far below": (0.1, 0.1, 1, 1, 1),
-    "spread": (0.5, 0.8, 1, 1.25, 2),
-}
 SIZES = {1: (30, 70, 110, 240), 3: (60, 140, 260, 450)}
 
 # (intervals' low, high, publish flags, true change) for draws of one configuration
@@ -82,15 +77,6 @@ class Outcome:
     miss: float               # P(the interval misses the truth)
     published: float          # P(published)
     covered_if_published: float
-
-
-def noise(rng: np.random.Generator, shape: tuple[int, ...], cells: int,
-          epsilon: float = EPS, sensitivity: int = 1) -> np.ndarray:
-    total = np.zeros(shape, dtype=np.int64)
-    for _ in range(cells):
-        total += sample_discrete_laplace(int(np.prod(shape)), epsilon=epsilon,
-                                         sensitivity=sensitivity, rng=rng).reshape(shape)
-    return total
 
 
 def estimate(run: Run, config: tuple[float, tuple[float, ...], float],
@@ -161,9 +147,6 @@ def test_an_interval_ignoring_the_baseline_noise_fails() -> None:
 
 # -- residential -------------------------------------------------------------------------
 
-GRID = CFG.residential_grid_per_hour
-RES_SUM = (CFG.residential_sum_epsilon, GRID * 12)
-RES_COUNT = (CFG.residential_count_epsilon, 1)
 HOURS: dict[str, tuple[float, ...]] = {
     "equal": (12.5,) * 5,
     "two far above": (12.5, 12.5, 12.5, 22.0, 22.0),
@@ -172,27 +155,14 @@ HOURS: dict[str, tuple[float, ...]] = {
 RES_RATIOS = (0.5, 0.95, 1.0, 1.3, 1.9)
 
 
-def noisy_hours(rng: np.random.Generator, hours: np.ndarray, users: float, alpha: float
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    s = np.round((hours - 12) * GRID * users).astype(np.int64)
-    s_noisy = s + noise(rng, hours.shape, 1, *RES_SUM)
-    c_noisy = int(users) + noise(rng, hours.shape, 1, *RES_COUNT)
-    est, lo, hi = residential_hours(
-        s_noisy.ravel().astype(float), c_noisy.ravel().astype(float),
-        np.full(hours.size, RES_SUM[0]), np.full(hours.size, RES_SUM[1]),
-        np.full(hours.size, RES_COUNT[0]), np.full(hours.size, RES_COUNT[1]),
-        grid_per_hour=GRID, alpha=alpha)
-    return est.reshape(hours.shape), lo.reshape(hours.shape), hi.reshape(hours.shape)
-
-
 def residential_run(users: float, shape: tuple[float, ...], ratio: float,
                     rng: np.random.Generator, draws: int) -> Draws:
     miss = residential_miss(ALPHA)
     window = np.broadcast_to(np.asarray(shape), (draws, 5))
-    est, lo, hi = noisy_hours(rng, window, users, residential_window_alpha(ALPHA))
+    est, lo, hi = noisy_hours(rng, window, int(users), residential_window_alpha(ALPHA))
     base, base_lo, base_hi = (np.median(x, axis=1) for x in (est, lo, hi))
     true_today = min(24.0, ratio * 12.5)
-    today, t_lo, t_hi = noisy_hours(rng, np.full(draws, true_today), users,
+    today, t_lo, t_hi = noisy_hours(rng, np.full(draws, true_today), int(users),
                                     residential_day_alpha(ALPHA, miss))
     out = residential_estimates(today, t_lo, t_hi, base, base_lo, base_hi,
                                 max_error_points=CFG.max_error_points)

@@ -31,6 +31,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
+from mobility_draws import (
+    ALPHA,
+    CFG,
+    CONFIRM_DRAWS,
+    CONFIRMED,
+    DRAWS,
+    EPS,
+    RATIOS,
+    SHAPES,
+    noise,
+    noisy_hours,
+)
 
 from dp_ops.privacy.inference import (
     RatioTest,
@@ -39,9 +51,8 @@ from dp_ops.privacy.inference import (
     ratio_edges,
     ratio_test,
 )
-from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
+from dp_ops.privacy.noise import noise_generator
 from dp_ops.reports.mobility.baseline import residential_miss, residential_window_alpha
-from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     RATIO_HIGHEST,
     RATIO_START,
@@ -51,41 +62,14 @@ from dp_ops.reports.mobility.estimates import (
     noise_law_cells,
     residential_changes,
     residential_day_alpha,
-    residential_hours,
-    strictly_below,
     within_promise,
 )
 from dp_ops.reports.mobility.method_update import FACTOR_SHARE, scaling_factors
 
 pytestmark = pytest.mark.slow
 
-CFG = MobilityConfig()
-ALPHA = strictly_below(CFG.max_error_probability)
-EPS = CFG.place_epsilon
-DRAWS = 1000
-CONFIRM_DRAWS = 20_000
-PROMISE = 0.05
-# 5% plus 3.5 standard errors of a 5% rate estimated from CONFIRM_DRAWS draws
-CONFIRMED = PROMISE + 3.5 * np.sqrt(PROMISE * (1 - PROMISE) / CONFIRM_DRAWS)
-RATIOS = (0.2, 0.5, 0.9, 1.0, 1.1, 1.5, 2.0, 3.0)
-# true baseline-window values as multiples of b: the median is b in every shape
-SHAPES: dict[str, tuple[float, ...]] = {
-    "equal": (1, 1, 1, 1, 1),
-    "two far above": (1, 1, 1, 10, 10),      # the baseline error is a maximum of three
-    "two far below": (0.1, 0.1, 1, 1, 1),    # ... a minimum of three
-    "spread": (0.5, 0.8, 1, 1.25, 2),
-}
 # baseline sizes around where each class starts to publish
 SIZES = {1: (70, 110, 150, 240), 2: (100, 150, 200, 330), 3: (140, 200, 260, 450)}
-
-
-def noise(rng: np.random.Generator, shape: tuple[int, ...], cells: int,
-          epsilon: float = EPS, sensitivity: int = 1) -> np.ndarray:
-    total = np.zeros(shape, dtype=np.int64)
-    for _ in range(cells):
-        total += sample_discrete_laplace(int(np.prod(shape)), epsilon=epsilon,
-                                         sensitivity=sensitivity, rng=rng).reshape(shape)
-    return total
 
 
 Run = Callable[[float, tuple[float, ...], float, np.random.Generator, int],
@@ -240,9 +224,6 @@ def test_scaled_categories_keep_the_promise(cells: int) -> None:
 
 # -- residential -------------------------------------------------------------------------
 
-GRID = CFG.residential_grid_per_hour
-RES_SUM = (CFG.residential_sum_epsilon, 12 * GRID)
-RES_COUNT = (CFG.residential_count_epsilon, 1)
 # true baseline-window hours at home (the median is 12.5 in every shape)
 HOURS: dict[str, tuple[float, ...]] = {
     "equal": (12.5,) * 5,
@@ -251,20 +232,6 @@ HOURS: dict[str, tuple[float, ...]] = {
     "spread": (10.0, 11.5, 12.5, 14.0, 16.0),
 }
 RES_RATIOS = (0.5, 0.8, 0.95, 1.0, 1.1, 1.3, 1.6, 1.9)
-
-
-def noisy_hours(rng: np.random.Generator, hours: np.ndarray, users: int, alpha: float
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Estimates and intervals of true ``hours`` (any shape) for ``users`` users."""
-    s = np.round((hours - 12) * GRID * users).astype(np.int64)
-    s_noisy = s + noise(rng, hours.shape, 1, *RES_SUM)
-    c_noisy = users + noise(rng, hours.shape, 1, *RES_COUNT)
-    est, lo, hi = residential_hours(
-        s_noisy.ravel().astype(float), c_noisy.ravel().astype(float),
-        np.full(hours.size, RES_SUM[0]), np.full(hours.size, RES_SUM[1]),
-        np.full(hours.size, RES_COUNT[0]), np.full(hours.size, RES_COUNT[1]),
-        grid_per_hour=GRID, alpha=alpha)
-    return est.reshape(hours.shape), lo.reshape(hours.shape), hi.reshape(hours.shape)
 
 
 def test_residential_keeps_the_promise() -> None:
