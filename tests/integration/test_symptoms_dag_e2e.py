@@ -20,12 +20,13 @@ from dagrun_helpers import (
     _logical_date,
     _run_day,
     _task_states,
+    e2e_data_root,
+    repo_dags,
 )
 from hitl import responder
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-REPO = Path(__file__).resolve().parents[2]
 START, END = date(2020, 1, 1), date(2020, 1, 14)
 USERS = 3000
 SEED = 11
@@ -33,31 +34,14 @@ SEED = 11
 
 @pytest.fixture(scope="module")
 def dags(airflow_db: Path) -> dict:
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    return bag.dags
+    return repo_dags()
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from dp_demo.generator import generate
-
-    from dp_ops.layout import DataRoot
-
-    root = tmp_path_factory.mktemp("symptoms_e2e") / "data"
-    root.mkdir()
-    generate(DataRoot(root), START, END, users=USERS, seed=SEED)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DP_DATA_ROOT", str(root))
-        mp.delenv("DP_LEDGER_URL", raising=False)
-        mp.delenv("DP_SYMPTOMS_CONFIG", raising=False)
-        # who may approve re-noises (never the requester)
-        mp.setenv("DP_SPEND_APPROVERS", "approver")
-        # dag.test() records its runs as requested by "dag_test": an Airflow user here
-        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
-                  "dag_test:user,approver:user")
+    """Synthetic input for START..END, in ``DP_DATA_ROOT`` for the whole module."""
+    with e2e_data_root(tmp_path_factory, "symptoms_e2e", START, END, users=USERS, seed=SEED,
+                       config_env="DP_SYMPTOMS_CONFIG") as root:
         yield root
 
 

@@ -2,7 +2,47 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def repo_dags() -> dict:
+    """The repository's DAGs by id, as the DAG processor parses them (no import error)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
+@contextmanager
+def e2e_data_root(tmp_path_factory: pytest.TempPathFactory, name: str, start: date,
+                  end: date, *, users: int, seed: int, config_env: str) -> Iterator[Path]:
+    """A data root with the demo generator's input for ``start``..``end``, set as
+    ``DP_DATA_ROOT`` while the block runs: the default ledger, the report's default
+    configuration (``config_env`` unset), "approver" as the one who may approve spends
+    (never the requester), and "dag_test" (the requester of ``dag.test()`` runs) and
+    "approver" as Airflow users."""
+    from dp_demo.generator import generate
+
+    from dp_ops.layout import DataRoot
+
+    root = tmp_path_factory.mktemp(name) / "data"
+    root.mkdir()
+    generate(DataRoot(root), start, end, users=users, seed=seed)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DP_DATA_ROOT", str(root))
+        mp.delenv("DP_LEDGER_URL", raising=False)
+        mp.delenv(config_env, raising=False)
+        mp.setenv("DP_SPEND_APPROVERS", "approver")
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "dag_test:user,approver:user")
+        yield root
 
 
 def _days(start: date, end: date) -> list[date]:
