@@ -61,6 +61,7 @@ MODULES = {
     "symptoms_suites": "dp_ops/reports/symptoms/suites.py",
     "mobility_estimates": "dp_ops/reports/mobility/estimates.py",
     "symptoms_reliability": "dp_ops/reports/symptoms/reliability.py",
+    "symptoms_selection": "dp_ops/reports/symptoms/selection.py",
 }
 # Each group is one mutmut run in its own folder (.mutation/<group>/) with the fast tests
 # in the folders of its code: a mutant counts as killed only by a test next to the code it
@@ -69,7 +70,7 @@ GROUPS = {
     "privacy": (["noise", "ledger", "ledger_schema", "ledger_key"], ["tests/unit/privacy"]),
     "steps": (["noising"], ["tests/unit/steps", "tests/unit/reports/mobility/test_estimates.py"]),
     "reports": (["inference", "mobility_suites", "symptoms_suites", "mobility_estimates",
-                 "symptoms_reliability"],
+                 "symptoms_reliability", "symptoms_selection"],
                 ["tests/unit/reports", "tests/unit/privacy/test_inference.py"]),
 }
 KILLED = {"killed", "timeout", "caught by type check"}

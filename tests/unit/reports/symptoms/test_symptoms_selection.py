@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dp_ops.privacy.inference import discrete_laplace_pmf
 from dp_ops.reports.symptoms.config import SYMPTOM_METRIC, VOLUME_METRIC, SymptomsConfig
 from dp_ops.reports.symptoms.reliability import (
     INTERVAL_ALPHA,
@@ -60,6 +61,8 @@ def test_keeps_the_largest_leading_set_within_the_bound() -> None:
     assert select_within_bound(off, candidate, 0.45).tolist() == [False, False, True, True]
     assert not select_within_bound(off, candidate, 0.2).any()
     assert not select_within_bound(off, np.zeros(4, bool), 0.45).any()
+    # a single candidate is kept when its own off is within the bound
+    assert select_within_bound([0.9, 0.1], [False, True], 0.45).tolist() == [False, True]
 
 
 def test_ties_are_taken_in_order_of_position() -> None:
@@ -67,6 +70,12 @@ def test_ties_are_taken_in_order_of_position() -> None:
     # 0.2, then the 0.5s in position order: means 0.2, 0.35, 0.4, 0.425
     assert select_within_bound(off, np.ones(4, bool), 0.4).tolist() == [True, True, True,
                                                                           False]
+    # a long run of ties, cut inside it: numpy's default sort (not stable past 16 values)
+    # would keep other positions
+    off = np.tile([0.9, 0.0], 20)
+    # the 20 zeros, then 0.9s while 0.9 k / (20 + k) <= 0.31: k = 10, the first ten by position
+    keep = select_within_bound(off, np.ones(40, bool), 0.31)
+    assert np.flatnonzero(keep & (off > 0)).tolist() == list(range(0, 20, 2))
 
 
 @pytest.mark.parametrize("bound", [0.0, 1.0, -0.1, float("nan")])
@@ -108,11 +117,21 @@ def test_values_the_fit_cannot_judge_are_off_with_the_whole_range() -> None:
         assert (fit.off[row], fit.low[row], fit.high[row]) == (1.0, 0.0, MAX_RATIO)
     # A <= 0: no positive ratio to be near
     assert fit.off[1] == fit.off[2] == 1.0
+    # the noise law's last point explains a value, one past it does not: A = -margin is
+    # explained by a true ratio of 0 (a posterior interval), A = -margin - 1 by none
+    margin, _ = discrete_laplace_pmf(A_CELL.cell_epsilon, A_CELL.sensitivity, 7)
+    edge = _fit(np.array([-margin, -margin - 1, 5]), np.array([1_000, 1_000, 1_000]))
+    assert edge.high[0] < MAX_RATIO and edge.high[1] == MAX_RATIO
+    # B = 1 is the smallest B the fit judges: a posterior interval, not the whole range
+    one = _fit(np.array([1, 0, 1, 2]), np.array([1, 1, 2, 1]))
+    assert one.off[0] < 1 and (one.high < MAX_RATIO).all()
 
 
 def test_posterior_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="tolerance"):
         posterior([1], [2], a_epsilon=0.1, a_sensitivity=1, n_days=1, tolerance=1.0)
+    with pytest.raises(ValueError, match="tolerance"):
+        posterior([1], [2], a_epsilon=0.1, a_sensitivity=1, n_days=1, tolerance=0.0)
     with pytest.raises(ValueError, match="differ in length"):
         _fit(np.array([1, 2]), np.array([3]))
 
@@ -157,7 +176,11 @@ def test_each_family_is_fitted_on_its_own() -> None:
     assert select_within_bound(pooled.off, frame["reliable"], BOUND)[:n].sum() == lucky.sum()
     # a family where the rule passes nothing is not fitted
     none = family_posteriors(frame.assign(reliable=False), tolerance=TOLERANCE)
-    assert (none.off == 1).all() and np.isnan(none.low).all()
+    assert (none.off == 1).all() and np.isnan(none.low).all() and np.isnan(none.high).all()
+    # ... and does not stop the families after it from being fitted
+    first_none = family_posteriors(frame.assign(reliable=np.arange(2 * n) >= n),
+                                   tolerance=TOLERANCE)
+    assert (first_none.off[:n] == 1).all() and first_none.off[n:].max() < 0.05
 
 
 def test_select_published_selects_per_resolution_date_and_level() -> None:
