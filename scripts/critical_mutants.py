@@ -37,6 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "tests" / "mutation" / "critical_mutants.toml"
+# further sets, one file per area (tests/mutation/critical/<area>.toml), loaded after it
+MUTANT_DIR = REPO / "tests" / "mutation" / "critical"
 RESULTS = REPO / "benchmarks" / "results"
 
 
@@ -55,11 +57,25 @@ class Mutant:
     tests: tuple[str, ...]
 
 
-def load_mutants(path: Path = MUTANTS) -> list[Mutant]:
-    """The mutants of ``path``; each names its edits (``file``/``old``/``new`` inline, or a
-    list ``edits``) and the tests that must kill it."""
+def mutant_files() -> list[Path]:
+    """The main set, then every area's set in name order."""
+    return [MUTANTS, *sorted(MUTANT_DIR.glob("*.toml"))]
+
+
+def load_mutants(paths: list[Path] | None = None) -> list[Mutant]:
+    """The mutants of ``paths`` (default :func:`mutant_files`); each names its edits
+    (``file``/``old``/``new`` inline, or a list ``edits``) and the tests that must kill it.
+    An id is unique across all the files."""
+    out: list[Mutant] = []
+    seen: set[str] = set()
+    for path in paths if paths is not None else mutant_files():
+        out += _load_file(path, seen)
+    return out
+
+
+def _load_file(path: Path, seen: set[str]) -> list[Mutant]:
     data = tomllib.loads(path.read_text())
-    out, seen = [], set()
+    out = []
     for i, entry in enumerate(data.get("mutant", []), 1):
         where = f"{path.name}, mutant {i} ({entry.get('id', '?')})"
         try:

@@ -1,4 +1,4 @@
-"""The critical-mutant set (tests/mutation/critical_mutants.toml, run by
+"""The critical-mutant set (tests/mutation/critical_mutants.toml and critical/*.toml, run by
 scripts/critical_mutants.py in `make test`) stays applicable: every mutant's text occurs
 exactly once in today's code and every test it names exists. Killing them is the script's
 job; this catches a mutant that drifted from the code in the fast tier. Not statistical."""
