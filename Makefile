@@ -17,7 +17,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export GX_ANALYTICS_ENABLED := false
 export DP_DATA_ROOT ?= $(CURDIR)/data
 
-.PHONY: venv demo generate run test test-fast lint constraints clean topology mutation
+.PHONY: venv demo generate run test test-fast lint constraints clean topology mutation hooks
 
 venv: $(VENV)/.installed
 
@@ -34,7 +34,12 @@ $(VENV)/.installed: requirements.txt requirements-nodeps.txt requirements-dev.tx
 	# be found as a second copy of the package's metadata (Airflow then warns that the
 	# Privacy budget plugin is registered twice): the venv's dist-info is the one
 	rm -rf plugins/*.egg-info
+	-@$(MAKE) --no-print-directory hooks
 	touch $@
+
+# ruff before every commit (scripts/pre-commit), in a clone with a .git directory
+hooks:
+	@if [ -d .git ]; then mkdir -p .git/hooks && ln -sf ../../scripts/pre-commit .git/hooks/pre-commit; fi
 
 generate: venv
 	$(PY) -m dp_ops generate --start $(DEMO_START) --end $(DEMO_END) --users $(DEMO_USERS)
