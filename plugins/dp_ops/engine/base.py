@@ -147,10 +147,11 @@ def ingest_dialect(dialect: str) -> dict[str, Any]:
     """The Jinja values of the judging queries (``include/sql/ingest_<source>.sql``) for
     an engine's ``dialect``: the spellings in which DuckDB and Spark differ (the text type,
     quoting the ``date`` column, which Spark would read as a string in double quotes, and
-    the test for control characters), and ``copy_hash``: a leading key for the duplicate
-    check's partitions, a 64-bit hash of the compared columns on Spark (equal rows have
-    equal hashes, so the partitions are the same; Spark sorts them by that one number
-    first instead of comparing strings), nothing on DuckDB, which does not sort them."""
+    the test for the characters no id may hold, :data:`ID_FORBIDDEN_RANGES`), and
+    ``copy_hash``: a leading key for the duplicate check's partitions, a 64-bit hash of
+    the compared columns on Spark (equal rows have equal hashes, so the partitions are the
+    same; Spark sorts them by that one number first instead of comparing strings),
+    nothing on DuckDB, which does not sort them."""
     if dialect == "spark":
         return {"text": "STRING", "date_column": "`date`",
                 "has_control": lambda column: f"{column} RLIKE r'{_CONTROL}'",
@@ -160,8 +161,23 @@ def ingest_dialect(dialect: str) -> dict[str, Any]:
             "copy_hash": lambda columns: ""}
 
 
-# ASCII control characters, as a regular expression both RE2 and Java read alike
-_CONTROL = r"[\x00-\x1f\x7f]"
+# The characters an id may not hold (docs/design.md, Input contract), as inclusive code
+# point ranges: Unicode's controls (Cc: C0, DEL, C1), format characters (Cf: zero-width
+# characters, bidi overrides and isolates, the BOM, tags), line and paragraph separators
+# (Zl, Zp) and every space but the ASCII one (Zs), as of Unicode 15.1. Listed by code point
+# rather than as \p{...} classes so that DuckDB (RE2) and Spark (Java, with older Unicode
+# tables) match exactly the same characters.
+ID_FORBIDDEN_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0000, 0x001F), (0x007F, 0x00A0), (0x00AD, 0x00AD), (0x0600, 0x0605),
+    (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891),
+    (0x08E2, 0x08E2), (0x1680, 0x1680), (0x180E, 0x180E), (0x2000, 0x200F),
+    (0x2028, 0x202F), (0x205F, 0x2064), (0x2066, 0x206F), (0x3000, 0x3000),
+    (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD),
+    (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F))
+# ... as one character class that RE2 and Java read alike (\x{h..h}: a code point)
+_CONTROL = "[" + "".join(f"\\x{{{first:x}}}-\\x{{{last:x}}}"
+                         for first, last in ID_FORBIDDEN_RANGES) + "]"
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 

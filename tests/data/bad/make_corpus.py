@@ -31,9 +31,9 @@ from typing import TypeAlias
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from dp_demo.geography import fake_place_id
 
 from dp_ops.regions import REGION_COLUMNS, write_regions
-from dp_demo.geography import fake_place_id
 
 HERE = Path(__file__).resolve().parent
 DAY = date(2020, 3, 2)
@@ -343,6 +343,26 @@ def location_cases() -> list[Case]:
                 "control characters in place_id"),
                ((f"{u}-6", "ZZ-01-001", "place\tone", "parks", 1.0),
                 "control characters in place_id")])
+    rows_case("unicode_controls", "Unicode control, format and separator characters in ids",
+              "C1 controls (NEL, CSI), line and paragraph separators in user_id; a zero-width "
+              "space, a right-to-left override, a no-break space, a BOM and a tag character "
+              "in place_id (ids with letters beyond ASCII, good rows here, are valid)",
+              [(("user-bad-1\u0085", "ZZ-01-001", "p", "parks", 1.0), ctl),
+               (("user\u009b31m-2", "ZZ-01-001", "p", "parks", 1.0), ctl),
+               (("user-bad\u2028-3", "ZZ-01-001", "p", "parks", 1.0), ctl),
+               (("user-bad-4\u2029", "ZZ-01-001", "p", "parks", 1.0), ctl),
+               ((f"{u}-5", "ZZ-01-001", "place\u200bone", "parks", 1.0),
+                "control characters in place_id"),
+               ((f"{u}-6", "ZZ-01-001", "place\u202eeno", "parks", 1.0),
+                "control characters in place_id"),
+               ((f"{u}-7", "ZZ-01-001", "place\u00a0one", "parks", 1.0),
+                "control characters in place_id"),
+               ((f"{u}-8", "ZZ-01-001", "\ufeffplace", "parks", 1.0),
+                "control characters in place_id"),
+               ((f"{u}-9", "ZZ-01-001", "place\U000e0041", "parks", 1.0),
+                "control characters in place_id")],
+              good=[*good_stays("unicode_controls"),
+                    ("user-José-Ünal", "ZZ-01-001", "café-東京", "parks", 1.0)])
     rows_case("very_long_ids", "very long ids",
               "user_id of 257 characters, place_id of 100,000, region_id of 10,000 (a "
               "user_id of exactly 256, a good row here, is valid)",
@@ -508,6 +528,13 @@ def search_cases() -> list[Case]:
               "carriage return and NUL in user_id",
               [(("user-bad-1\r", "ZZ-01-001", "Cough"), "control characters in user_id"),
                (("user\x00", "ZZ-01-001", "Cough"), "control characters in user_id")])
+    rows_case("unicode_controls", "Unicode control, format and separator characters in ids",
+              "a C1 control (CSI), a paragraph separator, a zero-width space and a "
+              "right-to-left override in user_id",
+              [(("user\u009b-1", "ZZ-01-001", "Cough"), "control characters in user_id"),
+               (("user-bad\u2029-2", "ZZ-01-001", "Cough"), "control characters in user_id"),
+               (("user-\u200bbad-3", "ZZ-01-001", "Cough"), "control characters in user_id"),
+               (("user-\u202ebad-4", "ZZ-01-001", "Cough"), "control characters in user_id")])
     rows_case("very_long_user_id", "very long ids", "user_id of 10,000 characters",
               [(("user-" + "x" * 9_995, "ZZ-01-001", "Cough"),
                 "user_id longer than the limit")])
@@ -522,8 +549,8 @@ def search_cases() -> list[Case]:
     cases.append(Case(
         "null_symptom_and_repeats", S, "null symptom and repeated searches (valid)",
         "searches matching no symptom (null) and the same search made twice: both valid "
-        "by docs/design.md, Input contract (a repeat is a second search; bounding counts a user once per "
-        "symptom)", "accept",
+        "by docs/design.md, Input contract (a repeat is a second search; bounding counts a "
+        "user once per symptom)", "accept",
         {_f("null_symptom_and_repeats"): searches_table(
             [("user-repeat-1", "ZZ-01-002", None), ("user-repeat-1", "ZZ-01-002", None),
              ("user-repeat-2", "ZZ-02-001", "Anosmia"),
