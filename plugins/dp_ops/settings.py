@@ -37,6 +37,9 @@ reading (:func:`execution_settings`):
                             ``DP_SPARK_REMOTE``; a name set here must exist
 ``DP_SPARK_REMOTE``         Spark Connect URL (``sc://host:15002``), the fallback (and the
                             CLI's way); a Connect URL wins over the master
+``DP_SPARK_CONNECT_TIMEOUT`` seconds a task waits for the Spark Connect server to
+                            accept a connection before it fails naming the URL (its
+                            token masked); default 30
 ``DP_CHART_LEVELS``         region levels charted in each release, e.g. ``0,1`` (default:
                             every level of the report; ``none`` for no charts). Charts are
                             drawn at every gate step, so a geography of thousands of
@@ -102,6 +105,7 @@ class ExecutionSettings:
     spark_master: str = "local[2]"
     spark_remote: str | None = None
     spark_conn_id: str = DEFAULT_SPARK_CONN_ID
+    spark_connect_timeout: int = 30
     chart_levels: tuple[int, ...] | None = None
     docs_index_seconds: int = 120
 
@@ -125,6 +129,11 @@ class ExecutionSettings:
                 and self.docs_index_seconds >= 0):
             raise ConfigError("execution setting docs_index_seconds="
                               f"{self.docs_index_seconds!r}: expected an integer >= 0")
+        if not (isinstance(self.spark_connect_timeout, int)
+                and self.spark_connect_timeout >= 1):
+            raise ConfigError("execution setting spark_connect_timeout="
+                              f"{self.spark_connect_timeout!r}: expected an integer "
+                              ">= 1")
         if self.duckdb_threads is not None and not (
                 isinstance(self.duckdb_threads, int) and self.duckdb_threads >= 1):
             raise ConfigError(f"execution setting duckdb_threads={self.duckdb_threads!r}: "
@@ -132,7 +141,7 @@ class ExecutionSettings:
 
 
 _INT_FIELDS = {"bounding_shards", "duckdb_threads", "duckdb_rows_per_part",
-               "docs_index_seconds"}
+               "docs_index_seconds", "spark_connect_timeout"}
 
 
 # The settings of the report being run: bound once where the report is bound

@@ -212,6 +212,7 @@ def spark_session(settings: ExecutionSettings) -> SparkSession:
     builder = SparkSession.builder.appName(APP_NAME)
     remote = spark_remote_url(settings)
     if remote:
+        require_reachable(remote, settings.spark_connect_timeout)
         builder = builder.remote(remote)
     else:
         _require_java()
@@ -228,6 +229,59 @@ def spark_session(settings: ExecutionSettings) -> SparkSession:
     for key, value in _SESSION_CONF.items():
         spark.conf.set(key, value)
     return spark
+
+
+_SECRET_PARAMETER = re.compile(r"(;token=)[^;]*", re.IGNORECASE)
+_USER_INFO = re.compile(r"^(sc://)[^/@]*@")
+
+
+def masked_url(url: str) -> str:
+    """The Spark Connect URL ``url`` fit for a message: its token (and any user info before
+    the host) replaced by ``***``."""
+    return _USER_INFO.sub(r"\1***@", _SECRET_PARAMETER.sub(r"\1***", url))
+
+
+def require_reachable(url: str, timeout: float) -> None:
+    """Refuse, within ``timeout`` seconds, a Spark Connect server at ``url`` that does not
+    accept a connection and complete the gRPC handshake (HTTP/2, and TLS when the URL asks
+    for it). Without this the client retries an unreachable server for about ten minutes
+    (pyspark's default retry policy) before it reports anything. Raises
+    :class:`SparkEngineError` naming the URL with its token masked."""
+    import socket
+    import time
+
+    import grpc  # type: ignore[import-untyped]  # no stubs; used for its channel state only
+    from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+    shown = masked_url(url)
+    remedy = ("start the server or fix the URL (the Airflow connection DP_SPARK_CONN_ID, "
+              "else DP_SPARK_REMOTE), then rerun; DP_SPARK_CONNECT_TIMEOUT sets the wait "
+              "(docs/spark.md)")
+    try:
+        channel_builder = DefaultChannelBuilder(url)
+        host, _, port = channel_builder.endpoint.rpartition(":")
+        address = (host.strip("[]"), int(port))
+    except Exception as exc:  # pyspark's own message quotes the URL, token included
+        raise SparkEngineError(f"the Spark Connect URL {shown} is not valid "
+                               f"({type(exc).__name__}): {remedy}") from None
+    deadline = time.monotonic() + timeout
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError as exc:
+        state = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise SparkEngineError(f"the Spark Connect server {shown} cannot be reached within "
+                               f"{timeout:g} s ({state}): {remedy}") from None
+    channel = channel_builder.toChannel()
+    try:
+        grpc.channel_ready_future(channel).result(
+            timeout=max(deadline - time.monotonic(), 0.1))
+    except grpc.FutureTimeoutError:
+        raise SparkEngineError(f"the Spark Connect server {shown} accepted a connection but "
+                               f"completed no gRPC handshake within {timeout:g} s (not a "
+                               f"Spark Connect server, or TLS expected on one side only): "
+                               f"{remedy}") from None
+    finally:
+        channel.close()
 
 
 def _file_uri(path: Path) -> str:
