@@ -9,10 +9,13 @@ outcome. Nothing here reads a private file: the ledger holds epsilons and ids, t
 manifests only public figures.
 
 Whoever can write the data root writes the manifests, so nothing read from one is trusted:
-every value is checked for the type the page needs (a release whose manifest is not a JSON
-object with them is shown as a malformed manifest) and escaped, no symlink under
-``releases/`` is followed, and :func:`release_file` serves only what a verified release
-publishes.
+a release is shown only when its manifest is the one the ledger recorded at publish (any
+other directory under ``releases/`` is listed as not the ledger's, with none of its
+figures), every value is checked for the type the page needs (a release whose manifest is
+not a JSON object with them is shown as a malformed manifest) and escaped, no symlink under
+``releases/`` is followed, and :func:`release_file` serves only what the current release
+the ledger recorded publishes. The plugin serves every page and file with a policy under
+which no script runs (:mod:`dp_ops.airflow.budget_plugin`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import EPS_TOLERANCE, Ledger, Spend
+from dp_ops.steps.ledger_binding import RELEASE_RECORD
 from dp_ops.steps.release import current_release
 
 MANIFEST_FILE = "manifest.json"
@@ -212,9 +216,10 @@ def malformed_row(release_id: str, problem: str, *, latest: bool) -> ReleaseRow:
                       gate_evaluated=None, latest=latest, problems=(problem,))
 
 
-def _read_manifest(path: Path) -> object:
-    """The parsed ``manifest.json`` at ``path``; raises ValueError naming the problem.
-    Never follows a symlink (O_NOFOLLOW): a link to a private file must not be read."""
+def _manifest_bytes(path: Path) -> bytes:
+    """The bytes of the ``manifest.json`` at ``path``; raises ValueError naming the
+    problem. Never follows a symlink (O_NOFOLLOW): a link to a private file must not be
+    read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
@@ -225,10 +230,26 @@ def _read_manifest(path: Path) -> object:
         data = fh.read(MAX_MANIFEST_BYTES + 1)
     if len(data) > MAX_MANIFEST_BYTES:
         raise ValueError(f"{MANIFEST_FILE} is larger than {MAX_MANIFEST_BYTES} bytes")
+    return data
+
+
+def _parse_manifest(data: bytes) -> object:
     try:
         return json.loads(data)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{MANIFEST_FILE} is not JSON ({str(exc)[:80]})") from exc
+
+
+NOT_RECORDED = ("not a release this ledger recorded at publish (planted, edited, or "
+                "published under another ledger): its figures are not shown")
+
+
+def recorded_releases(ledger: Ledger, report: str) -> dict[str, str]:
+    """Release id -> the sha256 of its manifest, as the ledger recorded each at publish
+    (:func:`dp_ops.steps.ledger_binding.record_release`)."""
+    prefix = RELEASE_RECORD.format(release_id="")
+    return {name[len(prefix):]: sha
+            for name, sha in ledger.derived_current(report, prefix).items()}
 
 
 def latest_release_id(root: DataRoot, report: str) -> str | None:
@@ -243,27 +264,37 @@ def latest_release_id(root: DataRoot, report: str) -> str | None:
     return target.name if target.parent == releases and target.is_dir() else None
 
 
-def release_history(root: DataRoot, report: str) -> list[ReleaseRow]:
-    """Every release of ``report`` under ``published/<report>/releases``, newest first.
-    A symlinked entry there is listed as malformed, not followed."""
+def release_history(root: DataRoot, report: str, ledger: Ledger) -> list[ReleaseRow]:
+    """Every release of ``report`` under ``published/<report>/releases``, newest first,
+    shown from its manifest only when those bytes are the manifest ``ledger`` recorded at
+    publish: any other directory there (a symlink, a planted or edited release) is listed
+    as malformed, with none of its figures, and is never the latest."""
     releases = root.published_dir(report) / "releases"
     if not releases.is_dir():
         return []
     latest = latest_release_id(root, report)
+    recorded = recorded_releases(ledger, report)
     rows = []
     for path in sorted(releases.iterdir(), reverse=True):
-        is_latest = path.name == latest
         if path.is_symlink():
             rows.append(malformed_row(path.name, "a symlink, not followed", latest=False))
             continue
         if not path.is_dir() or not os.path.lexists(path / MANIFEST_FILE):
             continue  # not a release (yet): publish writes the manifest before the rename
         try:
-            manifest = _read_manifest(path / MANIFEST_FILE)
+            data = _manifest_bytes(path / MANIFEST_FILE)
         except ValueError as exc:
-            rows.append(malformed_row(path.name, str(exc), latest=is_latest))
+            rows.append(malformed_row(path.name, str(exc), latest=False))
             continue
-        rows.append(release_row(path.name, manifest, latest=is_latest))
+        if hashlib.sha256(data).hexdigest() != recorded.get(path.name):
+            rows.append(malformed_row(path.name, NOT_RECORDED, latest=False))
+            continue
+        try:
+            manifest = _parse_manifest(data)
+        except ValueError as exc:
+            rows.append(malformed_row(path.name, str(exc), latest=False))
+            continue
+        rows.append(release_row(path.name, manifest, latest=path.name == latest))
     return rows
 
 
@@ -277,7 +308,7 @@ def report_budget(root: DataRoot, ledger: Ledger, report: str, *, cap: float,
     out = ReportBudget(report=report, cap=cap, normal_run=normal_run)
     out.dates = [DateBudget(day, spent, cap, normal_run) for (_, day), spent in totals.items()]
     out.spends = group_spends(ledger.spends(report))
-    out.releases = release_history(root, report)
+    out.releases = release_history(root, report, ledger)
     return out
 
 
@@ -451,32 +482,134 @@ def data_docs_file(root: DataRoot, relative: str) -> bytes | None:
         return None
 
 
+# Great Expectations' own index page builds its table of validations with scripts from
+# CDNs, which the plugin's policy does not run: the view lists the site's validation pages
+# itself. A real site holds a few pages per gate run; past this many, the oldest go unlisted.
+MAX_LISTED_PAGES = 2000
+
+_DATA_DOCS_INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>Great Expectations Data Docs</title><style>{{ style }}</style></head><body>
+<h1>Great Expectations Data Docs</h1>
+<p class="muted">The validation results of the release gate, newest first: Great
+Expectations' pages, shown without their scripts.{% if more %} The {{ more }} oldest
+are not listed.{% endif %}</p>
+{% if pages %}<table><thead><tr><th>validated at</th><th>suite</th><th>run</th>
+<th>page</th></tr></thead><tbody>
+{% for page in pages %}<tr><td>{{ page.time }}</td><td>{{ page.suite }}</td>
+<td><code>{{ page.run }}</code></td><td><a href="{{ page.href }}">{{ page.name }}</a></td></tr>
+{% endfor %}</tbody></table>{% else %}<p>No validation results yet.</p>{% endif %}
+</body></html>
+"""
+
+
+@dataclass(frozen=True)
+class DataDocsPage:
+    """One validation result page of the Data Docs site: ``validations/<suite>/<run>/
+    <time>/<name>`` (GX's layout; a page elsewhere under ``validations/`` shows its path
+    in ``name``)."""
+
+    path: str  # relative to the site, as stored
+
+    @property
+    def parts(self) -> list[str]:
+        return self.path.split("/")
+
+    @property
+    def suite(self) -> str:
+        return self.parts[1] if len(self.parts) == 5 else ""
+
+    @property
+    def run(self) -> str:
+        return self.parts[2] if len(self.parts) == 5 else ""
+
+    @property
+    def time(self) -> str:
+        return self.parts[3] if len(self.parts) == 5 else ""
+
+    @property
+    def name(self) -> str:
+        return self.parts[4] if len(self.parts) == 5 else self.path
+
+    @property
+    def href(self) -> str:
+        from urllib.parse import quote
+
+        return quote(self.path)
+
+
+def data_docs_pages(root: DataRoot) -> list[DataDocsPage] | None:
+    """The validation result pages of the Data Docs site (:func:`data_docs_index`), newest
+    first (by the time in the path), or None if no site was built or it is reached only
+    through a symlink. Listed without following any symlink, like :func:`data_docs_file`
+    reads them."""
+    index = data_docs_index(root)
+    if index is None:
+        return None
+    site = index.parent.relative_to(root.root).as_posix()
+    try:
+        os.close(_open_inside(root.root.resolve(), site, directory=True))
+    except OSError:
+        return None
+    try:
+        fd = _open_inside(root.root.resolve(), f"{site}/validations", directory=True)
+    except OSError:
+        return []
+    pages = []
+    try:
+        for top, _, names, top_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+            for name in names:
+                if name.endswith(".html") and stat.S_ISREG(
+                        os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode):
+                    pages.append(DataDocsPage(
+                        "validations/" + os.path.normpath(os.path.join(top, name))))
+    finally:
+        os.close(fd)
+    return sorted(pages, key=lambda p: (p.time, p.path), reverse=True)
+
+
+def render_data_docs_index(pages: Sequence[DataDocsPage]) -> str:
+    """The index of the Data Docs site: every page of ``pages`` (escaped by the template)
+    up to :data:`MAX_LISTED_PAGES`."""
+    import jinja2
+
+    template = jinja2.Environment(autoescape=True).from_string(_DATA_DOCS_INDEX)
+    return template.render(pages=pages[:MAX_LISTED_PAGES], style=PAGE_STYLE,
+                           more=max(len(pages) - MAX_LISTED_PAGES, 0))
+
+
 # --------------------------------------------------------------- the release's files --
-# verified_release's memory: (latest's link, its manifest's stat) -> the verified manifest
+# verified_release's memory: (latest's link, its manifest's stat, the ledger and its last
+# chain entry) -> the verified manifest
 _VERIFIED: dict[tuple[object, ...], dict[str, Any]] = {}
 
 
-def verified_release(root: DataRoot, report: str) -> dict[str, Any] | None:
-    """The manifest of the release ``latest`` points to, when it verifies
-    (:func:`current_release`: a link to a directory under ``releases/`` whose manifest
-    names it and whose files match their checksums); None before the first release or
-    when it does not verify.
+def verified_release(root: DataRoot, report: str, ledger: Ledger) -> dict[str, Any] | None:
+    """The manifest of the release ``latest`` points to, when ``ledger`` verifies and
+    recorded that manifest at publish, and the release verifies against it
+    (:func:`current_release` with the ledger: a link to a directory under ``releases/``
+    whose manifest names it and whose files match their checksums); None before the first
+    release or when any of this fails. A release directory the ledger never recorded is
+    never served, however consistent its own manifest.
 
     A release page loads one chart per region, each a request: the full verification,
-    which hashes every file, is done once per state of ``latest`` and the manifest
-    (link text, manifest inode, size and mtime) and remembered; :func:`release_file`
-    still checks the sha256 of each file it serves."""
+    which hashes every file and recomputes the ledger's chain, is done once per state of
+    ``latest``, the manifest (link text, manifest inode, size and mtime) and the ledger
+    (its URL and last chain entry) and remembered; :func:`release_file` still checks the
+    sha256 of each file it serves."""
     latest = root.latest_release(report)
     try:
         manifest_stat = os.stat(latest / MANIFEST_FILE)
-        key = (str(latest), os.readlink(latest), manifest_stat.st_dev, manifest_stat.st_ino,
-               manifest_stat.st_size, manifest_stat.st_mtime_ns)
+        key: tuple[object, ...] | None = (
+            str(latest), os.readlink(latest), manifest_stat.st_dev, manifest_stat.st_ino,
+            manifest_stat.st_size, manifest_stat.st_mtime_ns, ledger.url, ledger.head())
     except OSError:
         key = None
     if key is not None and key in _VERIFIED:
         return _VERIFIED[key]
+    if not ledger.verify().ok:
+        return None
     try:
-        manifest = current_release(root, report)
+        manifest = current_release(root, report, ledger)
     except PublishRefused:
         return None
     if key is not None and manifest is not None:
@@ -510,10 +643,10 @@ def release_file(root: DataRoot, report: str, manifest: Mapping[str, Any],
     return data
 
 
-def _read_inside(base: Path, relative: str) -> bytes:
-    """The bytes of the regular file ``base/relative``, opened one path component at a
-    time with O_NOFOLLOW (no symlink followed, even one swapped in after a check);
-    OSError when it is not there, not a regular file, or the path leaves ``base``."""
+def _open_inside(base: Path, relative: str, *, directory: bool = False) -> int:
+    """A descriptor of ``base/relative`` (a directory if ``directory``), opened one path
+    component at a time with O_NOFOLLOW (no symlink followed, even one swapped in after a
+    check); OSError when it is not there or the path leaves ``base``."""
     parts = relative.split("/")
     if not relative or any(p in ("", ".", "..") for p in parts):
         raise FileNotFoundError(relative)
@@ -523,9 +656,16 @@ def _read_inside(base: Path, relative: str) -> bytes:
             inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = inner
-        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        last = os.O_DIRECTORY if directory else os.O_NONBLOCK
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | last, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def _read_inside(base: Path, relative: str) -> bytes:
+    """The bytes of the regular file ``base/relative`` (:func:`_open_inside`); OSError
+    when it is not there, not a regular file, or the path leaves ``base``."""
+    file_fd = _open_inside(base, relative)
     with os.fdopen(file_fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(file_fd).st_mode):
             raise IsADirectoryError(relative)

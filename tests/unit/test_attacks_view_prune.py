@@ -10,6 +10,7 @@ tests/integration/test_ui_browser.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -24,6 +25,7 @@ from dp_ops.budget_view import release_history, render_page, report_budget
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.prune import describe, prune
+from dp_ops.steps.ledger_binding import record_release
 from dp_ops.steps.release import checksums
 
 XSS = "<img src=x onerror=alert(1)>"
@@ -45,10 +47,11 @@ def _manifest(release_id: str, files: dict[str, Any], **overrides: Any) -> dict[
 
 def _publish(root: Path, report: str, release_id: str = RELEASE_ID, *,
              latest: bool = True, links: dict[str, Path] | None = None,
-             **overrides: Any) -> Path:
+             recorded: bool = True, **overrides: Any) -> Path:
     """A release that ``current_release`` verifies: index.html, a CSV, a chart and
     ``links`` (name: target) listed with their checksums in the manifest; ``latest``
-    pointing at it as ``promote`` points it."""
+    pointing at it as ``promote`` points it; its manifest recorded in the data root's
+    ledger as publish records it, unless not ``recorded`` (a planted release)."""
     release = root / "published" / report / "releases" / release_id
     (release / "charts").mkdir(parents=True)
     (release / "index.html").write_text("<h1>release page</h1>")
@@ -56,8 +59,14 @@ def _publish(root: Path, report: str, release_id: str = RELEASE_ID, *,
     (release / "charts" / "R-1.png").write_bytes(b"PNG")
     for name, target in (links or {}).items():
         (release / name).symlink_to(target)
-    manifest = _manifest(release_id, checksums(release), **overrides)
-    (release / "manifest.json").write_text(json.dumps(manifest))
+    data = json.dumps(_manifest(release_id, checksums(release), **overrides)).encode()
+    (release / "manifest.json").write_bytes(data)
+    if recorded:
+        ledger = Ledger(f"sqlite:///{root}/ledger.sqlite")
+        try:
+            record_release(ledger, report, release_id, hashlib.sha256(data).hexdigest())
+        finally:
+            ledger.dispose()
     if latest:
         os.symlink(os.path.relpath(release, release.parent.parent),
                    root / "published" / report / "latest")
@@ -207,8 +216,18 @@ def test_row11_data_docs_are_not_served_through_a_symlink(viewer: Viewer,
     real = dp_data_root / "gx" / "uncommitted" / "data_docs" / "local_site"
     real.mkdir(parents=True)
     (real / "index.html").write_text("<h1>docs</h1>")
-    assert viewer.client.get("/data-docs/index.html").text == "<h1>docs</h1>"
-    assert viewer.client.get("/data-docs/").text == "<h1>docs</h1>"
+    page = real / "validations" / "suite" / "run" / "20200302T000000Z" / "batch.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<h1>validation</h1>")
+    (real / "validations" / "linked.html").symlink_to(bounded / "aggregates.parquet")
+    for index in ("/data-docs/index.html", "/data-docs/"):
+        listing = viewer.client.get(index)
+        assert listing.status_code == 200
+        assert 'href="validations/suite/run/20200302T000000Z/batch.html"' in listing.text
+        assert "linked.html" not in listing.text
+    got = viewer.client.get("/data-docs/validations/suite/run/20200302T000000Z/batch.html")
+    assert got.text == "<h1>validation</h1>"
+    assert viewer.client.get("/data-docs/validations/linked.html").status_code == 404
 
 
 def test_row11_a_latest_pointing_elsewhere_marks_no_release_latest(tmp_path: Path) -> None:
@@ -216,7 +235,11 @@ def test_row11_a_latest_pointing_elsewhere_marks_no_release_latest(tmp_path: Pat
     decoy = tmp_path / "work" / "bounded" / "mobility" / RELEASE_ID  # same name as a release
     decoy.mkdir(parents=True)
     (tmp_path / "published" / "mobility" / "latest").symlink_to(decoy)
-    rows = release_history(DataRoot(tmp_path), "mobility")
+    ledger = Ledger(f"sqlite:///{tmp_path}/ledger.sqlite")
+    try:
+        rows = release_history(DataRoot(tmp_path), "mobility", ledger)
+    finally:
+        ledger.dispose()
     assert [(r.release_id, r.latest) for r in rows] == [(RELEASE_ID, False)]
 
 
@@ -281,6 +304,116 @@ def test_row12_a_malformed_manifest_is_shown_as_such(viewer: Viewer,
     assert api.status_code == 200
     shown = {r["release_id"]: r for r in api.json()["reports"]["mobility"]["releases"]}
     assert all(shown[r]["malformed"] for r in MALFORMED) and not shown[RELEASE_ID]["malformed"]
+
+
+# ------------------------ issue 48, route 6: releases by the ledger, pages without script --
+PLANTED_ID = "2020-03-09-feedfacecafe"
+SCRIPT = "<script>document.title = 'ran'</script>"
+
+
+def _repoint_latest(root: Path, report: str, release_id: str) -> None:
+    latest = root / "published" / report / "latest"
+    latest.unlink()
+    latest.symlink_to(Path("releases") / release_id)
+
+
+def test_route6_a_release_the_ledger_never_recorded_is_not_served_or_linked(
+        viewer: Viewer, dp_data_root: Path) -> None:
+    """A release directory planted beside the real one, its manifest consistent with its
+    files (``current_release`` without the ledger accepts it), and ``latest`` pointed at
+    it: none of its files is served and the page links no release; once ``latest`` names
+    the recorded release again, that one is served."""
+    viewer.all_dags = True
+    _publish(dp_data_root, "mobility", latest=False)
+    planted = _publish(dp_data_root, "mobility", PLANTED_ID, recorded=False,
+                       epsilon={"per_user_day_max": 0.01})
+    (planted / "index.html").write_text("<h1>release page</h1>")  # same bytes, listed sha
+    for path in ("index.html", "report.csv", "manifest.json", ""):
+        got = viewer.client.get(f"/release/mobility/{path}")
+        assert got.status_code == 404, (path, got.status_code, got.content[:60])
+    page = viewer.client.get("/").text
+    assert "/dp-budget/release/mobility/index.html" not in page
+    assert "not a release this ledger recorded" in _release_row(page, PLANTED_ID)
+    shown = {r["release_id"]: r for r in
+             viewer.client.get("/api/budget").json()["reports"]["mobility"]["releases"]}
+    assert shown[PLANTED_ID]["epsilon_max"] is None and not shown[PLANTED_ID]["latest"]
+    _repoint_latest(dp_data_root, "mobility", RELEASE_ID)
+    assert viewer.client.get("/release/mobility/index.html").status_code == 200
+
+
+def _policy(response: Any) -> dict[str, list[str]]:
+    """The response's Content-Security-Policy as directive -> values."""
+    header = response.headers.get("content-security-policy")
+    assert header, (response.url, "no Content-Security-Policy")
+    directives = [d.split() for d in header.split(";") if d.strip()]
+    return {d[0].lower(): d[1:] for d in directives}
+
+
+def test_route6_every_page_and_file_is_served_under_a_policy_that_runs_no_script(
+        viewer: Viewer, dp_data_root: Path) -> None:
+    """HTML planted in the data root (a Data Docs page, a release page) must not run
+    script with the viewer's session on the api-server's origin: every response of the
+    view forbids script (no script source, no 'unsafe-inline' for it, a sandbox without
+    allow-scripts), loads nothing from elsewhere, may be framed only by Airflow, and is
+    not content-sniffed; a file that is no page is a download."""
+    viewer.all_dags = True
+    release = _publish(dp_data_root, "mobility")
+    site = dp_data_root / "gx" / "uncommitted" / "data_docs" / "local_site"
+    page = site / "validations" / "suite" / "run" / "20200302T000000Z" / "batch.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(f"<h1>validation</h1>{SCRIPT}")
+    (site / "index.html").write_text(SCRIPT)
+    (site / "static").mkdir()
+    (site / "static" / "styles.css").write_text("h1{color:red}")
+    (site / "static" / "logo.svg").write_text(f"<svg xmlns='http://www.w3.org/2000/svg'>"
+                                             f"{SCRIPT}</svg>")
+    assert (release / "report.csv").is_file()
+    # route -> (its media type, sent as a download); None: not found
+    routes: dict[str, tuple[str, bool] | None] = {
+        "/": ("text/html", False), "/api/budget": ("application/json", False),
+        "/release/mobility/index.html": ("text/html", False),
+        "/release/mobility/report.csv": ("text/csv", True),
+        "/release/mobility/charts/R-1.png": ("image/png", False),
+        "/release/mobility/manifest.json": ("application/json", True),
+        "/data-docs/index.html": ("text/html", False),
+        "/data-docs/validations/suite/run/20200302T000000Z/batch.html": ("text/html", False),
+        "/data-docs/static/styles.css": ("text/css", False),
+        "/data-docs/static/logo.svg": ("image/svg+xml", True),
+        "/data-docs/absent.html": None, "/release/mobility/absent.html": None}
+    for route, expected in routes.items():
+        got = viewer.client.get(route)
+        assert got.status_code == (404 if expected is None else 200), route
+        policy = _policy(got)
+        assert policy.get("default-src") == ["'none'"], (route, policy)
+        for directive in ("script-src", "script-src-elem", "script-src-attr", "object-src",
+                          "connect-src", "frame-src", "child-src", "worker-src"):
+            assert directive not in policy, (route, directive)  # default-src 'none' rules
+        assert "sandbox" in policy, route
+        assert set(policy["sandbox"]) <= {"allow-same-origin", "allow-downloads"}, route
+        assert policy.get("frame-ancestors") == ["'self'"]
+        assert policy.get("base-uri") == ["'none'"] and policy.get("form-action") == ["'none'"]
+        assert all("http" not in value for values in policy.values() for value in values)
+        assert got.headers.get("x-content-type-options") == "nosniff", route
+        if expected is not None:
+            media_type, download = expected
+            assert got.headers["content-type"].split(";")[0] == media_type, route
+            assert (got.headers.get("content-disposition") == "attachment") == download, route
+    # the view's own index of the Data Docs, not the planted one
+    assert SCRIPT not in viewer.client.get("/data-docs/index.html").text
+
+
+def test_route6_the_data_docs_index_escapes_what_the_data_root_names(
+        viewer: Viewer, dp_data_root: Path) -> None:
+    viewer.all_dags = True
+    site = dp_data_root / "gx" / "uncommitted" / "data_docs" / "local_site"
+    page = site / "validations" / XSS / "run" / "20200302T000000Z" / f"{XSS}.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<h1>validation</h1>")
+    (site / "index.html").write_text("<h1>docs</h1>")
+    listing = viewer.client.get("/data-docs/index.html").text
+    assert XSS not in listing and "&lt;img src=x onerror=alert(1)&gt;" in listing
+    href = listing.split('href="', 1)[1].split('"', 1)[0]
+    assert "<" not in href and viewer.client.get(f"/data-docs/{href}").status_code == 200
 
 
 # ------------------------------------------------ row 13: prune and symlinked areas --

@@ -4,6 +4,7 @@ manifests on disk; the plugin itself is tested through a real api-server
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from datetime import date
@@ -12,9 +13,17 @@ from pathlib import Path
 import pytest
 from approvals import reserve_approved
 
-from dp_ops.budget_view import group_spends, release_history, render_page, report_budget, to_json
+from dp_ops.budget_view import (
+    NOT_RECORDED,
+    group_spends,
+    release_history,
+    render_page,
+    report_budget,
+    to_json,
+)
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
+from dp_ops.steps.ledger_binding import record_release
 
 D1, D2 = date(2020, 3, 1), date(2020, 3, 2)
 CAP, NORMAL = 3.0, 1.0
@@ -34,14 +43,20 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
     led.dispose()
 
 
-def _release(root: Path, release_id: str, last: str, eps: float, latest: bool) -> None:
+def _release(root: Path, release_id: str, last: str, eps: float, latest: bool,
+             ledger: Ledger | None) -> None:
+    """A release directory with a manifest, recorded in ``ledger`` as publish records it
+    (None: a directory the ledger never recorded)."""
     path = root / "published" / "mobility" / "releases" / release_id
     path.mkdir(parents=True)
-    (path / "manifest.json").write_text(json.dumps({
+    data = json.dumps({
         "first_date": "2020-02-15", "last_date": last,
         "epsilon": {"per_user_day_max": eps},
         "suppression": {"values": {"cells": {"published_share": 0.625}}},
-        "gate": {"success": True, "evaluated": 40}}))
+        "gate": {"success": True, "evaluated": 40}}).encode()
+    (path / "manifest.json").write_bytes(data)
+    if ledger is not None:
+        record_release(ledger, "mobility", release_id, hashlib.sha256(data).hexdigest())
     if latest:
         (root / "published" / "mobility" / "latest").symlink_to(path)
 
@@ -64,17 +79,38 @@ def test_spends_are_grouped_by_date_kind_run_and_reason(ledger: Ledger) -> None:
         (D2, "renoise", "oncall__1", 1, 0.75)]
 
 
-def test_release_history_newest_first_with_latest_marked(tmp_path: Path) -> None:
-    _release(tmp_path, "2020-03-01-aaaa", "2020-03-01", 1.0, latest=False)
-    _release(tmp_path, "2020-03-02-bbbb", "2020-03-02", 1.75, latest=True)
-    rows = release_history(DataRoot(tmp_path), "mobility")
+def test_release_history_newest_first_with_latest_marked(ledger: Ledger,
+                                                         tmp_path: Path) -> None:
+    _release(tmp_path, "2020-03-01-aaaa", "2020-03-01", 1.0, latest=False, ledger=ledger)
+    _release(tmp_path, "2020-03-02-bbbb", "2020-03-02", 1.75, latest=True, ledger=ledger)
+    rows = release_history(DataRoot(tmp_path), "mobility", ledger)
     assert [(r.release_id, r.latest, r.epsilon_max) for r in rows] == [
         ("2020-03-02-bbbb", True, 1.75), ("2020-03-01-aaaa", False, 1.0)]
     assert rows[0].published_share == {"cells": 0.625} and rows[0].gate_success
 
 
+def test_a_release_the_ledger_never_recorded_is_not_shown(ledger: Ledger,
+                                                          tmp_path: Path) -> None:
+    """Route 6 of issue 48: a self-consistent release planted under ``releases/``, and
+    ``latest`` pointed at it, is listed as not the ledger's, with none of its figures, and
+    is neither the latest nor linked; the recorded one keeps its figures."""
+    _release(tmp_path, "2020-03-01-aaaa", "2020-03-01", 1.0, latest=False, ledger=ledger)
+    _release(tmp_path, "2020-03-09-ffff", "2020-03-09", 0.01, latest=True, ledger=None)
+    rows = release_history(DataRoot(tmp_path), "mobility", ledger)
+    planted, recorded = rows
+    assert planted.release_id == "2020-03-09-ffff" and planted.malformed
+    assert not planted.latest and planted.epsilon_max is None
+    assert planted.problems == (NOT_RECORDED,)
+    assert (recorded.release_id, recorded.epsilon_max) == ("2020-03-01-aaaa", 1.0)
+    b = report_budget(DataRoot(tmp_path), ledger, "mobility", cap=CAP, normal_run=NORMAL)
+    page = render_page([b], {"mobility": {"release": "/dp-budget/release/mobility/index.html"}},
+                       "the ledger's hash chain verifies")
+    assert "/dp-budget/release/mobility/index.html" not in page  # no release is linked
+    assert "0.0100" not in page  # the planted release's epsilon
+
+
 def test_the_page_escapes_what_people_typed(ledger: Ledger, tmp_path: Path) -> None:
-    _release(tmp_path, "2020-03-02-bbbb", "2020-03-02", 1.75, latest=True)
+    _release(tmp_path, "2020-03-02-bbbb", "2020-03-02", 1.75, latest=True, ledger=ledger)
     b = report_budget(DataRoot(tmp_path), ledger, "mobility", cap=CAP, normal_run=NORMAL)
     page = render_page([b], {"mobility": {"release": "/dp-budget/release/mobility/index.html",
                                           "data_docs": "/dp-budget/data-docs/index.html"}},

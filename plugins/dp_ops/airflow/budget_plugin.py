@@ -20,10 +20,17 @@ Routes:
   :meth:`Ledger.totals`, what ``python -m dp_ops ledger`` prints); both reports' DAGs;
 - ``/dp-budget/release/<report>/<file>``: a file of the published release (``latest``),
   e.g. its ``index.html`` page, which the ``publish`` task links to; that report's DAG.
-  Only a release that verifies, and only the files its manifest lists (and the manifest):
-  anything else is 404 (:func:`dp_ops.budget_view.release_file`);
+  Only the release the ledger recorded at publish, when it and the ledger verify, and
+  only the files its manifest lists (and the manifest): anything else is 404
+  (:func:`dp_ops.budget_view.verified_release`, :func:`dp_ops.budget_view.release_file`);
 - ``/dp-budget/data-docs/<file>``: the Great Expectations Data Docs, which the ``gate``
-  task links to; both reports' DAGs.
+  task links to; its index is the view's own list of the validation pages
+  (:func:`dp_ops.budget_view.render_data_docs_index`); both reports' DAGs.
+
+The Data Docs and the release pages are files of the data root, which people without the
+ledger key can write: every response carries :data:`CONFINED_HEADERS`, under which no
+script runs and nothing is loaded from another origin, and a file that is neither a page
+nor what a page shows is sent as a download.
 
 The ledger is ``DP_LEDGER_URL`` (or the data root's default), the data root
 ``DP_DATA_ROOT``, as for the command line.
@@ -51,6 +58,25 @@ def report_dags() -> dict[str, str]:
     return {name: spec.daily_dag_id for name, spec in report_specs().items()}
 
 
+# No script runs (none is allowed from anywhere, and the sandbox forbids it), nothing is
+# fetched from another origin, no form is sent, and only Airflow's own pages may frame a
+# response. The sandbox keeps the origin (allow-same-origin) so that a page's own images
+# and stylesheets load with the viewer's session cookie (SameSite=Lax, which a sandboxed
+# origin would not send): safe without allow-scripts. allow-downloads: a release page's
+# CSV and Parquet links.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'; "
+    "sandbox allow-same-origin allow-downloads")
+CONFINED_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY,
+                    "X-Content-Type-Options": "nosniff",
+                    "Referrer-Policy": "no-referrer"}
+# Shown in the browser: pages and what they embed. Anything else (CSV, Parquet, JSON, SVG)
+# is a download.
+INLINE_TYPES = frozenset({"text/html", "text/css", "image/png", "image/jpeg", "image/gif",
+                          "image/webp", "image/x-icon", "image/vnd.microsoft.icon"})
+
+
 def _file_response(content: bytes | None, name: str) -> Response:
     import mimetypes
 
@@ -59,8 +85,9 @@ def _file_response(content: bytes | None, name: str) -> Response:
 
     if content is None:
         raise HTTPException(status_code=404, detail="not found")
-    return Response(content, media_type=mimetypes.guess_type(name)[0]
-                    or "application/octet-stream")
+    media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    headers = {} if media_type in INLINE_TYPES else {"Content-Disposition": "attachment"}
+    return Response(content, media_type=media_type, headers=headers)
 
 
 def _budgets() -> tuple[list[Any], str]:
@@ -87,12 +114,18 @@ def _budgets() -> tuple[list[Any], str]:
 
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import requires_access_dag
-    from fastapi import Depends, FastAPI
+    from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.responses import HTMLResponse
 
     app = FastAPI(title="dp-ops privacy budget", docs_url=None, redoc_url=None,
                   openapi_url=None)
     dags = report_dags()
+
+    @app.middleware("http")
+    async def confine(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        response: Response = await call_next(request)
+        response.headers.update(CONFINED_HEADERS)
+        return response
 
     def guard(*dag_ids: str) -> list[Any]:
         # param_dag_id fixes the DAG checked: without it requires_access_dag reads a
@@ -126,10 +159,15 @@ def create_app() -> FastAPI:
     @app.get("/data-docs/{path:path}", dependencies=every_report)
     def data_docs(path: str) -> Response:
         from dp_ops import settings
-        from dp_ops.budget_view import data_docs_file
+        from dp_ops.budget_view import data_docs_file, data_docs_pages, render_data_docs_index
 
-        return _file_response(data_docs_file(settings.data_root(), path or "index.html"),
-                              path or "index.html")
+        root = settings.data_root()
+        if path in ("", "index.html"):
+            pages = data_docs_pages(root)
+            if pages is None:
+                raise HTTPException(status_code=404, detail="not found")
+            return HTMLResponse(render_data_docs_index(pages))
+        return _file_response(data_docs_file(root, path), path)
 
     return app
 
@@ -140,9 +178,14 @@ def _release_route(report: str) -> Callable[[str], Response]:
     def serve_release_file(path: str) -> Response:
         from dp_ops import settings
         from dp_ops.budget_view import release_file, verified_release
+        from dp_ops.privacy.ledger import Ledger
 
         root = settings.data_root()
-        manifest = verified_release(root, report)
+        ledger = Ledger(settings.ledger(root))
+        try:
+            manifest = verified_release(root, report, ledger)
+        finally:
+            ledger.dispose()
         name = path or "index.html"
         content = None if manifest is None else release_file(root, report, manifest, name)
         return _file_response(content, name)
