@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from dp_ops.release_signing import generate_key_file as _generate_release_key
+
 REPO = Path(__file__).resolve().parents[1]
 
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="dp_ops_airflow_home_"))
@@ -43,8 +45,14 @@ os.environ.update({
     # The ledger key (dp_ops.privacy.ledger_key): one per test session, outside every data
     # root, made by the first ledger created; subprocesses (Airflow, workers) inherit it.
     "DP_LEDGER_KEY_FILE": str(_AIRFLOW_HOME / "ledger.key"),
+    # The release-signing key (dp_ops.release_signing): one per test session, beside the
+    # ledger key; every publish signs with it. tests/support/release_keys.py reads it.
+    "DP_RELEASE_SIGNING_KEY_FILE": str(_AIRFLOW_HOME / "release_signing.key"),
 })
-os.environ.pop("DP_LEDGER_KEY", None)
+for _name in ("DP_LEDGER_KEY", "DP_RELEASE_SIGNING_KEY", "DP_RELEASE_UNSIGNED",
+              "DP_RELEASE_SIGNER"):
+    os.environ.pop(_name, None)
+_generate_release_key(_AIRFLOW_HOME / "release_signing.key")
 
 
 # The pytest process's SIGTERM handler when the session starts (normally the default).

@@ -294,14 +294,27 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_verify_release(args: argparse.Namespace) -> int:
     """Exit 0 when the release verifies, 1 when it does not (each problem printed),
-    2 when the directory or the column schema cannot be used."""
+    2 when the directory, the column schema or the public key cannot be used."""
     import json
 
+    from dp_ops.sshsig import trusted_keys
     from dp_ops.verify_release import verify_release
 
     if not args.directory.is_dir():
         print(f"error: {args.directory}: not a directory", file=sys.stderr)
         return 2
+    trusted = None
+    if args.public_key is not None:
+        try:
+            trusted = trusted_keys(args.public_key.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"error: --public-key {args.public_key}: not an OpenSSH public key or "
+                  f"allowed_signers file ({exc})", file=sys.stderr)
+            return 2
+        if not trusted:
+            print(f"error: --public-key {args.public_key}: holds no ssh-ed25519 key",
+                  file=sys.stderr)
+            return 2
     contract = None
     if args.columns is not None:
         try:
@@ -314,9 +327,38 @@ def cmd_verify_release(args: argparse.Namespace) -> int:
             print(f"error: --columns {args.columns}: a column schema is an object with a "
                   "'files' list", file=sys.stderr)
             return 2
-    outcome = verify_release(args.directory, contract)
+    outcome = verify_release(args.directory, contract, trusted)
     print(json.dumps(outcome.as_dict(), indent=2) if args.json else outcome.text())
     return 0 if outcome.ok else 1
+
+
+def cmd_release_key(args: argparse.Namespace) -> int:
+    """``generate``: make the release-signing key file (refusing to replace one);
+    ``show``: the configured key's public half. Both print the public key line, its
+    fingerprint and the ``allowed_signers`` line to publish, never the private key."""
+    from dp_ops import release_signing
+
+    if args.key_action == "generate":
+        path = args.file or release_signing.key_file()
+        if path.exists():
+            print(f"error: {path} exists: a key that signed releases is kept so that they "
+                  "keep verifying (OPERATIONS.md, 'The release-signing key': rotation)",
+                  file=sys.stderr)
+            return 2
+        signer = release_signing.generate_key_file(path, release_signing.signer_identity())
+        print(f"release-signing key written to {path} (0600): back it up apart from the "
+              "data root and the ledger key")
+    else:
+        loaded = release_signing.load_signer(settings.data_root().root)
+        if loaded is None:
+            print(f"no release-signing key: releases are published unsigned "
+                  f"({release_signing.UNSIGNED_ENV})")
+            return 1
+        signer = loaded
+    print(f"public key:      {signer.public_key_line()}")
+    print(f"fingerprint:     {signer.fingerprint}")
+    print(f"allowed_signers: {signer.allowed_signers_line()}")
+    return 0
 
 
 # Commands other installed packages add to this one (the demo package adds ``generate`` and
@@ -406,8 +448,23 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--columns", type=Path, default=None, metavar="FILE",
                      help="the column schema of a report dp-ops does not ship "
                           "(<report>.columns.json of its package)")
+    ver.add_argument("--public-key", type=Path, default=None, metavar="FILE",
+                     help="the publisher's public key (OpenSSH format) or allowed_signers "
+                          "file: check the manifest's signature against it (without it, "
+                          "integrity only: not authenticated)")
     ver.add_argument("--json", action="store_true", help="print the outcome as JSON")
     ver.set_defaults(func=cmd_verify_release, consumer=True)
+
+    key = sub.add_parser("release-key", help="make or show the release-signing key "
+                                             "(prints the public key, never the private)")
+    key_actions = key.add_subparsers(dest="key_action", required=True)
+    gen = key_actions.add_parser("generate", help="write a new key file (refuses to replace "
+                                                  "one)")
+    gen.add_argument("--file", type=Path, default=None, metavar="PATH",
+                     help="where (default: DP_RELEASE_SIGNING_KEY_FILE or "
+                          "~/.config/dp-ops/release_signing.key)")
+    key_actions.add_parser("show", help="the configured key's public key and fingerprint")
+    key.set_defaults(func=cmd_release_key, consumer=True)
 
     for command in plugin_commands():
         command.load()(sub)

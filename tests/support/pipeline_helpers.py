@@ -37,7 +37,7 @@ def child_env(root: Path) -> dict[str, str]:
     """The environment of a CLI child on ``root``: none of the caller's ``DP_*`` settings
     (ledger, configs, faults) except the data root itself and the session's ledger key."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("DP_") or k.startswith("DP_LEDGER_KEY")}
+           if not k.startswith("DP_") or k.startswith(("DP_LEDGER_KEY", "DP_RELEASE_SIGN"))}
     env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false")
     return env
 
@@ -112,7 +112,7 @@ def verify_release(directory: Path) -> dict[str, Any]:
     assert manifest_file.is_file(), f"release directory without a manifest: {directory}"
     manifest = json.loads(manifest_file.read_text())
     on_disk = sorted(str(p.relative_to(directory)) for p in directory.rglob("*")
-                     if p.is_file() and p.name != "manifest.json")
+                     if p.is_file() and p.name not in ("manifest.json", "manifest.json.sig"))
     assert on_disk == sorted(manifest["files"]), f"files of {directory} differ from its manifest"
     for name, meta in manifest["files"].items():
         assert sha256_file(directory / name) == meta["sha256"], f"{directory / name} changed"
@@ -144,7 +144,7 @@ def assert_one_spend_per_slot(root: Path, report: str) -> None:
 
 def release_files(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
-            if p.is_file() and p.name != "manifest.json"}
+            if p.is_file() and p.name not in ("manifest.json", "manifest.json.sig")}
 
 
 def uninterrupted_reference(previous_root: Path, recovered: Path, report: str, day: date,

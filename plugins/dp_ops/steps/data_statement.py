@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dp_ops.privacy.plan import MetricBudget
+from dp_ops.release_signing import how_to_check
 
 STATEMENT_FILE = "DATASTATEMENT.md"
 
@@ -122,6 +123,8 @@ def render_statement(manifest: Mapping[str, Any], budgets: Sequence[MetricBudget
         "`dp-ops verify-release <this directory>` checks every file against the sha256 in "
         "`manifest.json`, the manifest against its JSON Schema and the data files against "
         "their column schemas; it needs no private data, no ledger and no Airflow.",
+        "",
+        how_to_check(manifest),
         "",
     ]
     return "\n".join(lines)

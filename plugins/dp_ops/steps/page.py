@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dp_ops.release_signing import how_to_check
 from dp_ops.steps.charts import LEVEL_LABELS, chart_file
-from dp_ops.steps.data_statement import STATEMENT_FILE, statement_section
+from dp_ops.steps.data_statement import STATEMENT_FILE, markdown_html, statement_section
 from dp_ops.steps.release import sha256_file
 
 INDEX_FILE = "index.html"
@@ -151,12 +152,16 @@ def _files(manifest: Mapping[str, Any], charts: int) -> str:
              f"<code>{escape(str(files[n].get('sha256', ''))[:16])}</code>"] for n in data]
     rows.append([f'<a href="{_href("manifest.json")}">manifest.json</a>', "",
                  "checksums of every file"])
+    signature = manifest.get("signature") or {}
+    if signature.get("format") == "sshsig":
+        rows.append([f'<a href="{_href(str(signature.get("file")))}">'
+                     f'{escape(signature.get("file"))}</a>', "", "signature of the manifest"])
     return "\n".join([
         '<section id="files"><h2>Files</h2>',
         table(["file", "bytes", "sha256 (first 16)"], rows, {1}),
         f'<p class="note">{charts:,} charts in <code>charts/</code>, one per region '
         "below. Full checksums of every file, this page included, are in the manifest."
-        "</p></section>"])
+        "</p>", markdown_html(how_to_check(manifest)), "</section>"])
 
 
 def _gate(manifest: Mapping[str, Any], data_docs_href: str | None,

@@ -26,6 +26,7 @@ from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.release_signing import SIGNATURE_FILE, ReleaseSigner
 from dp_ops.steps.release_values import Staged
 from dp_ops.steps.result import StepResult
 
@@ -398,18 +399,22 @@ def point_latest(root: DataRoot, report: str, release: Path, scratch: Path) -> N
 
 
 def promote(root: DataRoot, report: str, files_dir: Path, release_id: str,
-            manifest: dict[str, Any], scratch: Path, ledger: Ledger) -> Path:
-    """Move ``files_dir`` (with ``manifest.json`` added) to the release directory and
-    repoint ``latest``. The manifest's sha256 is recorded in the ledger before the
-    directory appears, so a release that is not the recorded one is refused by every later
-    run (:func:`dp_ops.steps.ledger_binding.release_problems`). Call with
-    :func:`publish_lock` held."""
+            manifest: dict[str, Any], scratch: Path, ledger: Ledger,
+            signer: ReleaseSigner | None) -> Path:
+    """Move ``files_dir`` (with ``manifest.json`` and, with ``signer``, its signature
+    ``manifest.json.sig`` added) to the release directory and repoint ``latest``. The
+    manifest's sha256 is recorded in the ledger before the directory appears, so a
+    release that is not the recorded one is refused by every later run
+    (:func:`dp_ops.steps.ledger_binding.release_problems`); the signature is of those very
+    bytes. Call with :func:`publish_lock` held."""
     from dp_ops.steps.ledger_binding import record_release
 
     target = root.published_dir(report) / "releases" / release_id
     if not target.exists():
-        data = json_bytes(manifest)  # recorded as written: the bytes, not a re-read
+        data = json_bytes(manifest)  # recorded and signed as written, not re-read
         record_release(ledger, report, release_id, hashlib.sha256(data).hexdigest())
+        if signer is not None:
+            write_bytes_atomic(files_dir / SIGNATURE_FILE, signer.sign(data))
         write_bytes_atomic(files_dir / "manifest.json", data)
         target.parent.mkdir(parents=True, exist_ok=True)
         fault_point("publish.before_rename")

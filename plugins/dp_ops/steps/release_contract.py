@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 
 from dp_ops.errors import GateFailed, PublishRefused
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 # The versions this code reads (a release written under an earlier minor version).
-READABLE_VERSIONS = ("1.1", "1.2")
+READABLE_VERSIONS = ("1.1", "1.2", "1.3")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _INTEGER = re.compile(r"^-?\d+$")
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")

@@ -30,6 +30,7 @@ from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.plan import MetricBudget
+from dp_ops.release_signing import UNSIGNED_FIELDS, ReleaseSigner, load_signer
 from dp_ops.steps.data_statement import StatementParts, render_statement
 from dp_ops.steps.day_files import recorded_days, release_days
 from dp_ops.steps.ledger_binding import closing_ledger, ledger_anchor, open_ledger, require_sound
@@ -222,6 +223,7 @@ def publish_staged(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id: st
     staged = read_staged(stage, run_id)
     if staged is None:
         return StepResult(f"nothing to publish yet (no {report} days)")
+    signer = load_signer(root.root)  # no key, no opt-out: refused before anything moves
     with publish_lock(root, report), closing_ledger(open_ledger(root, ledger_url)) as ledger:
         require_sound(root, ledger)
         found = current_release(root, report, ledger)
@@ -243,10 +245,10 @@ def publish_staged(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id: st
                 raise PublishRefused(f"the {report} release could not be rebuilt from a "
                                      "steady state under the publish lock; not published")
             staged = rebuilt
-        manifest = _manifest(parts, root, cfg, ledger, staged)
+        manifest = _manifest(parts, root, cfg, ledger, staged, signer)
         parts.commit(root, ledger, staged)
         target = promote(root, report, stage / "release", manifest.release_id,
-                         manifest.as_dict(), stage, ledger)
+                         manifest.as_dict(), stage, ledger, signer)
         event = release_event(root, found, manifest.release_id, target)
     shutil.rmtree(stage, ignore_errors=True)
     return StepResult(f"published {report} release {manifest.release_id} "
@@ -307,8 +309,9 @@ def _release_id(parts: ReleaseParts[C], staged: Staged, extras: Mapping[str, Any
 
 
 def _manifest(parts: ReleaseParts[C], root: DataRoot, cfg: C, ledger: Ledger,
-              staged: Staged) -> Manifest:
-    """The checked manifest of the staged release, with its page written and listed."""
+              staged: Staged, signer: ReleaseSigner | None) -> Manifest:
+    """The checked manifest of the staged release, with its page written and listed; its
+    ``signature`` names ``signer``'s key (or says the release is unsigned)."""
     report = parts.report
     if not staged.gate.success:
         raise PublishRefused(f"the staged {report} release of run {staged.run_id} did not "
@@ -334,7 +337,8 @@ def _manifest(parts: ReleaseParts[C], root: DataRoot, cfg: C, ledger: Ledger,
                 INPUTS_KEY: staged.inputs_sha256},
         rows=staged.rows, suppression=staged.suppression, epsilon=epsilon,
         ledger=ledger_anchor(ledger), files=staged.files, gate=staged.gate,
-        extras=extras, schema_version=SCHEMA_VERSION)
+        extras=extras, schema_version=SCHEMA_VERSION,
+        signature=UNSIGNED_FIELDS if signer is None else signer.manifest_fields())
     # the data statement and the page show the manifest's figures; both are listed in it
     statement = render_statement(manifest.as_dict(), cfg.metric_budgets, cfg.levels,
                                  cfg.min_area_km2, parts.title,

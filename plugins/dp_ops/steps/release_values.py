@@ -93,13 +93,16 @@ class Staged:
 # The fields every manifest has; a report's own sections sit beside them.
 _COMMON = ("schema_version", "report", "release_id", "run_id", "software_version",
            "method_version", "first_date", "last_date", "inputs", "rows", "suppression",
-           "epsilon", "ledger", "files", "gate")
+           "epsilon", "ledger", "files", "gate", "signature")
 
 
 @dataclass(frozen=True)
 class Manifest:
     """``manifest.json`` of a release: the common fields, typed, and the report's own
-    top-level sections (``extras``: mobility's method updates, the symptoms parameters)."""
+    top-level sections (``extras``: mobility's method updates, the symptoms parameters).
+    ``signature`` says where the manifest's signature is and whose key made it
+    (:meth:`dp_ops.release_signing.ReleaseSigner.manifest_fields`), or that the release
+    is unsigned; None in a release written before contract 1.3."""
 
     report: str
     release_id: str
@@ -117,6 +120,7 @@ class Manifest:
     gate: GateOutcome
     extras: dict[str, Any] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION  # the flow passes the one it checks against
+    signature: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         clash = set(self.extras) & set(_COMMON)
@@ -133,6 +137,7 @@ class Manifest:
                 "last_date": self.last_date.isoformat(), "inputs": self.inputs,
                 "rows": self.rows, "suppression": self.suppression, "epsilon": self.epsilon,
                 "ledger": self.ledger, "files": self.files, "gate": self.gate.as_dict(),
+                **({} if self.signature is None else {"signature": self.signature}),
                 **self.extras}
 
     @classmethod
@@ -149,4 +154,6 @@ class Manifest:
                    ledger=dict(data["ledger"]), files=dict(data["files"]),
                    gate=GateOutcome.from_dict(data["gate"]),
                    extras={k: v for k, v in data.items() if k not in _COMMON},
-                   schema_version=str(data["schema_version"]))
+                   schema_version=str(data["schema_version"]),
+                   signature=(dict(data["signature"]) if isinstance(data.get("signature"), dict)
+                              else None))

@@ -150,6 +150,9 @@ def _manifest() -> dict[str, Any]:
         "files": {"Global_Mobility_Report.csv": {"bytes": 10, "sha256": sha}},
         "gate": {"success": True, "evaluated": 43, "data_docs": None},
         "ledger": {"ledger_id": "x", "chain_seq": 3830, "chain_sha256": sha},
+        "signature": {"format": "sshsig", "file": "manifest.json.sig",
+                      "namespace": "dp-ops-release", "signer": "release-signing@dp-ops",
+                      "public_key_fingerprint": "SHA256:" + "A" * 43},
     }
 
 
@@ -161,6 +164,8 @@ def _manifest() -> dict[str, Any]:
     (lambda m: m.pop("method_updates"), "'method_updates' is a required property"),
     (lambda m: m.update(last_date="20200331"), "last_date"),
     (lambda m: m.pop("ledger"), "'ledger' is a required property"),
+    (lambda m: m.pop("signature"), "'signature' is a required property"),
+    (lambda m: m["signature"].update(file="../elsewhere.sig"), "signature"),
 ])
 def test_the_manifest_schema(break_it: Any, where: str) -> None:
     assert check_manifest(_manifest()) == []
