@@ -214,6 +214,30 @@ def write_local_settings(home: Path, warm: bool) -> None:
         path.unlink()
 
 
+def release_signing_key(env: dict[str, str], home: Path) -> Path | None:
+    """Make the release-signing key the demo's releases are signed with, when it has none:
+    the key file of ``env`` (``DP_RELEASE_SIGNING_KEY_FILE``, default
+    ``~/.config/dp-ops/release_signing.key``, beside the ledger key), never in the data
+    root. Write its public half as ``$AIRFLOW_HOME/allowed_signers`` (what an agency
+    publishes; ``verify-release --public-key`` and ``ssh-keygen -Y verify`` read it) and
+    return that path; None when the demo publishes unsigned (``DP_RELEASE_UNSIGNED``)."""
+    from dp_ops import release_signing
+
+    if env.get(release_signing.UNSIGNED_ENV) and not env.get(release_signing.KEY_ENV):
+        return None
+    path = release_signing.key_file(env)
+    if not env.get(release_signing.KEY_ENV) and not path.exists():
+        release_signing.generate_key_file(path, release_signing.signer_identity(env))
+        log(f"release-signing key made: {path}")
+    signer = release_signing.load_signer(Path(env["DP_DATA_ROOT"]), env)
+    assert signer is not None
+    signers = home / "allowed_signers"
+    signers.write_text(signer.allowed_signers_line() + "\n")
+    log(f"releases are signed by key {signer.fingerprint}; check one with: python -m dp_ops "
+        f"verify-release --public-key {signers} <release directory>")
+    return signers
+
+
 def write_env_file(home: Path, env: dict[str, str]) -> Path:
     """``$AIRFLOW_HOME/demo.env``: source it to point the ``airflow`` CLI at this demo."""
     keys = sorted(k for k in env if k.startswith(("AIRFLOW", "DP_", "GX_")))
@@ -736,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
     write_local_settings(home, args.warm_imports)
     api_port = free_port(args.port)
     env = airflow_env(args, home, data_root, api_port, free_port(8793))
+    release_signing_key(env, home)
     env_file = write_env_file(home, env)
     log(f"AIRFLOW_HOME={home}  DP_DATA_ROOT={data_root}  DAGs {', '.join(args.dag_ids)} "
         f"{args.start}..{args.end}  max_active_runs "

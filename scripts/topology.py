@@ -153,8 +153,10 @@ def env_values(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     for key, value in values.items():
         if value.startswith(PLACEHOLDER):
             values[key] = (fernet_key() if key == "AIRFLOW_FERNET_KEY"
-                           # the ledger key: 32 bytes as hex (dp_ops.privacy.ledger_key)
-                           else secrets.token_hex(32) if key == "DP_LEDGER_KEY"
+                           # the ledger key and the release-signing key's Ed25519 seed:
+                           # 32 bytes as hex (dp_ops.privacy.ledger_key, release_signing)
+                           else secrets.token_hex(32) if key in ("DP_LEDGER_KEY",
+                                                                 "DP_RELEASE_SIGNING_KEY")
                            else secrets.token_hex(16))
     values.update(overrides or {})
     return values

@@ -82,6 +82,30 @@ def ledger_key_from_connection() -> bytes | None:
     return parse_key(conn.password, source=f"connection {LEDGER_KEY_CONN_ID}")
 
 
+def release_signing_key_from_connection() -> str | None:
+    """The release-signing key from the Airflow Connection ``dp_release_signing_key`` (its
+    password: the OpenSSH private key or its seed in hex; served by the secrets backend,
+    masked in every log), or None when there is no such connection: then
+    ``DP_RELEASE_SIGNING_KEY`` or the key file applies (:mod:`dp_ops.release_signing`)."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    from dp_ops.release_signing import CONNECTION_ID
+
+    if not _in_task():
+        return None
+    try:
+        conn = Connection.get(CONNECTION_ID)
+    except AirflowNotFoundException:
+        return None
+    if not conn.password:
+        raise BadRequest(f"connection {CONNECTION_ID}: the key goes in its password field, "
+                         "which is empty")
+    mask_secret(conn.password)
+    return str(conn.password)
+
+
 def spark_remote_from_connection(conn_id: str) -> str | None:
     """The Spark Connect URL of the Airflow Connection ``conn_id`` (type ``spark_connect``:
     host, port, optional user id and token; the Apache Spark provider's
@@ -127,12 +151,14 @@ def load(report: str) -> AnyReport:
     Airflow Connection ``dp_ledger`` when it exists (:func:`ledger_url_from_connection`),
     else from ``DP_LEDGER_URL`` or the default, looked up when a step first needs the
     ledger (one Execution API call; ingest, bounding and the gate never do)."""
+    from dp_ops import release_signing
     from dp_ops.privacy import ledger_key
     from dp_ops.reports.registry import load_report
     from dp_ops.settings import use_spark_remote_provider
     from dp_ops.steps.ledger_binding import use_announcements
 
     ledger_key.use_provider(ledger_key_from_connection)
+    release_signing.use_provider(release_signing_key_from_connection)
     use_spark_remote_provider(spark_remote_from_connection)
     use_announcements(announced_releases)
     return load_report(report, ledger_url=ledger_url_from_connection)
