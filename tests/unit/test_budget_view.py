@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from approvals import reserve_approved
+from spend_requests import spend_request
 
 from dp_ops.budget_view import (
     NOT_RECORDED,
@@ -22,7 +23,7 @@ from dp_ops.budget_view import (
     to_json,
 )
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot
 from dp_ops.steps.ledger_binding import record_release
 
 D1, D2 = date(2020, 3, 1), date(2020, 3, 2)
@@ -33,10 +34,10 @@ CAP, NORMAL = 3.0, 1.0
 def ledger(tmp_path: Path) -> Iterator[Ledger]:
     led = Ledger(f"sqlite:///{tmp_path}/ledger.sqlite")
     for day in (D1, D2):
-        led.reserve([SpendRequest(Slot("mobility", day, lvl, "places", ALL_REGIONS), 0.5)
+        led.reserve([spend_request(Slot("mobility", day, lvl, "places", ALL_REGIONS), 0.5)
                      for lvl in (0, 1)], run_id=f"backfill__{day}", kind="noise", cap=CAP,
                     method_version="v1")
-    reserve_approved(led, [SpendRequest(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
+    reserve_approved(led, [spend_request(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
                      run_id="oncall__1", kind="renoise", cap=CAP, method_version="v1",
                      reason="INC-7 <script>alert(1)</script>")
     yield led

@@ -27,8 +27,11 @@ cap.
 Integrity (:mod:`dp_ops.privacy.ledger_schema`): every row of every table is an entry of a
 hash chain, and the database itself refuses UPDATE and DELETE; :meth:`Ledger.verify`
 recomputes the chain. Policy: the first spend of a report records its cap and terms
-(the epsilon of each metric group, the method-update fraction); a process configured
-otherwise is refused, and :meth:`Ledger.set_policy` is the only way to change them.
+(each metric group's epsilon, sensitivity and cells per user-day, the method-update
+fraction); a process configured otherwise is refused, every spend's budget
+(:class:`SpendRequest`: the :class:`~dp_ops.privacy.plan.MetricBudget` its noise is drawn
+from) must agree with the recorded terms, and :meth:`Ledger.set_policy` is the only way to
+change them.
 
 Approvals: a ``renoise`` or ``method_update`` reservation is refused
 (:class:`ApprovalMissing`), before anything is written, unless the ledger holds an approval
@@ -82,6 +85,13 @@ from dp_ops.privacy.ledger_schema import (
     spend_approval,
     verify_chain,
 )
+from dp_ops.privacy.plan import (
+    CELLS_TERM,
+    EPSILON_TERM,
+    METHOD_UPDATE_FRACTION_TERM,
+    SENSITIVITY_TERM,
+    MetricBudget,
+)
 
 KINDS = ("noise", "renoise", "method_update")
 # the kinds that spend beyond the daily run, each only with a recorded approval
@@ -111,6 +121,44 @@ class Slot:
 
 @dataclass(frozen=True)
 class SpendRequest:
+    """A slot to spend on and the budget that pays for it: the metric group's
+    :class:`MetricBudget` (the noise step builds its sampler from it) and the ``fraction``
+    of it spent (below 1 only for a method update). The epsilon booked is derived from
+    them, never stated beside them; :meth:`Ledger.reserve` compares the budget and the
+    fraction with the recorded policy."""
+
+    slot: Slot
+    budget: MetricBudget
+    fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.budget.name != self.slot.metric:
+            raise ValueError(f"slot {self.slot.describe()}: paid from the budget of metric "
+                             f"group {self.budget.name!r}, not its own")
+        if not (math.isfinite(self.fraction) and 0 < self.fraction <= 1):
+            raise ValueError(f"fraction={self.fraction!r} for {self.slot.describe()}: must "
+                             "be in (0, 1]")
+
+    @property
+    def epsilon(self) -> float:
+        """What the spend costs each user-day of its date: the group's epsilon (its cell
+        epsilon times the cells a user-day touches) times the fraction."""
+        return self.budget.epsilon * self.fraction
+
+    @property
+    def cell_epsilon(self) -> float:
+        """The epsilon of each noisy cell the spend draws."""
+        return self.budget.cell_epsilon * self.fraction
+
+    @property
+    def sensitivity(self) -> int:
+        return self.budget.sensitivity
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """A spend's slot and epsilon, as the cap check reads them."""
+
     slot: Slot
     epsilon: float
 
@@ -329,6 +377,29 @@ class Policy:
             if have is None or want is None or not _same(have, want):
                 out.append(f"{key}: recorded {have!r}, configured {want!r}")
         return out
+
+    def budget_refusal(self, request: SpendRequest, kind: str) -> str | None:
+        """How ``request`` (its budget, and for a method update the fraction) disagrees
+        with the terms recorded here, or None. A term this record does not hold is not
+        compared (a ledger whose policy predates it: :meth:`Ledger.reserve` records the
+        configured value first); a group outside a policy that names groups is refused."""
+        group = request.slot.metric
+        budget = request.budget
+        named = sorted(k[len(EPSILON_TERM):] for k in self.terms if k.startswith(EPSILON_TERM))
+        if named and group not in named:
+            return (f"metric group {group!r} is not in the recorded policy (its groups: "
+                    f"{', '.join(named)})")
+        asked = {EPSILON_TERM + group: budget.epsilon,
+                 SENSITIVITY_TERM + group: float(budget.sensitivity),
+                 CELLS_TERM + group: float(budget.contributions)}
+        if kind == "method_update":
+            asked[METHOD_UPDATE_FRACTION_TERM] = request.fraction
+        elif request.fraction != 1.0:
+            return f"a {kind} spends the whole budget; asked fraction {request.fraction!r}"
+        wrong = [f"{key}: asked {value!r}, recorded {self.terms[key]!r}"
+                 for key, value in asked.items()
+                 if key in self.terms and not _same(self.terms[key], value)]
+        return "; ".join(wrong) or None
 
 
 def _same(a: float, b: float) -> bool:
@@ -677,13 +748,17 @@ class Ledger:
         for key, value in (terms or {}).items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise BadRequest(f"{key}={value!r}: must be a finite number > 0")
+            if key.startswith((SENSITIVITY_TERM, CELLS_TERM)) and not float(value).is_integer():
+                raise BadRequest(f"{key}={value!r}: must be a whole number >= 1")
         with self.engine.begin() as conn:
             self._lock(conn)
             current = _policy(conn, report)
             if current is None:
                 raise BadRequest(f"report {report!r} has no recorded policy yet: its first "
                                  "spend records the configured one")
-            unknown = sorted(set(terms or {}) - set(current.terms))
+            # a group's sensitivity and cells may be added to a policy that predates them
+            unknown = sorted(set(terms or {}) - set(current.terms)
+                             - set(predated_terms(current.terms, terms or {})))
             if unknown:
                 raise BadRequest(f"{', '.join(unknown)}: not a term of {report}'s policy "
                                  f"(known: {', '.join(sorted(current.terms))})")
@@ -729,7 +804,14 @@ class Ledger:
         ``cap`` and ``terms`` are this process's configured policy for each report
         requested: the first spend of a report records them; afterwards a process whose
         cap or terms differ from the recorded policy is refused
-        (:class:`PolicyMismatch`), before anything is written.
+        (:class:`PolicyMismatch`), before anything is written. A policy recorded before
+        groups' sensitivity and cells were terms gets the configured ones recorded (a
+        policy row of its own) by the first reservation that passes them. Then every
+        request's budget (epsilon, sensitivity, cells per user-day) and, for a method
+        update, its fraction must agree with the terms in force
+        (:meth:`Policy.budget_refusal`), reused slots included, or the reservation is
+        refused (:class:`PolicyMismatch`) with nothing written: the epsilon booked is the
+        one the noise is drawn with, and only a recorded policy command changes it.
 
         ``kind="renoise"`` or ``"method_update"`` needs ``approval``, the request as its
         approver saw it: it must describe this reservation (:func:`approval_mismatch`), and
@@ -779,7 +861,9 @@ class Ledger:
                 # under the lock, before anything (a first-use policy row) is written
                 _required_approval(conn, approval, run_id)
             for report in sorted({r.slot.report for r in requests}):
-                self._ensure_policy(conn, report, cap, terms or {}, run_id)
+                policy = self._ensure_policy(conn, report, cap, terms or {}, run_id)
+                _check_budgets(policy, [r for r in requests if r.slot.report == report],
+                               kind)
             chosen: list[Spend] = []
             to_insert: list[dict[str, Any]] = []
             for r in requests:
@@ -833,14 +917,20 @@ class Ledger:
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
 
     def _ensure_policy(self, conn: Connection, report: str, cap: float,
-                       terms: Mapping[str, float], run_id: str) -> None:
+                       terms: Mapping[str, float], run_id: str) -> Policy:
+        """The policy in force for ``report`` after recording the configured one at first
+        use (or the group terms a recorded policy predates), or :class:`PolicyMismatch`."""
         current = _policy(conn, report)
         if current is None:
             self._insert_policy(conn, report, float(cap), {k: float(v) for k, v in
                                                            terms.items()},
                                 run_id, "first use: the configured policy")
-            return
-        differs = current.differences(cap, terms)
+            found = _policy(conn, report)
+            assert found is not None
+            return found
+        missing = predated_terms(current.terms, terms)
+        differs = current.differences(cap, {k: v for k, v in terms.items()
+                                            if k not in missing})
         if differs:
             raise PolicyMismatch(
                 f"report {report!r}: this process's configuration differs from the privacy "
@@ -849,6 +939,14 @@ class Ledger:
                 f"({requests_check.shown(current.reason)}). Nothing was spent. To change "
                 "the policy, record it first with `python -m dp_ops ledger set-cap` or "
                 "`set-epsilon` (with a reason), then run with the matching configuration")
+        if not missing:
+            return current
+        self._insert_policy(conn, report, current.cap, {**current.terms, **missing}, run_id,
+                            "recorded the configured sensitivity and cells per user-day of "
+                            "each metric group, which the policy in force predates")
+        found = _policy(conn, report)
+        assert found is not None
+        return found
 
     def _insert_policy(self, conn: Connection, report: str, cap: float,
                        terms: Mapping[str, float], run_id: str, reason: str) -> None:
@@ -874,16 +972,16 @@ class Ledger:
                     budget_spend.c.report == report,
                     budget_spend.c.day == day.isoformat())).scalars())
 
-        requests = [SpendRequest(Slot(row["report"], date.fromisoformat(row["day"]),
-                                      row["level"], row["metric"], row["region_scope"]),
-                                 row["epsilon"]) for row in rows]
+        requests = [_Cost(Slot(row["report"], date.fromisoformat(row["day"]),
+                                row["level"], row["metric"], row["region_scope"]),
+                           row["epsilon"]) for row in rows]
         refusal = cap_refusal(requests, spent, cap)
         if refusal is not None:
             raise BudgetExceeded(refusal + "; no noise was drawn")
 
 
-def cap_refusal(requests: Iterable[SpendRequest], spent: Callable[[str, date], float],
-                cap: float) -> str | None:
+def cap_refusal(requests: Iterable[SpendRequest | _Cost],
+                spent: Callable[[str, date], float], cap: float) -> str | None:
     """Why spending ``requests`` would take a date past ``cap`` (the first slot that would,
     with the spent and requested epsilon), or None if every date stays within it.
     ``spent(report, day)`` is the composed epsilon a date has spent so far. The ledger's
@@ -901,6 +999,40 @@ def cap_refusal(requests: Iterable[SpendRequest], spent: Callable[[str, date], f
                     f"{r.slot.report!r}")
         pending[key] = so_far + r.epsilon
     return None
+
+
+def predated_terms(recorded: Mapping[str, float], configured: Mapping[str, float]
+                   ) -> dict[str, float]:
+    """The configured sensitivity and cells of groups whose epsilon ``recorded`` holds
+    but not them (a policy recorded before they were terms): recorded at the next
+    reservation, then enforced like the rest."""
+    out = {}
+    for key, value in configured.items():
+        prefix = next((p for p in (SENSITIVITY_TERM, CELLS_TERM) if key.startswith(p)), None)
+        if (prefix is not None and key not in recorded
+                and EPSILON_TERM + key[len(prefix):] in recorded):
+            out[key] = float(value)
+    return out
+
+
+def _check_budgets(policy: Policy, requests: Sequence[SpendRequest], kind: str) -> None:
+    """:class:`PolicyMismatch` for the first request whose budget disagrees with
+    ``policy`` (:meth:`Policy.budget_refusal`), naming what was asked, what is recorded and
+    the remedy."""
+    for r in requests:
+        wrong = policy.budget_refusal(r, kind)
+        if wrong is not None:
+            raise PolicyMismatch(
+                f"report {policy.report!r}, metric group {r.slot.metric!r}: a {kind} spend "
+                f"of {r.slot.describe()} disagrees with the privacy policy recorded in the "
+                f"ledger ({wrong}); recorded {policy.created_at} by "
+                f"{requests_check.shown(policy.run_id)} "
+                f"({requests_check.shown(policy.reason)}). Nothing was spent: noise is "
+                "drawn with the budget the ledger books, so that budget must be the "
+                "policy's. To change the policy, record it first with `python -m dp_ops "
+                "ledger set-epsilon REPORT TERM VALUE --reason ...` (TERM epsilon.GROUP, "
+                "sensitivity.GROUP, cells.GROUP or method_update_fraction), then run with "
+                "the matching configuration")
 
 
 def _verify(conn: Connection, key: bytes) -> ChainCheck:

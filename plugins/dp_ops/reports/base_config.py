@@ -11,7 +11,7 @@ from typing import Any, Self
 
 from dp_ops.contract import LEVELS
 from dp_ops.errors import ConfigError
-from dp_ops.privacy.plan import MetricBudget
+from dp_ops.privacy.plan import METHOD_UPDATE_FRACTION_TERM, MetricBudget, group_terms
 from dp_ops.settings import json_object
 
 
@@ -47,8 +47,9 @@ class BudgetedConfig:
     and ``cap_method_updates`` method updates at ``method_update_fraction`` of a normal
     run's cost, unless ``cap_override`` sets it.
 
-    A report's config subclasses it (frozen too) and provides :attr:`metric_budgets`;
-    :attr:`ledger_epsilons` defaults to each group's epsilon."""
+    A report's config subclasses it (frozen too) and provides :attr:`metric_budgets`, the
+    one statement of its budgets: what the ledger books (:attr:`ledger_epsilons`) and the
+    policy terms it records (:attr:`policy_terms`) are derived from them."""
 
     min_area_km2: float = 3.0
     method_version: str = "v1"
@@ -83,7 +84,8 @@ class BudgetedConfig:
 
     @property
     def ledger_epsilons(self) -> dict[str, float]:
-        """What each ledger slot (a metric group at one level) costs per user-day."""
+        """What each ledger slot (a metric group at one level) costs per user-day, derived
+        from its budget (``MetricBudget.epsilon``); not a separate setting."""
         return {b.name: b.epsilon for b in self.metric_budgets}
 
     @property
@@ -103,10 +105,12 @@ class BudgetedConfig:
     @property
     def policy_terms(self) -> dict[str, float]:
         """What the ledger records of this configuration besides the cap, at the first
-        spend; a process whose terms differ is refused (docs/design.md, Privacy budget
-        ledger). Changing them is `python -m dp_ops ledger set-epsilon`."""
-        terms = {f"epsilon.{name}": eps for name, eps in self.ledger_epsilons.items()}
-        terms["method_update_fraction"] = self.method_update_fraction
+        spend: each metric group's epsilon, sensitivity and cells per user-day, and the
+        method-update fraction; a process whose terms differ, or a spend whose budget
+        differs, is refused (docs/design.md, Privacy budget ledger). Changing them is
+        `python -m dp_ops ledger set-epsilon`."""
+        terms = group_terms(self.metric_budgets)
+        terms[METHOD_UPDATE_FRACTION_TERM] = self.method_update_fraction
         return terms
 
     @classmethod

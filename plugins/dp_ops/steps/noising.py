@@ -1,8 +1,10 @@
 """The budget-checked noise step, shared by both reports.
 
 A :class:`NoisePlan` says what a report noises: its ledger metric groups (each with its
-cells per region, per-cell epsilon and sensitivity, and ledger epsilon per user-day and
-level), its levels, cap and method version.
+cells per region and its :class:`MetricBudget`: per-cell epsilon, sensitivity, cells per
+user-day), its levels, cap and method version. The epsilon booked for a slot is derived
+from the budget the slot's noise is drawn with (:class:`SpendRequest`), and the ledger
+compares that budget with the recorded policy before it books it.
 
 Order of operations, which is what makes reruns and crashes safe:
 
@@ -24,6 +26,7 @@ Order of operations, which is what makes reruns and crashes safe:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,11 +39,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_ops.engine.files import file_mode, make_dirs, pending_path, read_as_recorded
-from dp_ops.errors import BadRequest, NoiseNotStored, NoiseRecordConflict, NoiseTampered
+from dp_ops.errors import (
+    BadRequest,
+    NoiseNotStored,
+    NoiseRecordConflict,
+    NoiseTampered,
+    PolicyMismatch,
+)
 from dp_ops.faults import fault_point
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import (
     ALL_REGIONS,
+    EPS_TOLERANCE,
     ApprovalRequest,
     Ledger,
     Slot,
@@ -48,7 +58,7 @@ from dp_ops.privacy.ledger import (
     SpendRequest,
 )
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
-from dp_ops.privacy.plan import MetricBudget
+from dp_ops.privacy.plan import GROUP_TERM_PREFIXES, MetricBudget, group_terms
 from dp_ops.steps.ledger_binding import open_ledger, require_sound
 from dp_ops.steps.noise_request import NoiseRequest
 from dp_ops.steps.result import StepResult
@@ -72,23 +82,51 @@ NOISE_SCHEMA = pa.schema([
 class NoisePlan:
     """What one report noises per date and level.
 
-    ``budgets`` give each metric group's per-cell epsilon and sensitivity; ``group_cells``
-    the cells of a group in one region (the public domain: it does not depend on the
-    data); ``ledger_epsilons`` what one slot (a group at one level) costs each user-day.
+    ``budgets`` give each metric group's per-cell epsilon, sensitivity and cells per
+    user-day: the sampler is built from them and what a slot (a group at one level) costs
+    each user-day is derived from them (:attr:`ledger_epsilons`), never stated apart;
+    ``group_cells`` the cells of a group in one region (the public domain: it does not
+    depend on the data).
     """
 
     report: str
     budgets: tuple[MetricBudget, ...]
     group_cells: Mapping[str, tuple[str, ...]]
-    ledger_epsilons: Mapping[str, float]
     levels: tuple[int, ...]
     cap: float
     method_version: str
     # the first date that is ever published: a re-noise before it spends for nothing
     first_public_date: date
-    # what the ledger's recorded policy holds besides the cap (the report config's
-    # policy_terms): a process whose terms differ is refused before any spend
+    # what the ledger's recorded policy holds besides the cap and the budgets' own terms
+    # (the report config's policy_terms): a process whose terms differ is refused before
+    # any spend
     policy_terms: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [b.name for b in self.budgets]
+        if len(set(names)) != len(names) or set(names) != set(self.group_cells):
+            raise ValueError(f"report {self.report!r}: budgets {names} and group_cells "
+                             f"{sorted(self.group_cells)} must name the same groups, once each")
+        derived = group_terms(self.budgets)
+        stated = {k: v for k, v in self.policy_terms.items()
+                  if k.startswith(GROUP_TERM_PREFIXES)}
+        wrong = sorted(k for k, v in stated.items()
+                       if k not in derived or not math.isclose(v, derived[k], rel_tol=1e-12))
+        if wrong:
+            raise ValueError(f"report {self.report!r}: policy_terms {wrong} state a metric "
+                             "group's terms otherwise than its budget; they are derived "
+                             "from the budgets")
+
+    @property
+    def ledger_epsilons(self) -> dict[str, float]:
+        """What one slot of each group costs per user-day (derived from its budget)."""
+        return {b.name: b.epsilon for b in self.budgets}
+
+    @property
+    def ledger_terms(self) -> dict[str, float]:
+        """The policy terms the ledger records and checks: ``policy_terms`` and every
+        group's terms, derived from its budget."""
+        return {**self.policy_terms, **group_terms(self.budgets)}
 
     def budget(self, name: str) -> MetricBudget:
         for b in self.budgets:
@@ -181,8 +219,7 @@ def plan_requests(plan: NoisePlan, regions: pd.DataFrame, day: date,
     else:
         scopes = [(lvl, rid) for lvl, rid in region_chain(regions, renoise_region)
                   if lvl in plan.levels]
-    return [SpendRequest(Slot(plan.report, day, level, b.name, scope),
-                         plan.ledger_epsilons[b.name])
+    return [SpendRequest(Slot(plan.report, day, level, b.name, scope), b)
             for level, scope in scopes for b in plan.budgets]
 
 
@@ -228,11 +265,13 @@ def domain_true_values(level: int, ids: list[str], metrics: list[str],
 
 
 def draw_and_store(root: DataRoot, ledger: Ledger, plan: NoisePlan, regions: pd.DataFrame,
-                   spend: Spend, true_cells: TrueCells, rng: np.random.Generator) -> None:
-    """Noise every cell of ``spend``'s domain, record the noisy values' sha256 in the
-    ledger and move them into place. Of racing draws for one spend, the first record wins;
-    the others' values are dropped unseen and the winner's are used."""
-    budget = plan.budget(spend.slot.metric)
+                   spend: Spend, booked: SpendRequest, true_cells: TrueCells,
+                   rng: np.random.Generator) -> None:
+    """Noise every cell of ``spend``'s domain with the budget ``booked`` for it (the request
+    the ledger checked and reserved), record the noisy values' sha256 in the ledger and
+    move them into place. Of racing draws for one spend, the first record wins; the
+    others' values are dropped unseen and the winner's are used."""
+    budget = booked_budget(spend, booked)
     keys = domain_keys(plan, regions, spend)
     cells = domain_table(*keys)
     true_values = domain_true_values(*keys, true_cells)
@@ -268,6 +307,24 @@ def draw_and_store(root: DataRoot, ledger: Ledger, plan: NoisePlan, regions: pd.
             pass  # a reader moved it into place already (verify_stored)
     finally:
         pending.unlink(missing_ok=True)
+
+
+def booked_budget(spend: Spend, booked: SpendRequest) -> MetricBudget:
+    """The budget to draw ``spend``'s noise with: the one ``booked`` for its slot, unless
+    the ledger booked the spend at less (a spend reserved under an earlier policy and never
+    stored), which is refused rather than drawn above what was paid."""
+    if booked.slot != spend.slot or booked.fraction != 1.0:
+        raise ValueError(f"ledger spend {spend.id} ({spend.slot.describe()}) is not the "
+                         f"slot reserved with its budget ({booked.slot.describe()})")
+    if booked.epsilon > spend.epsilon + EPS_TOLERANCE:
+        raise PolicyMismatch(
+            f"ledger spend {spend.id} ({spend.slot.describe()}, run "
+            f"{spend.run_id[:40]!r}) was booked at epsilon {spend.epsilon!r} and has no "
+            f"stored noise; the budget in force asks {booked.epsilon!r}, more than was "
+            "paid. Nothing was drawn: re-noise the region-day explicitly with a reason "
+            "(it is paid at the policy in force), or record the earlier epsilon with "
+            "`python -m dp_ops ledger set-epsilon` for the rerun")
+    return booked.budget
 
 
 def _read_true_cells(root: DataRoot, report: str, day: date) -> TrueCells:
@@ -321,10 +378,10 @@ def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
         require_sound(root, ledger)
         if renoise and repeat_renoise:
             reason = f"[repeat re-noise] {reason}"
+        requests = plan_requests(plan, regions, day, region if renoise else None)
         reservation = ledger.reserve(
-            plan_requests(plan, regions, day, region if renoise else None),
-            run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
-            terms=plan.policy_terms,
+            requests, run_id=run_id, kind="renoise" if renoise else "noise", cap=plan.cap,
+            terms=plan.ledger_terms,
             method_version=plan.method_version, reason=reason,
             refuse_repeat_of=region if renoise and not repeat_renoise else None,
             approval=approval)
@@ -342,8 +399,10 @@ def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
         if to_draw:
             true_cells = _read_true_cells(root, plan.report, day)
             rng = noise_generator()
+            booked = {r.slot: r for r in requests}
             for spend in to_draw:
-                draw_and_store(root, ledger, plan, regions, spend, true_cells, rng)
+                draw_and_store(root, ledger, plan, regions, spend, booked[spend.slot],
+                               true_cells, rng)
             del true_cells
             by_id = {s.id: s for s in ledger.spends(plan.report, day)}
             for spend in to_draw:

@@ -70,7 +70,7 @@ def bound_contributions(root: DataRoot, cfg: PresenceConfig, day: date, *,
 def noise_plan(root: DataRoot, cfg: PresenceConfig) -> noising.NoisePlan:
     return noising.NoisePlan(
         report=REPORT, budgets=cfg.metric_budgets, group_cells={METRIC: (METRIC,)},
-        ledger_epsilons={METRIC: cfg.epsilon}, levels=cfg.levels, cap=cfg.cap,
+        levels=cfg.levels, cap=cfg.cap,
         method_version=cfg.method_version, first_public_date=cfg.first_public_date,
         policy_terms=cfg.policy_terms)
 

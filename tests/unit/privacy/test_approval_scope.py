@@ -21,6 +21,7 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
+from spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing
 from dp_ops.privacy.ledger import (
@@ -56,7 +57,7 @@ def _slots(request: ApprovalRequest, extra_scope: str | None = None) -> list[Spe
     """The reservation ``request`` describes: each of its days, its region (a method
     update: every region), and ``extra_scope`` beside it."""
     scopes = [request.region or ALL_REGIONS] + ([extra_scope] if extra_scope else [])
-    return [SpendRequest(Slot(request.report, day, 1, "places", scope), 0.1)
+    return [spend_request(Slot(request.report, day, 1, "places", scope), 0.1)
             for day in sorted(request.days) for scope in scopes]
 
 

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 # inherit sys.path; pytest.ini puts tests/support on it.
 from approvals import approve, request_of, reserve_approved
 from ledger_race_worker import RacePool
+from spend_requests import spend_request
 
 from dp_ops.errors import BudgetExceeded
 from dp_ops.ledger_text import format_ledger, format_ledger_summary
@@ -87,7 +88,7 @@ def floats_in(text: str) -> list[float]:
 
 def test_spend_is_recorded_with_all_fields(ledger: Ledger, ledger_url: str) -> None:
     before = datetime.now(UTC).replace(microsecond=0)
-    (s,) = ledger.reserve([SpendRequest(slot("parks", level=2), 0.25)],
+    (s,) = ledger.reserve([spend_request(slot("parks", level=2), 0.25)],
                           run_id="manual__2020-03-02", kind="noise", cap=CAP,
                           method_version="v3", reason="first run").spends
     after = datetime.now(UTC)
@@ -107,10 +108,10 @@ def test_spend_is_recorded_with_all_fields(ledger: Ledger, ledger_url: str) -> N
 
 
 def test_reserve_respects_the_cap(ledger: Ledger, ledger_url: str) -> None:
-    reserve_noise(ledger, [SpendRequest(slot("retail"), 0.75)], run_id="r")
+    reserve_noise(ledger, [spend_request(slot("retail"), 0.75)], run_id="r")
     rows = raw_rows(ledger_url)
     with pytest.raises(BudgetExceeded):
-        reserve_noise(ledger, [SpendRequest(slot("parks"), 0.5)], run_id="r")
+        reserve_noise(ledger, [spend_request(slot("parks"), 0.5)], run_id="r")
     assert raw_rows(ledger_url) == rows
 
 
@@ -120,7 +121,7 @@ def test_reserve_respects_the_cap(ledger: Ledger, ledger_url: str) -> None:
 @pytest.mark.parametrize("retry_run_id", ["run-1", "run-2"])
 def test_noise_retry_reuses_the_spends(ledger: Ledger, ledger_url: str,
                                        retry_run_id: str) -> None:
-    requests = [SpendRequest(slot(m), 0.1) for m in ("retail", "parks", "transit")]
+    requests = [spend_request(slot(m), 0.1) for m in ("retail", "parks", "transit")]
     first = reserve_noise(ledger, requests)
     assert len(first.spends) == 3
     assert first.new_ids == {s.id for s in first.spends}
@@ -138,7 +139,7 @@ def test_noise_retry_reuses_the_spends(ledger: Ledger, ledger_url: str,
 
 def test_noise_retry_succeeds_when_the_budget_is_used_up(ledger: Ledger) -> None:
     # A retry spends nothing, so it must not be refused by a cap the first run filled.
-    requests = [SpendRequest(slot("retail"), 0.5), SpendRequest(slot("parks"), 0.5)]
+    requests = [spend_request(slot("retail"), 0.5), spend_request(slot("parks"), 0.5)]
     first = reserve_noise(ledger, requests)
     assert ledger.spent(REPORT, DAY) == pytest.approx(CAP)
     again = reserve_noise(ledger, requests, run_id="retry")
@@ -146,8 +147,8 @@ def test_noise_retry_succeeds_when_the_budget_is_used_up(ledger: Ledger) -> None
 
 
 def test_noise_reserve_spends_only_the_slots_not_yet_noised(ledger: Ledger) -> None:
-    first = reserve_noise(ledger, [SpendRequest(slot(m), 0.1) for m in ("retail", "parks")])
-    more = reserve_noise(ledger, [SpendRequest(slot(m), 0.1)
+    first = reserve_noise(ledger, [spend_request(slot(m), 0.1) for m in ("retail", "parks")])
+    more = reserve_noise(ledger, [spend_request(slot(m), 0.1)
                                   for m in ("retail", "parks", "transit")], run_id="run-2")
     reused = {s.id for s in first.spends}
     assert reused < {s.id for s in more.spends}
@@ -160,9 +161,9 @@ def test_noise_reserve_spends_only_the_slots_not_yet_noised(ledger: Ledger) -> N
 
 
 def test_renoise_spends_a_new_generation(ledger: Ledger, ledger_url: str) -> None:
-    original = reserve_noise(ledger, [SpendRequest(slot(), 0.2)]).spends[0]
+    original = reserve_noise(ledger, [spend_request(slot(), 0.2)]).spends[0]
     rows = raw_rows(ledger_url)
-    res = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+    res = reserve_approved(ledger, [spend_request(slot(), 0.15)], run_id="oncall-1",
                            kind="renoise", cap=CAP, method_version="v2",
                            reason="raw data of EE-37 corrected")
     (renoised,) = res.spends
@@ -175,12 +176,12 @@ def test_renoise_spends_a_new_generation(ledger: Ledger, ledger_url: str) -> Non
     assert raw_rows(ledger_url)[:1] == rows  # generation 0 untouched
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.35)
 
-    second = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-2",
+    second = reserve_approved(ledger, [spend_request(slot(), 0.15)], run_id="oncall-2",
                               kind="renoise", cap=CAP, method_version="v2", reason="again")
     assert second.spends[0].generation == 2
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.5)
     # a plain noise reservation of the slot still reuses, and spends nothing
-    retry = reserve_noise(ledger, [SpendRequest(slot(), 0.2)], run_id="run-9")
+    retry = reserve_noise(ledger, [spend_request(slot(), 0.2)], run_id="run-9")
     assert retry.new_ids == frozenset()
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.5)
 
@@ -188,29 +189,29 @@ def test_renoise_spends_a_new_generation(ledger: Ledger, ledger_url: str) -> Non
 def test_a_retry_of_the_same_renoise_run_reuses_its_spend(ledger: Ledger) -> None:
     """An Airflow retry keeps the run id: a renoise task killed between its reservation and
     the store must not pay again when it is retried; a new run does pay again."""
-    reserve_noise(ledger, [SpendRequest(slot(), 0.2)])
-    first = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+    reserve_noise(ledger, [spend_request(slot(), 0.2)])
+    first = reserve_approved(ledger, [spend_request(slot(), 0.15)], run_id="oncall-1",
                              kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
-    retry = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+    retry = reserve_approved(ledger, [spend_request(slot(), 0.15)], run_id="oncall-1",
                              kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
     assert retry.new_ids == frozenset() and retry.spends == first.spends
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.35)
-    other = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-2",
+    other = reserve_approved(ledger, [spend_request(slot(), 0.15)], run_id="oncall-2",
                              kind="renoise", cap=CAP, method_version=VERSION,
                              reason="fix again")
     assert other.spends[0].generation == 2 and len(other.new_ids) == 1
     # the retry reuses only the slot's latest spend, never an older generation
-    late = reserve_approved(ledger, [SpendRequest(slot(), 0.15)], run_id="oncall-1",
+    late = reserve_approved(ledger, [spend_request(slot(), 0.15)], run_id="oncall-1",
                             kind="renoise", cap=CAP, method_version=VERSION, reason="fix")
     assert late.spends[0].generation == 3
     assert ledger.spent(REPORT, DAY) == pytest.approx(0.65)
 
 
 def test_renoise_is_capped(ledger: Ledger, ledger_url: str) -> None:
-    reserve_noise(ledger, [SpendRequest(slot(), 0.9)])
+    reserve_noise(ledger, [spend_request(slot(), 0.9)])
     rows = raw_rows(ledger_url)
     with pytest.raises(BudgetExceeded):
-        reserve_approved(ledger, [SpendRequest(slot(), 0.2)], run_id="oncall", kind="renoise",
+        reserve_approved(ledger, [spend_request(slot(), 0.2)], run_id="oncall", kind="renoise",
                          cap=CAP, method_version=VERSION, reason="fix")
     assert raw_rows(ledger_url) == rows
 
@@ -220,12 +221,12 @@ def test_renoise_is_capped(ledger: Ledger, ledger_url: str) -> None:
 
 def test_budget_exceeded_names_date_slot_spent_requested_and_cap(ledger: Ledger,
                                                                  ledger_url: str) -> None:
-    reserve_noise(ledger, [SpendRequest(slot("retail"), 0.4),
-                           SpendRequest(slot("parks"), 0.25)], cap=0.9)
+    reserve_noise(ledger, [spend_request(slot("retail"), 0.4),
+                           spend_request(slot("parks"), 0.25)], cap=0.9)
     rows = raw_rows(ledger_url)
     refused = slot("residential", level=2, region="EE-37")
     with pytest.raises(BudgetExceeded) as info:
-        reserve_noise(ledger, [SpendRequest(refused, 0.45)], cap=0.9)
+        reserve_noise(ledger, [spend_request(refused, 0.45)], cap=0.9)
     msg = str(info.value)
     assert DAY.isoformat() in msg
     assert refused.describe() in msg
@@ -236,14 +237,14 @@ def test_budget_exceeded_names_date_slot_spent_requested_and_cap(ledger: Ledger,
 
 
 def test_cap_is_inclusive_and_per_report_and_date(ledger: Ledger) -> None:
-    reserve_noise(ledger, [SpendRequest(slot("retail"), 0.6)])
-    reserve_noise(ledger, [SpendRequest(slot("parks"), 0.4)])  # exactly the cap: allowed
+    reserve_noise(ledger, [spend_request(slot("retail"), 0.6)])
+    reserve_noise(ledger, [spend_request(slot("parks"), 0.4)])  # exactly the cap: allowed
     assert ledger.spent(REPORT, DAY) == pytest.approx(CAP)
     with pytest.raises(BudgetExceeded):
-        reserve_noise(ledger, [SpendRequest(slot("transit"), 0.01)])
+        reserve_noise(ledger, [spend_request(slot("transit"), 0.01)])
     # other dates and other reports have budgets of their own
-    reserve_noise(ledger, [SpendRequest(slot("transit", day=date(2020, 3, 2)), 0.9)])
-    reserve_noise(ledger, [SpendRequest(slot("fever", report="symptoms"), 0.9)])
+    reserve_noise(ledger, [spend_request(slot("transit", day=date(2020, 3, 2)), 0.9)])
+    reserve_noise(ledger, [spend_request(slot("fever", report="symptoms"), 0.9)])
     assert ledger.totals() == pytest.approx({
         (REPORT, DAY): 1.0, (REPORT, date(2020, 3, 2)): 0.9, ("symptoms", DAY): 0.9})
     assert ledger.totals(REPORT) == pytest.approx({
@@ -257,9 +258,9 @@ def test_cap_is_inclusive_and_per_report_and_date(ledger: Ledger) -> None:
 
 
 def test_multi_slot_reservation_is_all_or_nothing(ledger: Ledger, ledger_url: str) -> None:
-    reserve_noise(ledger, [SpendRequest(slot("grocery"), 0.1)])
+    reserve_noise(ledger, [spend_request(slot("grocery"), 0.1)])
     rows = raw_rows(ledger_url)
-    requests = [SpendRequest(slot(m), 0.4) for m in ("retail", "parks", "transit")]
+    requests = [spend_request(slot(m), 0.4) for m in ("retail", "parks", "transit")]
     with pytest.raises(BudgetExceeded) as info:  # 0.1 + 0.4 + 0.4 fits, + 0.4 does not
         reserve_noise(ledger, requests)
     assert requests[2].slot.describe() in str(info.value)
@@ -269,11 +270,11 @@ def test_multi_slot_reservation_is_all_or_nothing(ledger: Ledger, ledger_url: st
 
 def test_multi_date_reservation_is_all_or_nothing(ledger: Ledger, ledger_url: str) -> None:
     day2 = date(2020, 3, 2)
-    reserve_noise(ledger, [SpendRequest(slot("grocery", day=day2), 0.8)])
+    reserve_noise(ledger, [spend_request(slot("grocery", day=day2), 0.8)])
     rows = raw_rows(ledger_url)
     with pytest.raises(BudgetExceeded) as info:
-        reserve_noise(ledger, [SpendRequest(slot("retail"), 0.5),
-                               SpendRequest(slot("retail", day=day2), 0.5)])
+        reserve_noise(ledger, [spend_request(slot("retail"), 0.5),
+                               spend_request(slot("retail", day=day2), 0.5)])
     assert day2.isoformat() in str(info.value)
     assert raw_rows(ledger_url) == rows
     assert ledger.spent(REPORT, DAY) == 0
@@ -282,14 +283,14 @@ def test_multi_date_reservation_is_all_or_nothing(ledger: Ledger, ledger_url: st
 @pytest.mark.parametrize("bad", [0.0, -0.1, float("nan"), float("inf")])
 def test_reserve_rejects_bad_epsilon(ledger: Ledger, ledger_url: str, bad: float) -> None:
     with pytest.raises(ValueError, match="epsilon"):
-        reserve_noise(ledger, [SpendRequest(slot("retail"), 0.1),
-                               SpendRequest(slot("parks"), bad)])
+        reserve_noise(ledger, [spend_request(slot("retail"), 0.1),
+                               spend_request(slot("parks"), bad)])
     assert raw_rows(ledger_url) == []
 
 
 def test_reserve_rejects_unknown_kind(ledger: Ledger, ledger_url: str) -> None:
     with pytest.raises(ValueError, match="kind"):
-        ledger.reserve([SpendRequest(slot(), 0.1)], run_id="r", kind="refund", cap=CAP,
+        ledger.reserve([spend_request(slot(), 0.1)], run_id="r", kind="refund", cap=CAP,
                        method_version=VERSION)
     assert raw_rows(ledger_url) == []
 
@@ -324,7 +325,7 @@ def test_rows_are_only_ever_appended(ledger: Ledger, ledger_url: str) -> None:
             pass
         check()
 
-    a, b, c = (SpendRequest(slot(m), 0.2) for m in ("retail", "parks", "transit"))
+    a, b, c = (spend_request(slot(m), 0.2) for m in ("retail", "parks", "transit"))
     attempt(reserve_noise, ledger, [a, b])
     attempt(reserve_noise, ledger, [a, b], run_id="retry")
     attempt(reserve_noise, ledger, [a], run_id="r")  # already noised: reused, no row
@@ -333,7 +334,7 @@ def test_rows_are_only_ever_appended(ledger: Ledger, ledger_url: str) -> None:
             method_version=VERSION, reason="fix")
     attempt(reserve_approved, ledger, [b], run_id="update", kind="method_update", cap=CAP,
             method_version="v2", reason="new baseline")
-    attempt(reserve_noise, ledger, [SpendRequest(slot("grocery"), 0.5)])  # refused by the cap
+    attempt(reserve_noise, ledger, [spend_request(slot("grocery"), 0.5)])  # refused by the cap
     attempt(reserve_approved, ledger, [a], run_id="oncall", kind="renoise", cap=CAP,
             method_version=VERSION)  # refused
     assert len(history) == 5
@@ -351,13 +352,13 @@ def test_rows_are_only_ever_appended(ledger: Ledger, ledger_url: str) -> None:
 def test_format_ledger_lists_spends_and_composed_epsilon_per_report_and_date(
         ledger: Ledger) -> None:
     day2 = date(2020, 3, 2)
-    reserve_noise(ledger, [SpendRequest(slot("retail"), 0.1), SpendRequest(slot("parks"), 0.2)],
+    reserve_noise(ledger, [spend_request(slot("retail"), 0.1), spend_request(slot("parks"), 0.2)],
                   run_id="scheduled__2020-03-03")
-    reserve_approved(ledger, [SpendRequest(slot("parks", region="EE-37"), 0.05)],
+    reserve_approved(ledger, [spend_request(slot("parks", region="EE-37"), 0.05)],
                      run_id="oncall-7", kind="renoise", cap=CAP, method_version=VERSION,
                      reason="fix")
-    reserve_noise(ledger, [SpendRequest(slot("retail", day=day2), 0.3)])
-    reserve_noise(ledger, [SpendRequest(slot("fever", report="symptoms"), 0.5)])
+    reserve_noise(ledger, [spend_request(slot("retail", day=day2), 0.3)])
+    reserve_noise(ledger, [spend_request(slot("fever", report="symptoms"), 0.5)])
     spends = ledger.spends()
     text = format_ledger(spends)
     lines = text.splitlines()
@@ -381,9 +382,9 @@ def test_format_ledger_lists_spends_and_composed_epsilon_per_report_and_date(
 
 def test_spends_filters_by_report_and_day(ledger: Ledger) -> None:
     day2 = date(2020, 3, 2)
-    reserve_noise(ledger, [SpendRequest(slot("retail"), 0.1),
-                           SpendRequest(slot("retail", day=day2), 0.2),
-                           SpendRequest(slot("fever", report="symptoms"), 0.3)])
+    reserve_noise(ledger, [spend_request(slot("retail"), 0.1),
+                           spend_request(slot("retail", day=day2), 0.2),
+                           spend_request(slot("fever", report="symptoms"), 0.3)])
     assert [s.epsilon for s in ledger.spends(REPORT)] == [0.1, 0.2]
     assert [s.epsilon for s in ledger.spends(REPORT, day2)] == [0.2]
     assert [s.slot.report for s in ledger.spends()] == [REPORT, REPORT, "symptoms"]
@@ -431,8 +432,8 @@ def test_race_for_one_slot_noises_it_once(race_pool: RacePool, ledger: Ledger,
     for rnd in range(ROUNDS):
         day = date(2020, 4, 1 + rnd)
         if rnd % 2:  # also race on a date the ledger already knows (its lock row exists)
-            reserve_noise(ledger, [SpendRequest(slot("grocery", day=day), 0.1)])
-        req = SpendRequest(slot("retail", day=day), 0.3)
+            reserve_noise(ledger, [spend_request(slot("grocery", day=day), 0.1)])
+        req = spend_request(slot("retail", day=day), 0.3)
         results = race_pool.race(ledger_url, [
             _op("reserve", requests=[req], kind="noise", run_id=f"run-{i}")
             for i in range(N_WORKERS)])
@@ -452,10 +453,10 @@ def test_race_for_the_last_of_the_budget_has_one_winner(race_pool: RacePool, led
     # cap 1.0, 0.7 spent, eight region re-noises of 0.2 each: exactly one fits.
     for rnd in range(ROUNDS):
         day = date(2020, 6, 1 + rnd)
-        reserve_noise(ledger, [SpendRequest(slot("retail", day=day), 0.7)])
+        reserve_noise(ledger, [spend_request(slot("retail", day=day), 0.7)])
         results = race_pool.race(ledger_url, [
             _approved_op(ledger, kind="renoise", run_id=f"oncall-{i}", reason="corrected",
-                         requests=[SpendRequest(slot("retail", day=day, region=f"EE-{i}"),
+                         requests=[spend_request(slot("retail", day=day, region=f"EE-{i}"),
                                                 0.2)])
             for i in range(N_WORKERS)])
         report = _describe(results)
@@ -474,7 +475,7 @@ def test_racing_renoises_of_one_slot_get_distinct_generations(
     # Budget for all: every re-noise must succeed, serialised into generations 1..8.
     for rnd in range(ROUNDS):
         day = date(2020, 7, 1 + rnd)
-        req = SpendRequest(slot("transit", day=day), 0.1)
+        req = spend_request(slot("transit", day=day), 0.1)
         reserve_noise(ledger, [req])
         results = race_pool.race(ledger_url, [
             _approved_op(ledger, requests=[req], kind="renoise", run_id=f"oncall-{i}")
@@ -490,7 +491,7 @@ def test_racing_renoises_of_one_slot_get_distinct_generations(
 def test_race_on_a_new_ledger_creates_it_once(race_pool: RacePool, ledger_url: str) -> None:
     # The first scheduled run: parallel tasks open a ledger that does not exist yet (schema
     # creation races too) and reserve the same slot. One round: the database must be new.
-    req = SpendRequest(slot("retail", day=date(2020, 8, 1)), 0.3)
+    req = spend_request(slot("retail", day=date(2020, 8, 1)), 0.3)
     results = race_pool.race(ledger_url, [
         _op("reserve", requests=[req], kind="noise", run_id=f"run-{i}", open_after_start=True)
         for i in range(N_WORKERS)])
@@ -504,11 +505,11 @@ def test_race_on_a_new_ledger_creates_it_once(race_pool: RacePool, ledger_url: s
 def test_ledger_summary_groups_dates_and_composes_per_user_day(ledger: Ledger) -> None:
     days = [date(2020, 3, d) for d in range(1, 6)]
     for d in days:
-        reserve_noise(ledger, [SpendRequest(slot("retail", day=d), 0.3),
-                               SpendRequest(slot("parks", day=d, level=2), 0.2)])
+        reserve_noise(ledger, [spend_request(slot("retail", day=d), 0.3),
+                               spend_request(slot("parks", day=d, level=2), 0.2)])
     # a re-noise on 3 March breaks the run of identical days
     reserve_approved(ledger,
-                     [SpendRequest(slot("parks", day=days[2], level=2, region="EE-37"), 0.2)],
+                     [spend_request(slot("parks", day=days[2], level=2, region="EE-37"), 0.2)],
                      run_id="oncall", kind="renoise", cap=CAP, method_version=VERSION,
                      reason="fix")
     text = format_ledger_summary(ledger.spends(), caps={REPORT: 0.6})

@@ -13,9 +13,10 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing
-from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot
 
 if TYPE_CHECKING:  # (imported where used: the code before approvals has no such class)
     from dp_ops.privacy.ledger import ApprovalRequest
@@ -57,7 +58,7 @@ def test_an_extra_spend_without_an_approval_is_refused_before_anything_is_writte
     the first-use policy row is written."""
     before = _written(ledger)
     with pytest.raises(ApprovalMissing, match="without the request its approver approved"):
-        ledger.reserve([SpendRequest(slot(region="R1"), 0.1)], run_id="oncall", kind=kind,
+        ledger.reserve([spend_request(slot(region="R1"), 0.1)], run_id="oncall", kind=kind,
                        cap=CAP, method_version=VERSION, reason="fix")
     assert _written(ledger) == before
     assert ledger.policy("mobility") is None
@@ -69,7 +70,7 @@ def test_an_unrecorded_approval_is_refused_before_anything_is_written(ledger: Le
     what the operator reads)."""
     before = _written(ledger)
     with pytest.raises(ApprovalMissing) as err:
-        ledger.reserve([SpendRequest(slot(region="R1"), 0.1)], run_id="oncall",
+        ledger.reserve([spend_request(slot(region="R1"), 0.1)], run_id="oncall",
                        kind="renoise", cap=CAP, method_version=VERSION,
                        reason="raw data corrected", refuse_repeat_of="R1",
                        approval=_renoise())
@@ -182,11 +183,11 @@ def test_an_approval_covers_its_run_and_exact_request_only(ledger: Ledger) -> No
     from dp_ops.privacy.ledger import VIA_AIRFLOW
 
     approved = _renoise()
-    ledger.reserve([SpendRequest(slot(), 0.5)], run_id="daily", kind="noise", cap=CAP,
+    ledger.reserve([spend_request(slot(), 0.5)], run_id="daily", kind="noise", cap=CAP,
                    method_version=VERSION)
     ledger.record_approval(approved, run_id="oncall-1",
                            requester="alice", approver="bob", via=VIA_AIRFLOW)
-    r1 = [SpendRequest(slot(region="R1"), 0.1)]
+    r1 = [spend_request(slot(region="R1"), 0.1)]
     base = {"kind": "renoise", "cap": CAP, "method_version": VERSION,
             "reason": "raw data corrected", "refuse_repeat_of": "R1"}
     before = _written(ledger)
@@ -194,9 +195,9 @@ def test_an_approval_covers_its_run_and_exact_request_only(ledger: Ledger) -> No
             (r1, {"run_id": "oncall-2", "approval": approved}, "no approval is recorded"),
             (r1, {"approval": _renoise(reason="another reason"),
                   "reason": "another reason"}, "no approval is recorded"),
-            ([SpendRequest(slot(region="R2"), 0.1)], {"refuse_repeat_of": "R2"},
+            ([spend_request(slot(region="R2"), 0.1)], {"refuse_repeat_of": "R2"},
              "approved region 'R1'"),
-            ([SpendRequest(slot(region="R1", day=date(2020, 3, 2)), 0.1)], {},
+            ([spend_request(slot(region="R1", day=date(2020, 3, 2)), 0.1)], {},
              "approved dates"),
             (r1, {"refuse_repeat_of": None}, "no repeat re-noise"),
             (r1, {"reason": "something else"}, "approved reason 'raw data corrected'"),
@@ -302,10 +303,10 @@ def test_the_request_text_and_description_are_pinned() -> None:
 
 
 def test_a_reservation_unlike_its_approved_request_is_named_point_by_point() -> None:
-    from dp_ops.privacy.ledger import ApprovalRequest, Slot, SpendRequest, approval_mismatch
+    from dp_ops.privacy.ledger import ApprovalRequest, Slot, approval_mismatch
 
     day = date(2020, 3, 1)
-    requests = [SpendRequest(Slot("mobility", day, 1, "a", "R1"), 0.1)]
+    requests = [spend_request(Slot("mobility", day, 1, "a", "R1"), 0.1)]
     request = ApprovalRequest(report="mobility", kind="renoise", days=(day,), reason="why",
                               region="R1")
     ok: dict[str, Any] = {"kind": "renoise", "method_version": "", "reason": "why: more",

@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from approvals import reserve_approved
+from spend_requests import spend_request
 from sqlalchemy.engine import Connection
 
 from dp_ops.errors import BadRequest, BudgetExceeded, LedgerSchemaError, PolicyMismatch
-from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest, _make_engine
+from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, _make_engine
 from dp_ops.privacy.ledger_schema import (
     APPEND_ONLY,
     CHAINED,
@@ -38,7 +39,9 @@ from dp_ops.privacy.ledger_schema import (
 
 DAY = date(2020, 3, 1)
 CAP = 2.0
-TERMS = {"epsilon.places": 0.5, "method_update_fraction": 0.1}
+TERMS = {"epsilon.places": 0.5, "epsilon.workplaces": 0.25, "method_update_fraction": 0.1}
+# a policy that names no metric group: the budgets of its spends are not compared
+NO_GROUPS = {"method_update_fraction": 0.1}
 
 
 def slot(metric: str, *, day: date = DAY, region: str = ALL_REGIONS) -> Slot:
@@ -48,11 +51,12 @@ def slot(metric: str, *, day: date = DAY, region: str = ALL_REGIONS) -> Slot:
 def populate(led: Ledger) -> None:
     """A little of everything the pipeline writes: noise, an approved re-noise,
     stored-noise records, derived-state versions and a policy change."""
-    res = led.reserve([SpendRequest(slot("places"), 0.5), SpendRequest(slot("workplaces"), 0.25)],
+    res = led.reserve([spend_request(slot("places"), 0.5),
+                       spend_request(slot("workplaces"), 0.25)],
                       run_id="daily", kind="noise", cap=CAP, method_version="v1", terms=TERMS)
     for s in res.spends:
         led.record_stored(s.id, f"{s.id:064x}", 10)
-    (again,) = reserve_approved(led, [SpendRequest(slot("places", region="R1"), 0.5)],
+    (again,) = reserve_approved(led, [spend_request(slot("places", region="R1"), 0.5)],
                                 run_id="oncall", kind="renoise", cap=CAP,
                                 method_version="v1", reason="fix", terms=TERMS).spends
     led.record_stored(again.id, "f" * 64, 1)
@@ -125,7 +129,7 @@ def test_the_database_refuses_a_second_spend_of_a_slot_generation(ledger_url: st
     UPDATE and DELETE only) nor another column's."""
     led = Ledger(ledger_url)
     try:
-        led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily", kind="noise", cap=CAP,
+        led.reserve([spend_request(slot("places"), 0.5)], run_id="daily", kind="noise", cap=CAP,
                     method_version="v1", terms=TERMS)
     finally:
         led.dispose()
@@ -239,7 +243,7 @@ def test_ids_are_never_reused(used: Ledger, ledger_url: str) -> None:
             conn.execute(sa.text("DELETE FROM budget_spend WHERE id = :i"), {"i": last})
     finally:
         engine.dispose()
-    res = reserve_approved(used, [SpendRequest(slot("places", region="R2"), 0.1)],
+    res = reserve_approved(used, [spend_request(slot("places", region="R2"), 0.5)],
                            run_id="oncall-2", kind="renoise", cap=2.5, method_version="v1",
                            reason="again", terms=TERMS)
     assert min(res.new_ids) > last
@@ -343,7 +347,7 @@ def test_an_upgrade_failing_for_another_reason_is_not_called_a_permission_proble
 
 def _noise(led: Ledger, metric: str, eps: float, *, cap: float = CAP,
            terms: dict[str, float] | None = None, day: date = DAY) -> None:
-    led.reserve([SpendRequest(slot(metric, day=day), eps)], run_id="r", kind="noise", cap=cap,
+    led.reserve([spend_request(slot(metric, day=day), eps)], run_id="r", kind="noise", cap=cap,
                 method_version="v1", terms=TERMS if terms is None else terms)
 
 
@@ -364,7 +368,7 @@ def test_the_first_spend_records_the_policy_and_a_different_one_is_refused(
             _noise(led, "workplaces", 0.5, terms={**TERMS, "epsilon.places": 5.0})
         assert led.spends() == before
         # other reports have a policy of their own
-        led.reserve([SpendRequest(Slot("symptoms", DAY, 1, "a"), 0.5)], run_id="r",
+        led.reserve([spend_request(Slot("symptoms", DAY, 1, "a"), 0.5)], run_id="r",
                     kind="noise", cap=9.0, method_version="v1")
     finally:
         led.dispose()
@@ -374,7 +378,7 @@ def test_set_policy_is_explicit_recorded_and_never_leaves_a_date_over_the_cap(
         ledger_url: str) -> None:
     led = Ledger(ledger_url)
     try:
-        _noise(led, "places", 1.5)
+        _noise(led, "places", 1.5, terms=NO_GROUPS)
         with pytest.raises(BadRequest, match="reason"):
             led.set_policy("mobility", cap=3.0, reason=" ", run_id="cli")
         with pytest.raises(BudgetExceeded, match=r"already spent 1\.5"):
@@ -383,10 +387,10 @@ def test_set_policy_is_explicit_recorded_and_never_leaves_a_date_over_the_cap(
             led.set_policy("mobility", terms={"epsilon.nope": 1.0}, reason="x", run_id="cli")
         led.set_policy("mobility", cap=3.0, reason="room for a re-noise", run_id="cli")
         with pytest.raises(PolicyMismatch):  # the old configuration no longer matches
-            _noise(led, "workplaces", 0.5)
-        _noise(led, "workplaces", 1.5, cap=3.0)  # the new one does, and the cap is 3.0
-        with pytest.raises(BudgetExceeded):
-            _noise(led, "parks", 0.01, cap=3.0)
+            _noise(led, "workplaces", 0.5, terms=NO_GROUPS)
+        _noise(led, "workplaces", 1.5, cap=3.0, terms=NO_GROUPS)  # the new one does
+        with pytest.raises(BudgetExceeded):  # and the cap is 3.0
+            _noise(led, "parks", 0.01, cap=3.0, terms=NO_GROUPS)
         history = led.policies()
         assert [p.cap for p in history] == [CAP, 3.0]
         assert history[-1].reason == "room for a re-noise"
@@ -451,7 +455,7 @@ def test_verify_reads_one_snapshot_while_others_write(ledger_url: str) -> None:
             for i in range(150):
                 if i % 10 == 0:
                     wait_for_verify(i // 10 + 1)
-                (s,) = led.reserve([SpendRequest(slot(f"m{i}"), 0.01)], run_id="w",
+                (s,) = led.reserve([spend_request(slot(f"m{i}"), 0.01)], run_id="w",
                                    kind="noise", cap=CAP, method_version="v1").spends
                 led.record_stored(s.id, f"{i:064x}", 1)
         except BaseException as exc:  # noqa: BLE001 - reported below
@@ -588,7 +592,7 @@ def test_verify_names_every_missing_or_disabled_guard(ledger_url: str) -> None:
 
     led = Ledger(ledger_url)
     try:
-        led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily", kind="noise",
+        led.reserve([spend_request(slot("places"), 0.5)], run_id="daily", kind="noise",
                     cap=CAP, method_version="v1", terms=TERMS)
         intact = led.verify()
         assert intact.ok, intact.problem
@@ -617,7 +621,7 @@ def test_stored_noise_is_recorded_once_and_never_replaced(ledger_url: str) -> No
 
     led = Ledger(ledger_url)
     try:
-        (spend,) = led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily",
+        (spend,) = led.reserve([spend_request(slot("places"), 0.5)], run_id="daily",
                                kind="noise", cap=CAP, method_version="v1",
                                terms=TERMS).spends
         led.record_stored(spend.id, "a" * 64, 10)
@@ -645,7 +649,7 @@ def test_a_recorded_sha256_is_64_lowercase_hex_digits(ledger_url: str, sha256: s
     most its first 70 characters, before anything is written."""
     led = Ledger(ledger_url)
     try:
-        (spend,) = led.reserve([SpendRequest(slot("places"), 0.5)], run_id="daily",
+        (spend,) = led.reserve([spend_request(slot("places"), 0.5)], run_id="daily",
                                kind="noise", cap=CAP, method_version="v1",
                                terms=TERMS).spends
         head = led.head()

@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from spend_requests import spend_request
 
 from dp_ops.errors import LedgerKeyMissing
 from dp_ops.privacy import ledger_key
-from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.privacy.ledger import Ledger, Slot
 from dp_ops.privacy.ledger_schema import VERSION_TABLE
 
 OTHER = "ab" * 32
 
 
 def _spend(led: Ledger) -> None:
-    led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places"), 0.1)],
+    led.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "places"), 0.1)],
                 run_id="r", kind="noise", cap=2.0, method_version="v1")
 
 
@@ -138,7 +139,7 @@ def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification
     led = Ledger(ledger_url)
     _spend(led)
     (renoise,) = reserve_approved(
-        led, [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"), 0.1)],
+        led, [spend_request(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"), 0.1)],
         run_id="oncall", kind="renoise", cap=2.0, method_version="v1", reason="fix").spends
     led.record_stored(renoise.id, "f" * 64, 1)
     led.dispose()
@@ -172,7 +173,7 @@ def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification
         head = led.head()
         with pytest.raises(LedgerKeyMissing, match="does not verify"):
             reserve_approved(
-                led, [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"),
+                led, [spend_request(Slot("mobility", date(2020, 3, 1), 1, "places", "R1"),
                                    0.1)], run_id="oncall-2", kind="renoise", cap=2.0,
                 method_version="v1", reason="again")
         assert led.head() == head
@@ -212,7 +213,7 @@ def test_a_process_keeps_the_key_it_checked(ledger_url: str,
         key = led.key()
         monkeypatch.setenv(ledger_key.KEY_ENV, OTHER)
         assert led.key() == key
-        led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 2), 1, "places"), 0.1)],
+        led.reserve([spend_request(Slot("mobility", date(2020, 3, 2), 1, "places"), 0.1)],
                     run_id="r", kind="noise", cap=2.0, method_version="v1")
         assert led.verify().ok
     finally:
@@ -251,7 +252,7 @@ def test_a_postgresql_ledger_survives_its_connections_being_dropped(ledger_url: 
                 assert conn.execute(sa.text("SELECT pg_terminate_backend(:p)"),
                                     {"p": pid}).scalar()
         assert len(led.spends()) == 1
-        led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 2), 1, "places"), 0.1)],
+        led.reserve([spend_request(Slot("mobility", date(2020, 3, 2), 1, "places"), 0.1)],
                     run_id="r", kind="noise", cap=2.0, method_version="v1")
         assert len(led.spends()) == 2
     finally:

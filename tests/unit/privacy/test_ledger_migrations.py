@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from spend_requests import spend_request
 
 from dp_ops.privacy import ledger_key, ledger_migrations
 from dp_ops.privacy.ledger import Ledger
@@ -210,13 +211,13 @@ def test_a_write_waits_for_the_write_lock(ledger_url: str) -> None:
     lock (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock) waits for it, then spends."""
     from datetime import date
 
-    from dp_ops.privacy.ledger import Slot, SpendRequest
+    from dp_ops.privacy.ledger import Slot
 
     led = Ledger(ledger_url)
     done: list[int] = []
 
     def spend() -> None:
-        res = led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "places"), 0.1)],
+        res = led.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "places"), 0.1)],
                           run_id="r", kind="noise", cap=2.0, method_version="v1")
         done.append(len(res.spends))
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from approvals import approve, request_of
+from spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing
 from dp_ops.privacy.ledger import (
     Ledger,
     Slot,
-    SpendRequest,
     safe_url,
 )
 from dp_ops.privacy.ledger_schema import GENESIS
@@ -51,7 +51,7 @@ def test_derived_records_are_read_per_report_name_and_version(ledger: Ledger) ->
 def test_the_head_and_each_link_of_the_chain(ledger: Ledger) -> None:
     seq, head = ledger.head()
     assert seq >= 0 and (seq > 0 or head == GENESIS)
-    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
+    ledger.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
                    run_id="r", kind="noise", cap=1.0, method_version="v1")
     after, tip = ledger.head()
     assert after > seq and tip != head and len(tip) == 64
@@ -62,7 +62,7 @@ def test_the_head_and_each_link_of_the_chain(ledger: Ledger) -> None:
 
 
 def test_an_approval_is_required_of_exactly_its_run_and_request(ledger: Ledger) -> None:
-    requests = [SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a", "R1"), 0.1)]
+    requests = [spend_request(Slot("mobility", date(2020, 3, 1), 1, "a", "R1"), 0.1)]
     request = request_of(requests, kind="renoise", reason="why", method_version="v1")
     with pytest.raises(ApprovalMissing) as err:
         ledger.require_approval(request, run_id="run-1")
@@ -81,7 +81,7 @@ def test_spent_totals_and_policies(ledger: Ledger) -> None:
     d1, d2 = date(2020, 3, 1), date(2020, 3, 2)
     for report, day, eps in (("mobility", d1, 0.1), ("mobility", d1, 0.2),
                              ("mobility", d2, 0.3), ("symptoms", d1, 0.5)):
-        ledger.reserve([SpendRequest(Slot(report, day, 1, f"m{eps}"), eps)], run_id="r",
+        ledger.reserve([spend_request(Slot(report, day, 1, f"m{eps}"), eps)], run_id="r",
                        kind="noise", cap=1.0, method_version="v1")
     assert ledger.spent("mobility", d1) == pytest.approx(0.3, abs=1e-15)
     assert ledger.spent("mobility", date(2020, 3, 9)) == 0
@@ -101,8 +101,8 @@ def test_a_url_is_shown_without_its_password() -> None:
 
 
 def test_a_spend_carries_its_stored_record(ledger: Ledger) -> None:
-    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1),
-                    SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "b"), 0.1)],
+    ledger.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1),
+                    spend_request(Slot("mobility", date(2020, 3, 1), 1, "b"), 0.1)],
                    run_id="r", kind="noise", cap=1.0, method_version="v1")
     first, second = ledger.spends()
     ledger.record_stored(first.id, SHA[0], 7)
@@ -116,7 +116,7 @@ def test_the_databases_refusals_say_what_was_refused(ledger_url: str) -> None:
     from dp_ops.privacy.ledger_schema import VERSION_TABLE
 
     led = Ledger(ledger_url)
-    led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
+    led.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
                 run_id="r", kind="noise", cap=1.0, method_version="v1")
     led.dispose()
     sqlite = ledger_url.startswith("sqlite")
@@ -159,7 +159,7 @@ def test_a_policy_change_is_refused_with_what_was_wrong(ledger: Ledger, kw: dict
                                                         message: str) -> None:
     from dp_ops.errors import BadRequest
 
-    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
+    ledger.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "a"), 0.1)],
                    run_id="r", kind="noise", cap=1.0, method_version="v1",
                    terms={"max_places": 4.0, "max_hours": 24.0})
     with pytest.raises(BadRequest) as err:
@@ -176,7 +176,7 @@ def test_a_cap_below_a_spent_date_is_refused_naming_the_date(ledger: Ledger) -> 
     assert str(err.value) == ("report 'mobility' has no recorded policy yet: its first spend "
                               "records the configured one")
     for day, eps in ((1, 0.25), (2, 0.375), (3, 0.125)):
-        ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, day), 1, "a"), eps)],
+        ledger.reserve([spend_request(Slot("mobility", date(2020, 3, day), 1, "a"), eps)],
                        run_id="r", kind="noise", cap=1.0, method_version="v1")
     with pytest.raises(BudgetExceeded) as exceeded:
         ledger.set_policy("mobility", reason="why", run_id="op", cap=0.3)
@@ -192,7 +192,7 @@ def test_a_cap_the_tolerance_below_a_spent_date_is_not_below_it(ledger: Ledger) 
     from dp_ops.privacy.ledger import EPS_TOLERANCE
 
     spent = 0.375 + EPS_TOLERANCE
-    ledger.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, "a"), spent)],
+    ledger.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, "a"), spent)],
                    run_id="r", kind="noise", cap=1.0, method_version="v1")
     assert ledger.spent("mobility", date(2020, 3, 1)) == spent
     assert ledger.set_policy("mobility", reason="why", run_id="op", cap=0.375).cap == 0.375

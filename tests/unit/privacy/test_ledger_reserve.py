@@ -12,10 +12,11 @@ from datetime import date
 import pytest
 import sqlalchemy as sa
 from approvals import approve, request_of, reserve_approved
+from spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing, BadRequest, BudgetExceeded, PolicyMismatch
 from dp_ops.privacy import ledger as ledger_module
-from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest, cap_refusal
+from dp_ops.privacy.ledger import Ledger, Slot, cap_refusal
 
 DAY = date(2020, 3, 1)
 SLOT = Slot("mobility", DAY, 1, "a")
@@ -31,7 +32,7 @@ def ledger(ledger_url: str) -> Iterator[Ledger]:
 
 def noise(ledger: Ledger, *slots: Slot, eps: float = 0.1, cap: float = 1.0,
           run_id: str = "r") -> set[int]:
-    got = ledger.reserve([SpendRequest(s, eps) for s in slots], run_id=run_id, kind="noise",
+    got = ledger.reserve([spend_request(s, eps) for s in slots], run_id=run_id, kind="noise",
                          cap=cap, method_version="v1", terms=TERMS)
     return {s.id for s in got.spends}
 
@@ -45,16 +46,16 @@ def test_a_reservation_without_a_reason_records_an_empty_one(ledger: Ledger) -> 
     ({"cap": 0.0}, "cap=0.0: must be a finite number > 0"),
     ({"cap": -1.0}, "cap=-1.0: must be a finite number > 0"),
     ({"cap": float("inf")}, "cap=inf: must be a finite number > 0"),
-    ({"requests": [SpendRequest(SLOT, 0.1), SpendRequest(SLOT, 0.2)]},
+    ({"requests": [spend_request(SLOT, 0.1), spend_request(SLOT, 0.2)]},
      f"slot {SLOT.describe()} is requested twice in one reservation"),
     ({"approval": "given"}, "kind='noise' needs no approval; one was given"),
 ])
 def test_a_malformed_reservation_is_refused_with_what_was_wrong(
         ledger: Ledger, kw: dict[str, object], message: str) -> None:
-    args: dict[str, object] = {"requests": [SpendRequest(SLOT, 0.1)], "run_id": "r",
+    args: dict[str, object] = {"requests": [spend_request(SLOT, 0.1)], "run_id": "r",
                                "kind": "noise", "cap": 1.0, "method_version": "v1", **kw}
     if args.get("approval") == "given":
-        args["approval"] = request_of([SpendRequest(SLOT, 0.1)], kind="renoise",
+        args["approval"] = request_of([spend_request(SLOT, 0.1)], kind="renoise",
                                       reason="why", method_version="v1")
     with pytest.raises(ValueError) as err:
         ledger.reserve(**args)  # type: ignore[arg-type]
@@ -64,7 +65,7 @@ def test_a_malformed_reservation_is_refused_with_what_was_wrong(
 
 def test_a_renoise_without_its_approved_request_is_refused(ledger: Ledger) -> None:
     with pytest.raises(ApprovalMissing) as err:
-        ledger.reserve([SpendRequest(Slot("mobility", DAY, 1, "a", "R1"), 0.1)],
+        ledger.reserve([spend_request(Slot("mobility", DAY, 1, "a", "R1"), 0.1)],
                        run_id="run-7", kind="renoise", cap=1.0, method_version="v1",
                        reason="why")
     assert str(err.value) == ("a renoise reservation by run 'run-7' came without the request "
@@ -95,7 +96,7 @@ def test_a_process_with_another_policy_is_refused_with_the_recorded_one(
     noise(ledger, SLOT)
     created = ledger.policies()[0].created_at
     with pytest.raises(PolicyMismatch) as err:
-        ledger.reserve([SpendRequest(Slot("mobility", DAY, 2, "a"), 0.1)], run_id="r2",
+        ledger.reserve([spend_request(Slot("mobility", DAY, 2, "a"), 0.1)], run_id="r2",
                        kind="noise", cap=2.0, method_version="v1",
                        terms={"max_places": 5.0, "max_hours": 24.0})
     assert str(err.value) == (
@@ -140,8 +141,8 @@ def test_a_spend_past_the_cap_is_refused_before_any_noise(ledger: Ledger) -> Non
 def test_the_cap_is_reached_exactly_not_passed() -> None:
     cap = 1.0
     at_edge = cap + ledger_module.EPS_TOLERANCE  # so_far + epsilon == cap + tolerance
-    assert cap_refusal([SpendRequest(SLOT, at_edge)], lambda *_: 0.0, cap) is None
-    over = [SpendRequest(SLOT, 0.5), SpendRequest(Slot("mobility", DAY, 2, "a"), 0.5 + 2e-9)]
+    assert cap_refusal([spend_request(SLOT, at_edge)], lambda *_: 0.0, cap) is None
+    over = [spend_request(SLOT, 0.5), spend_request(Slot("mobility", DAY, 2, "a"), 0.5 + 2e-9)]
     assert cap_refusal(over, lambda *_: 0.0, cap) is not None
 
 
@@ -149,7 +150,7 @@ REGION = Slot("mobility", DAY, 1, "a", "R1")
 
 
 def renoise(ledger: Ledger, run_id: str, **kw: object) -> set[int]:
-    got = reserve_approved(ledger, [SpendRequest(REGION, 0.01)], run_id=run_id,
+    got = reserve_approved(ledger, [spend_request(REGION, 0.01)], run_id=run_id,
                            kind="renoise", cap=1.0, method_version="v1", terms=TERMS, **kw)
     return {s.id for s in got.spends}
 
@@ -174,17 +175,17 @@ def test_only_renoises_by_other_runs_count_as_repeats(ledger: Ledger) -> None:
     noise(ledger, REGION, run_id="daily")        # generation 0, kind noise
     first = renoise(ledger, "a", refuse_repeat_of="R1")
     assert renoise(ledger, "a", refuse_repeat_of="R1") == first  # its own retry
-    assert ledger.reserve([SpendRequest(REGION, 0.01)], run_id="x", kind="noise", cap=1.0,
+    assert ledger.reserve([spend_request(REGION, 0.01)], run_id="x", kind="noise", cap=1.0,
                           method_version="v1", terms=TERMS,
                           refuse_repeat_of="R1").spends[0].generation == 0
 
 
 def test_an_approval_of_another_request_is_refused_with_the_difference(
         ledger: Ledger) -> None:
-    request = request_of([SpendRequest(REGION, 0.01)], kind="renoise", method_version="v1")
+    request = request_of([spend_request(REGION, 0.01)], kind="renoise", method_version="v1")
     approve(ledger, request, "f")
     with pytest.raises(ApprovalMissing) as err:
-        ledger.reserve([SpendRequest(REGION, 0.01)], run_id="f", kind="renoise", cap=1.0,
+        ledger.reserve([spend_request(REGION, 0.01)], run_id="f", kind="renoise", cap=1.0,
                        method_version="v2", reason="test spend", approval=request)
     assert str(err.value) == (
         "re-noise of mobility 2020-03-01 region R1 by run 'f': the approval given is not for "
@@ -195,15 +196,15 @@ def test_every_slot_of_a_reservation_is_covered_when_the_first_is_reused(
         ledger: Ledger) -> None:
     first = noise(ledger, SLOT)
     other = Slot("mobility", DAY, 2, "a")
-    got = ledger.reserve([SpendRequest(SLOT, 0.1), SpendRequest(other, 0.1)], run_id="r2",
+    got = ledger.reserve([spend_request(SLOT, 0.1), spend_request(other, 0.1)], run_id="r2",
                          kind="noise", cap=1.0, method_version="v1", terms=TERMS)
     assert [s.slot for s in got.spends] == [SLOT, other]
     assert {s.id for s in got.spends} - got.new_ids == first and len(got.new_ids) == 1
     level2 = Slot("mobility", DAY, 2, "a", "R1")
-    again = reserve_approved(ledger, [SpendRequest(REGION, 0.01), SpendRequest(level2, 0.01)],
+    again = reserve_approved(ledger, [spend_request(REGION, 0.01), spend_request(level2, 0.01)],
                              run_id="m", kind="renoise", cap=1.0, method_version="v1",
                              terms=TERMS)
-    retry = reserve_approved(ledger, [SpendRequest(REGION, 0.01), SpendRequest(level2, 0.01)],
+    retry = reserve_approved(ledger, [spend_request(REGION, 0.01), spend_request(level2, 0.01)],
                              run_id="m", kind="renoise", cap=1.0, method_version="v1",
                              terms=TERMS)
     assert retry.spends == again.spends and not retry.new_ids

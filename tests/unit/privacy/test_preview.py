@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from approvals import reserve_approved
+from spend_requests import spend_request
 
 from dp_ops.errors import BudgetExceeded
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
@@ -18,7 +19,7 @@ CAP = 1.0
 
 
 def _request(day: date, eps: float, metric: str = "places", region: str = "R-1") -> SpendRequest:
-    return SpendRequest(Slot("mobility", day, 1, metric, region), eps)
+    return spend_request(Slot("mobility", day, 1, metric, region), eps)
 
 
 def test_per_date_cost_and_headroom() -> None:
@@ -60,7 +61,7 @@ def ledger(tmp_path: Path) -> Iterator[Ledger]:
 def test_the_preview_agrees_with_the_ledgers_refusal(ledger: Ledger, extra: float) -> None:
     """Whatever the preview says fits is what the ledger accepts (the same sum per date,
     the same tolerance), at and around the cap."""
-    ledger.reserve([SpendRequest(Slot("mobility", D1, 1, "places", ALL_REGIONS), 0.75)],
+    ledger.reserve([spend_request(Slot("mobility", D1, 1, "places", ALL_REGIONS), 0.75)],
                    run_id="daily", kind="noise", cap=CAP, method_version="v1")
     request = [_request(D1, extra)]
     p = preview("re-noise", request, {D1: ledger.spent("mobility", D1)}, CAP)

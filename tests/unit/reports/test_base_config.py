@@ -31,7 +31,9 @@ def test_the_cap_is_a_normal_run_plus_its_headroom() -> None:
     assert _Visits(cap_renoises=0, cap_method_updates=0).cap == pytest.approx(3.75)
     assert _Visits(cap_override=9.0).cap == 9.0
     assert _Visits(levels=(0,)).run_epsilon == pytest.approx(1.25)
-    assert cfg.policy_terms == {"epsilon.visits": 1.0, "epsilon.users": 0.25,
+    assert cfg.policy_terms == {"epsilon.visits": 1.0, "sensitivity.visits": 1.0,
+                                "cells.visits": 2.0, "epsilon.users": 0.25,
+                                "sensitivity.users": 1.0, "cells.users": 1.0,
                                 "method_update_fraction": 0.10}
     assert cfg.budget("users").cell_epsilon == 0.25
     with pytest.raises(ConfigError, match="unknown metric group 'other'"):

@@ -14,10 +14,11 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from spend_requests import spend_request
 
 from dp_ops.errors import LedgerMismatch
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.privacy.ledger import Ledger, Slot
 from dp_ops.steps.ledger_binding import (
     HEAD_FILE,
     IDENTITY_FILE,
@@ -30,7 +31,7 @@ from dp_ops.steps.release import sha256_file
 
 
 def _spend(led: Ledger, metric: str) -> None:
-    led.reserve([SpendRequest(Slot("mobility", date(2020, 3, 1), 1, metric), 0.1)],
+    led.reserve([spend_request(Slot("mobility", date(2020, 3, 1), 1, metric), 0.1)],
                 run_id="r", kind="noise", cap=2.0, method_version="v1")
 
 

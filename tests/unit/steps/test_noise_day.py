@@ -20,7 +20,7 @@ from dp_demo.geography import demo_regions
 
 from dp_ops.errors import BadRequest, NoiseNotStored, NoiseRecordConflict, NoiseTampered
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend
+from dp_ops.privacy.ledger import ALL_REGIONS, Slot, Spend, SpendRequest
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.privacy.plan import MetricBudget
 from dp_ops.regions import write_regions
@@ -35,7 +35,6 @@ PLAN = NoisePlan(
     report="mobility",
     budgets=(MetricBudget("a", 0.5, 1, 2), MetricBudget("b", 0.25, 3)),
     group_cells={"a": ("x", "y"), "b": ("z",)},
-    ledger_epsilons={"a": 1.0, "b": 0.25},
     levels=(0, 1, 2),
     cap=10.0,
     method_version="v1",
@@ -141,7 +140,7 @@ def test_a_file_planted_before_the_draw_is_replaced_not_adopted(
     root, url = home
     with closing_ledger(open_ledger(root, url)) as led:  # spent, then the run died
         led.reserve(noising.plan_requests(PLAN, demo_regions(), DAY), run_id="run-1",
-                    kind="noise", cap=PLAN.cap, method_version="v1")
+                    kind="noise", cap=PLAN.cap, method_version="v1", terms=PLAN.ledger_terms)
         spends = led.spends("mobility", DAY)
     planted = noising.noise_file(root, spends[0])
     planted.parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +255,8 @@ def test_a_draw_that_loses_the_record_race_leaves_the_winner(
     with closing_ledger(open_ledger(root, url)) as led:
         with pytest.raises(NoiseRecordConflict):
             led.record_stored(spend.id, "0" * 64, 1)
-        noising.draw_and_store(root, led, PLAN, demo_regions(), spend, {},
+        booked = SpendRequest(spend.slot, PLAN.budget(spend.slot.metric))
+        noising.draw_and_store(root, led, PLAN, demo_regions(), spend, booked, {},
                                noise_generator(key=9))
     assert target.read_bytes() == winner
     assert sorted(p.name for p in target.parent.iterdir()) == sorted(
@@ -372,7 +372,9 @@ def test_a_region_without_renoise_runs_the_whole_day_and_records_the_policy(
     assert {s.reason for s in spends} == {""}
     with closing_ledger(open_ledger(root, url)) as led:
         policy = led.policy("mobility")
-    assert policy is not None and policy.terms == {"max_places": 4.0}
+    assert policy is not None and policy.terms == {
+        "max_places": 4.0, "epsilon.a": 1.0, "sensitivity.a": 1.0, "cells.a": 2.0,
+        "epsilon.b": 0.25, "sensitivity.b": 3.0, "cells.b": 1.0}
 
 
 def test_load_noisy_cells_reads_in_any_order(home: tuple[DataRoot, str]) -> None:

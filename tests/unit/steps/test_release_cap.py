@@ -7,10 +7,11 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from spend_requests import spend_request
 
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+from dp_ops.privacy.ledger import Ledger, Slot
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.release import publish_staged, staging_dir
 from dp_ops.steps.release import write_empty_staged, write_staged
@@ -22,7 +23,7 @@ CFG = MobilityConfig()
 def _spend_normal_run(url: str, day: date) -> None:
     ledger = Ledger(url)
     try:
-        ledger.reserve([SpendRequest(Slot("mobility", day, level, b.name), b.epsilon)
+        ledger.reserve([spend_request(Slot("mobility", day, level, b.name), b.epsilon)
                         for level in CFG.levels for b in CFG.metric_budgets],
                        run_id="r", kind="noise", cap=CFG.cap, method_version="v1")
     finally:

@@ -170,12 +170,26 @@ def comparison_window(effective_date: date) -> list[date]:
 
 def plan_requests(cfg: MobilityConfig, update: MethodUpdate) -> list[SpendRequest]:
     """One spend per window date, level and ledger metric group the chosen cells touch, at
-    ``method_update_fraction`` of the group's daily ledger epsilon (module docstring)."""
+    ``method_update_fraction`` of the group's daily budget (module docstring): the s_n
+    draws are built from these requests (:func:`update_budgets`), so they draw what is
+    booked."""
     groups = sorted({cell_group(c) for c in update.cells})
-    return [SpendRequest(Slot(REPORT, day, level, group, ALL_REGIONS),
-                         cfg.method_update_fraction * cfg.budget(group).epsilon)
+    return [SpendRequest(Slot(REPORT, day, level, group, ALL_REGIONS), cfg.budget(group),
+                         cfg.method_update_fraction)
             for day in comparison_window(update.effective_date)
             for level in cfg.levels for group in groups]
+
+
+def update_budgets(requests: Sequence[SpendRequest]) -> dict[str, SpendRequest]:
+    """Per ledger metric group, the request its s_n draws are parameterised from (every
+    window slot of a group carries the same budget and fraction)."""
+    by_group: dict[str, SpendRequest] = {}
+    for r in requests:
+        first = by_group.setdefault(r.slot.metric, r)
+        if (first.budget, first.fraction) != (r.budget, r.fraction):
+            raise ValueError(f"metric group {r.slot.metric!r}: the method update's slots "
+                             "carry different budgets")
+    return by_group
 
 
 def group_sums(frames: dict[date, pd.DataFrame], value: str) -> pd.DataFrame:

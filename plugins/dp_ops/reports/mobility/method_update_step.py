@@ -38,6 +38,7 @@ from dp_ops.reports.mobility.method_update import (
     plan_requests,
     scaling_factors,
     to_categories,
+    update_budgets,
 )
 from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.reports.mobility.report import report_day
@@ -76,10 +77,12 @@ def _noisy_s_g(root: DataRoot, ledger: Ledger, window: list[date], update: Metho
 
 
 def _noisy_s_n(root: DataRoot, cfg: MobilityConfig, window: list[date],
-               update: MethodUpdate, regions: pd.DataFrame,
+               update: MethodUpdate, requests: Sequence[SpendRequest], regions: pd.DataFrame,
                rng: np.random.Generator) -> pd.DataFrame:
     """Per group: s_n, the new method's 4-day sums from the bounded aggregates, noised once
-    per (cell, group) over the whole public domain (zeros included), and its noise key."""
+    per (cell, group) over the whole public domain (zeros included), and its noise key.
+    Each cell's epsilon is that of the request booked for its group (its budget's cell
+    epsilon times the fraction); its sensitivity the new method's bound on the budget's."""
     frames = {}
     for day in window:
         path = root.bounded_file(REPORT, day)
@@ -100,10 +103,11 @@ def _noisy_s_n(root: DataRoot, cfg: MobilityConfig, window: list[date],
     noisy = np.empty(len(cells), dtype=np.int64)
     cells["cell_epsilon"] = np.nan
     cells["sensitivity"] = 0
+    booked = update_budgets(requests)
     for cell in update.cells:
-        budget = cfg.budget(cell_group(cell))
-        eps = cfg.method_update_fraction * budget.cell_epsilon
-        sens = update.method.sensitivity(cell, budget.sensitivity)
+        request = booked[cell_group(cell)]
+        eps = request.cell_epsilon
+        sens = update.method.sensitivity(cell, request.sensitivity)
         mask = (cells["metric"] == cell).to_numpy()
         noisy[mask] = add_discrete_laplace(cells.loc[mask, "value"].to_numpy(), epsilon=eps,
                                            sensitivity=sens, rng=rng)
@@ -223,7 +227,7 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         finally:
             ledger.dispose()
         regions = read_regions(root.regions_csv)
-        s_n = _noisy_s_n(root, cfg, window, update, regions, noise_generator())
+        s_n = _noisy_s_n(root, cfg, window, update, requests, regions, noise_generator())
         alpha_f = FACTOR_SHARE * strictly_below(cfg.max_error_probability)
         table = _update_table(update, window, scaling_factors(s_g, s_n, alpha=alpha_f),
                               spends)

@@ -31,7 +31,6 @@ GROUP_CELLS: dict[str, tuple[str, ...]] = {
 def noise_plan(cfg: MobilityConfig) -> noising.NoisePlan:
     return noising.NoisePlan(
         report=REPORT, budgets=cfg.metric_budgets, group_cells=GROUP_CELLS,
-        ledger_epsilons={b.name: b.epsilon for b in cfg.metric_budgets},
         levels=cfg.levels, cap=cfg.cap, method_version=cfg.method_version,
         first_public_date=cfg.first_public_date, policy_terms=cfg.policy_terms)
 

@@ -108,12 +108,6 @@ class SymptomsConfig(BudgetedConfig):
             MetricBudget(VOLUME_METRIC, self.volume_epsilon, 1),
         )
 
-    @property
-    def ledger_epsilons(self) -> dict[str, float]:
-        """What each ledger slot of one level costs per user-day: A's whole vector and B.
-        (Not ``MetricBudget.epsilon``, whose ``cell * k`` may differ in the last bit.)"""
-        return {SYMPTOM_METRIC: self.symptom_epsilon, VOLUME_METRIC: self.volume_epsilon}
-
 
 def load_symptoms_config() -> SymptomsConfig:
     """Defaults, overridden by the JSON file named in ``DP_SYMPTOMS_CONFIG`` if set."""

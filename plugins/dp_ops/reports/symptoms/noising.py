@@ -35,7 +35,7 @@ def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:
         report=REPORT, budgets=cfg.metric_budgets,
         group_cells={SYMPTOM_METRIC: tuple(SYMPTOM_CELL_PREFIX + s for s in symptoms),
                      VOLUME_METRIC: (VOLUME_CELL,)},
-        ledger_epsilons=cfg.ledger_epsilons, levels=cfg.levels, cap=cfg.cap,
+        levels=cfg.levels, cap=cfg.cap,
         method_version=cfg.method_version, first_public_date=cfg.first_public_date,
         policy_terms=cfg.policy_terms)
 

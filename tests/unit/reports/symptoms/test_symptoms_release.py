@@ -18,6 +18,7 @@ import pytest
 from day_records import digests, write_days
 from dp_demo.generator import default_symptoms
 from dp_demo.geography import demo_regions
+from spend_requests import spend_request
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import DerivedStateTampered, GateFailed, PublishRefused
@@ -399,7 +400,7 @@ def test_a_period_must_share_one_domain(regions: pd.DataFrame, tmp_path: Path) -
 def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path: Path) -> None:
     """The ledger shows more spent on a released date than the cap allows (e.g. the cap was
     lowered after an extra re-noise): the staged release is not published."""
-    from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest
+    from dp_ops.privacy.ledger import Ledger, Slot
 
     root = DataRoot(tmp_path / "data")
     write_regions(regions, root.regions_csv)
@@ -409,7 +410,7 @@ def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path:
     _stage(root, rows, regions, "over-cap")
     ledger = Ledger(url)
     try:
-        ledger.reserve([SpendRequest(Slot("symptoms", day, level, metric), eps)
+        ledger.reserve([spend_request(Slot("symptoms", day, level, metric), eps)
                         for day in _days(2) for level in CFG.levels
                         for metric, eps in CFG.ledger_epsilons.items()],
                        run_id="r", kind="noise", cap=CFG.cap, method_version="v1")
