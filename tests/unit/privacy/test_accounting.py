@@ -168,7 +168,8 @@ def test_route5_a_plugin_drawing_past_the_recorded_epsilon_is_refused_before_any
 # -- the ledger's own check, on both backends ---------------------------------------------
 
 BUDGET = MetricBudget("places", 0.25, 2, 4)  # 1.0 per user-day and level
-TERMS = {**BUDGET.terms(), "method_update_fraction": 0.1}
+TERMS = {"epsilon.places": 1.0, "sensitivity.places": 2.0, "cells.places": 4.0,
+         "method_update_fraction": 0.1}
 
 
 def _slot(day: date = DAY, metric: str = "places", region: str = ALL_REGIONS) -> Slot:
@@ -310,6 +311,7 @@ def test_a_spend_and_its_budget_are_one_object() -> None:
     with pytest.raises(ValueError, match=r"sensitivity=1\.5"):
         MetricBudget("places", 0.25, 1.5, 1)  # type: ignore[arg-type]
     assert "epsilon" not in {f.name for f in dataclasses.fields(SpendRequest)}
+    assert {**BUDGET.terms(), "method_update_fraction": 0.1} == TERMS
 
 
 def test_a_stored_draw_is_never_made_above_what_its_spend_booked() -> None:
