@@ -252,7 +252,13 @@ def cmd_ledger_set_cap(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_set_epsilon(args: argparse.Namespace) -> int:
-    return _set_policy(args, terms={args.term: args.value})
+    """The new term applies from the next date noised; a report whose values are summed by
+    week (its spec's ``terms_change_weekday``) accepts it only when that date is the
+    week's first day, and otherwise refuses naming that day."""
+    from dp_ops.reports.spec import report_spec
+
+    return _set_policy(args, terms={args.term: args.value},
+                       change_weekday=report_spec(args.report).terms_change_weekday)
 
 
 def cmd_ledger_policy(args: argparse.Namespace) -> int:
@@ -424,7 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     cap.add_argument("--reason", type=_reason, required=True)
     cap.set_defaults(ledger_func=cmd_ledger_set_cap)
     eps = actions.add_parser("set-epsilon", help="record a new value of a policy term "
-                                                 "(e.g. epsilon.places) for a report")
+                                                 "(e.g. epsilon.places) for a report; it "
+                                                 "applies from the next date noised, which "
+                                                 "a report with weekly values needs to be a "
+                                                 "Monday")
     eps.add_argument("report", choices=reports)
     eps.add_argument("term")
     eps.add_argument("value", type=_positive)

@@ -144,3 +144,8 @@ class GateFailed(Refusal, RuntimeError):
 
 class PublishRefused(DpOpsError, RuntimeError):
     """The staged release may not be published (gate not passed, accounting over cap)."""
+
+
+class MixedWeekLaws(Refusal, ValueError):
+    """A week of a report's weekly values holds days noised under different terms, so its
+    weekly sums have no single law; the message names the week and the remedy."""

@@ -51,7 +51,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -558,6 +558,28 @@ class Ledger:
             return [_to_policy(r) for r in conn.execute(
                 sa.select(report_policy).order_by(report_policy.c.id))]
 
+    def spends_with_terms(self, report: str) -> list[tuple[Spend, dict[str, float]]]:
+        """Every spend of ``report``, oldest first, with the policy terms in force when it
+        was booked: the report's last policy row before it in the hash chain (what the
+        data statement prints date by date; ``{}`` before any policy was recorded)."""
+        spends = {s.id: s for s in self.spends(report)}
+        with self.read_engine.connect() as conn:
+            terms = {int(r.id): json.loads(r.terms) for r in conn.execute(
+                sa.select(report_policy.c.id, report_policy.c.terms)
+                .where(report_policy.c.report == report))}
+            order = conn.execute(
+                sa.select(ledger_chain.c.tbl, ledger_chain.c.row_id)
+                .where(ledger_chain.c.tbl.in_(("budget_spend", "report_policy")))
+                .order_by(ledger_chain.c.seq)).all()
+        in_force: dict[str, float] = {}
+        out = []
+        for tbl, row_id in order:
+            if tbl == "report_policy" and row_id in terms:
+                in_force = terms[row_id]
+            elif tbl == "budget_spend" and row_id in spends:
+                out.append((spends[row_id], in_force))
+        return out
+
     def derived_sha256(self, report: str, name: str) -> str | None:
         """The sha256 of the current version of derived file ``name``, if recorded."""
         versions = self.derived_versions(report, name)
@@ -735,10 +757,15 @@ class Ledger:
             return _required_approval(conn, request, run_id)
 
     def set_policy(self, report: str, *, reason: str, run_id: str, cap: float | None = None,
-                   terms: Mapping[str, float] | None = None) -> Policy:
+                   terms: Mapping[str, float] | None = None,
+                   change_weekday: int | None = None) -> Policy:
         """Record a new policy for ``report`` (an explicit command, with a reason): the
         current one with ``cap`` and/or the given ``terms`` replaced. A cap below what a
-        date has already spent is refused: no state over the cap can arise."""
+        date has already spent is refused: no state over the cap can arise. New terms
+        apply to every spend booked after them, so from the day after the last date
+        spent on; with ``change_weekday`` (a report whose values are summed by week) a
+        change of a noise term is refused unless that day falls on this weekday
+        (:func:`terms_change_refusal`), under the same lock as the record."""
         requests_check.run_id(run_id)
         requests_check.reason(reason)
         if not reason.strip():
@@ -762,6 +789,17 @@ class Ledger:
             if unknown:
                 raise BadRequest(f"{', '.join(unknown)}: not a term of {report}'s policy "
                                  f"(known: {', '.join(sorted(current.terms))})")
+            changed = sorted(k for k, v in (terms or {}).items()
+                             if k != METHOD_UPDATE_FRACTION_TERM
+                             and not (k in current.terms and _same(current.terms[k], v)))
+            if change_weekday is not None and changed:
+                last = conn.execute(sa.select(sa.func.max(budget_spend.c.day)).where(
+                    budget_spend.c.report == report)).scalar_one_or_none()
+                refusal = terms_change_refusal(
+                    report, changed, None if last is None else date.fromisoformat(last),
+                    change_weekday)
+                if refusal is not None:
+                    raise BadRequest(refusal)
             new_cap = current.cap if cap is None else float(cap)
             worst = _most_spent(conn, report)
             if worst is not None and worst[1] > new_cap + EPS_TOLERANCE:
@@ -1033,6 +1071,33 @@ def _check_budgets(policy: Policy, requests: Sequence[SpendRequest], kind: str) 
                 "ledger set-epsilon REPORT TERM VALUE --reason ...` (TERM epsilon.GROUP, "
                 "sensitivity.GROUP, cells.GROUP or method_update_fraction), then run with "
                 "the matching configuration")
+
+
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def terms_change_refusal(report: str, terms: Sequence[str], last_spent: date | None,
+                         weekday: int) -> str | None:
+    """Why a change of ``report``'s noise ``terms`` may not be recorded now, or None. The
+    new terms apply from the next date noised, the day after ``last_spent`` (any date when
+    nothing is spent yet); a report whose values are summed by week needs that day to be
+    ``weekday``, or one week would hold days drawn under two laws. The refusal names the
+    next such day and when to record the change instead."""
+    if last_spent is None:
+        return None
+    effective = last_spent + timedelta(days=1)
+    if effective.weekday() == weekday:
+        return None
+    allowed = effective + timedelta(days=(weekday - effective.weekday()) % 7)
+    name = WEEKDAYS[weekday]
+    return (f"report {report!r}, {', '.join(terms)}: new noise terms apply from the next "
+            f"date noised, {effective} (a {WEEKDAYS[effective.weekday()]}: the day after "
+            f"the last date spent on, {last_spent}); {report} sums its values by week, so "
+            f"its noise terms change on a {name} only, or one week would be drawn under "
+            "two laws and its weekly values could not be released. Nothing was recorded. "
+            f"Record the change once {allowed - timedelta(days=1)} is noised and before "
+            f"{allowed} is: it then takes effect on {name} {allowed} (OPERATIONS.md, "
+            "Changing the cap or an epsilon)")
 
 
 def _verify(conn: Connection, key: bytes) -> ChainCheck:

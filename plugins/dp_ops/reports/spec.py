@@ -44,6 +44,9 @@ class ReportSpec:
     ``steps_module``: the module providing :class:`~dp_ops.reports.protocol.ReportSteps`.
     ``assets``: the assets it emits events to besides ``<name>_release`` (e.g.
     ``baseline`` for ``<name>_baseline``).
+    ``terms_change_weekday``: for a report whose values are summed by week, the weekday
+    (0 = Monday) a change of its noise terms must take effect on, so that every week is
+    noised under one law (``ledger set-epsilon`` refuses another date); None: any date.
     """
 
     name: str
@@ -52,6 +55,7 @@ class ReportSpec:
     sources: tuple[str, ...]
     steps_module: str
     assets: tuple[str, ...] = field(default=())
+    terms_change_weekday: int | None = None
 
     def __post_init__(self) -> None:
         for label, value in (("name", self.name), ("daily_dag_id", self.daily_dag_id)):
@@ -61,6 +65,9 @@ class ReportSpec:
                                  f"letter")
         if not self.sources:
             raise ValueError(f"report spec {self.name!r}: sources is empty")
+        if self.terms_change_weekday not in (None, *range(7)):
+            raise ValueError(f"report spec {self.name!r}: terms_change_weekday="
+                             f"{self.terms_change_weekday!r} is no weekday (0..6) or None")
         for asset in self.assets:
             if not NAME_PATTERN.fullmatch(asset):
                 raise ValueError(f"report spec {self.name!r}: asset {asset!r} is no "

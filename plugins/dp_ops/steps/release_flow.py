@@ -339,9 +339,11 @@ def _manifest(parts: ReleaseParts[C], root: DataRoot, cfg: C, ledger: Ledger,
         ledger=ledger_anchor(ledger), files=staged.files, gate=staged.gate,
         extras=extras, schema_version=SCHEMA_VERSION,
         signature=UNSIGNED_FIELDS if signer is None else signer.manifest_fields())
-    # the data statement and the page show the manifest's figures; both are listed in it
-    statement = render_statement(manifest.as_dict(), cfg.metric_budgets, cfg.levels,
-                                 cfg.min_area_km2, parts.title,
+    # the data statement and the page show the manifest's figures and the noise the
+    # ledger recorded for the release's dates (not this process's epsilons); both files
+    # are listed in the manifest
+    statement = render_statement(manifest.as_dict(), ledger.spends_with_terms(report),
+                                 cfg.metric_budgets, cfg.levels, cfg.min_area_km2, parts.title,
                                  parts.statement(cfg, manifest.as_dict()))
     manifest = replace(manifest, files=write_release_index(
         files_dir, manifest.as_dict(), staged.charts, title=parts.title,

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from dp_ops.errors import MixedWeekLaws
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 
@@ -125,9 +126,10 @@ def weekly(m: DailyMatrix) -> tuple[list[date], NDArray[np.int64], NDArray[np.in
     """(Mondays, A, B, parameters) of the complete weeks, each (weeks x cells).
 
     A week's A and B are the sums of its seven daily noisy values (post-processing: no
-    extra budget); a partial first or last week is left out. Raises ValueError naming
-    the week and a cell whose noise parameters change within the week (the weekly
-    rule assumes seven draws of one law)."""
+    extra budget); a partial first or last week is left out. Raises
+    :class:`~dp_ops.errors.MixedWeekLaws` (:func:`mixed_week`) when a cell's noise
+    parameters change within a week: the weekly rule assumes seven draws of one law, which
+    is why a change of the report's noise terms takes effect on a Monday only."""
     mondays = complete_weeks(m.days[0], m.days[-1])
     n = len(m.cells)
     a_w = np.zeros((len(mondays), n), dtype=np.int64)
@@ -141,12 +143,32 @@ def weekly(m: DailyMatrix) -> tuple[list[date], NDArray[np.int64], NDArray[np.in
             block = m.params[p][i:i + 7]
             varies = (block != block[0]).any(axis=0)
             if varies.any():
-                cell = m.cells.iloc[int(np.argmax(varies))]
-                raise ValueError(f"region_id={cell['region_id']!r} symptom="
-                                 f"{cell['symptom']!r}: {p} is not constant in the week of "
-                                 f"{monday}")
+                i_cell = int(np.argmax(varies))
+                raise mixed_week(monday, p, m.cells.iloc[i_cell], block[:, i_cell])
             params[p][w] = block[0]
     return mondays, a_w, b_w, params
+
+
+def mixed_week(monday: date, parameter: str, cell: pd.Series,
+               values: NDArray[np.float64]) -> MixedWeekLaws:
+    """The refusal of a week whose days were noised under different terms (``values``: the
+    parameter on its seven days), naming the week, the days of each value and the remedy.
+    A ledger can hold such a week only from a change recorded mid-week before
+    ``ledger set-epsilon`` refused one (OPERATIONS.md, Changing the cap or an epsilon)."""
+    days: dict[float, list[date]] = {}
+    for i, value in enumerate(values):
+        days.setdefault(float(value), []).append(monday + timedelta(days=i))
+    laws = "; ".join(f"{value!r} on {', '.join(d.isoformat() for d in ds)}"
+                     for value, ds in days.items())
+    after = monday + timedelta(days=7)
+    return MixedWeekLaws(
+        f"the week of {monday} (Monday to Sunday) mixes noise laws: {parameter} of "
+        f"region_id={cell['region_id']!r} symptom={cell['symptom']!r} is {laws}. Its weekly "
+        "values sum seven days and need one law, so no release holding that week can be "
+        "built; the noise terms changed mid-week. Remedy: start the release period after "
+        f"that week, with first_public_date {after} (a Monday) or later in the report's "
+        "configuration (DP_SYMPTOMS_CONFIG); the releases already published stay as they "
+        "are. Nothing was published")
 
 
 def long_frame(cells: pd.DataFrame, dates: list[date], a: NDArray[np.int64],

@@ -22,4 +22,7 @@ SPEC = ReportSpec(
     daily_dag_id="symptoms_dataset",
     sources=(SEARCH_SOURCE,),
     steps_module="dp_ops.reports.symptoms.steps",
+    # the weekly values sum Monday..Sunday: an epsilon change takes effect on a Monday only
+    # (a week under two laws has no weekly rule; dp_ops.reports.symptoms.matrix.weekly)
+    terms_change_weekday=0,
 )
