@@ -176,8 +176,8 @@ def test_gate_records_the_day_files_it_validated(pipeline: dict[str, object]) ->
     root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
     assert isinstance(root, DataRoot) and isinstance(cfg, MobilityConfig)
     assert isinstance(url, str)
-    recorded = validated_files(root.gx_dir, "mobility", row_rules(cfg))
     with closing_ledger(open_ledger(root, url)) as ledger:
+        recorded = validated_files(root.gx_dir, "mobility", row_rules(cfg), key=ledger.key())
         public, digests = release_days(ledger, "mobility", cfg.first_public_date)
     assert all(digests[d] == sha256_file(root.report_file("mobility", d)) for d in public)
     assert public and set(recorded) == {d.isoformat() for d in public}

@@ -1,5 +1,16 @@
-"""The GX project of the gate: a file Data Context under ``gx_dir``, its locks, its
-checkpoints and its Data Docs site."""
+"""The gate's GX context: built in code at every gate, nothing of it read from the data
+root; its locks; its checkpoints; its Data Docs site under ``gx_dir``.
+
+The data root is writable by someone without the ledger key (PRIVACY.md, Threat model),
+and a GX project file is code to GX: it imports the modules a ``module_name`` names, puts
+a ``plugins/`` folder on ``sys.path`` and substitutes ``${VARIABLES}`` from the
+environment. So the context is ephemeral (:func:`project_config`): suites, validation
+definitions and checkpoints live in memory, no ``great_expectations.yml``,
+``config_variables.yml`` or plugins folder is read (one left by an older deployment is
+ignored), and the only files GX touches under ``gx_dir`` are what it renders and the
+validation results that the site index lists (data, never acted on: a gate's verdict
+comes from the results in its hands, not from the store).
+"""
 
 from __future__ import annotations
 
@@ -9,44 +20,131 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import great_expectations as gx
 import pandas as pd
-from great_expectations.data_context.types.base import ProgressBarsConfig
+from great_expectations.data_context.types.base import DataContextConfig, ProgressBarsConfig
 from great_expectations.data_context.types.resource_identifiers import (
     ValidationResultIdentifier,
 )
 from great_expectations.datasource.fluent import PandasDatasource
-from great_expectations.exceptions import DataContextError
 
-from dp_ops.gx.suites import rules
+from dp_ops.errors import ConfigError
 
 if TYPE_CHECKING:
-    from great_expectations.data_context import FileDataContext
+    from great_expectations.data_context import EphemeralDataContext
 
-# The GX data source every suite's pandas asset hangs off (named for the first report to
-# use it; renaming it would orphan the assets of existing GX projects).
+# The GX data source every suite's pandas asset hangs off.
 DATA_SOURCE = "candidate_release"
+WHOLE_TABLE = "whole_table"
 SITE_NAME = "local_site"
+# Under ``gx_dir``: where the file projects of earlier versions kept them, so that their
+# pages and results stay listed in the site.
+SITE_DIR = Path("gx", "uncommitted", "data_docs", SITE_NAME)
+RESULTS_DIR = Path("gx", "uncommitted", "validations")
+
+_IN_MEMORY = {"class_name": "InMemoryStoreBackend"}
 
 _thread_lock = threading.Lock()
 
 
-# -- the GX project -----------------------------------------------------------------------
+# -- the GX context ---------------------------------------------------------------------
+def _on_disk(base: Path) -> dict[str, Any]:
+    # no store id file: GX would read one back from the directory (and write one)
+    return {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(base),
+            "suppress_store_backend_id": True}
+
+
+def project_config(gx_dir: Path) -> DataContextConfig:
+    """The whole GX configuration of a gate, fixed here: in-memory stores for suites,
+    validation definitions and checkpoints; validation results and the Data Docs site
+    (no profiling or suite pages: the gates never profile, and the validation pages show
+    each expectation) under ``gx_dir``; no plugins folder, no variables file, no
+    analytics, no progress bars (task logs are for humans).
+
+    GX substitutes ``$NAME`` and ``${NAME}`` from the environment in every string of
+    it, so a ``gx_dir`` holding a ``$`` is refused (:class:`ConfigError`).
+    """
+    gx_dir = Path(gx_dir).absolute()
+    if "$" in str(gx_dir):
+        raise ConfigError(
+            f"DP_DATA_ROOT: the Great Expectations directory {str(gx_dir)!r} holds a '$', "
+            "which GX would read as a variable to substitute: use a data root path "
+            "without '$'")
+    return DataContextConfig(
+        config_version=4,
+        plugins_directory=None,
+        config_variables_file_path=None,
+        stores={
+            "expectations_store": {"class_name": "ExpectationsStore",
+                                   "store_backend": _IN_MEMORY},
+            "validation_results_store": {"class_name": "ValidationResultsStore",
+                                         "store_backend": _on_disk(gx_dir / RESULTS_DIR)},
+            "checkpoint_store": {"class_name": "CheckpointStore", "store_backend": _IN_MEMORY},
+            "validation_definition_store": {"class_name": "ValidationDefinitionStore",
+                                            "store_backend": _IN_MEMORY},
+        },
+        expectations_store_name="expectations_store",
+        validation_results_store_name="validation_results_store",
+        checkpoint_store_name="checkpoint_store",
+        data_docs_sites={SITE_NAME: {
+            "class_name": "SiteBuilder",
+            "show_how_to_buttons": False,
+            "store_backend": _on_disk(gx_dir / SITE_DIR),
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            "site_section_builders": {"expectations": "None", "profiling": "None"},
+        }},
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
+    )
+
+
+def open_context(gx_dir: Path) -> EphemeralDataContext:
+    """A GX context for a gate at ``gx_dir``, from :func:`project_config` alone."""
+    return gx.get_context(mode="ephemeral", project_config=project_config(gx_dir))
+
+
+def prepared(gx_dir: Path, runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
+             ) -> tuple[EphemeralDataContext, list[gx.Checkpoint]]:
+    """A fresh context for ``gx_dir`` (:func:`open_context`) and, per (suite, asset name,
+    frame), the checkpoint validating the suite on a whole dataframe asset of that name
+    (each table its own asset, so that Data Docs name the table).
+
+    The data source is added with all its assets at once, and the suites and validation
+    definitions are added to the context's in-memory stores (a definition validates only
+    what its store holds). The checkpoints are not added: each is only the definition's
+    holder for :func:`~dp_ops.gx.runner.run_checkpoint`, and adding one to a store costs
+    a serialisation of its definition and suite. No actions: the runner renders the Data
+    Docs once for all of a gate's suites."""
+    context = open_context(gx_dir)
+    source = context.data_sources.add_pandas(datasource=PandasDatasource.parse_obj({
+        "name": DATA_SOURCE, "type": "pandas", "assets": [
+            {"name": asset, "type": "dataframe", "batch_definitions": [{"name": WHOLE_TABLE}]}
+            for _, asset, _ in runs]}))
+    checkpoints = []
+    for suite, asset, _ in runs:
+        batch = source.get_asset(asset).get_batch_definition(WHOLE_TABLE)
+        definition = context.validation_definitions.add(gx.ValidationDefinition(
+            name=suite.name, data=batch, suite=context.suites.add(suite)))
+        checkpoints.append(gx.Checkpoint(name=suite.name, validation_definitions=[definition],
+                                         actions=[]))
+    return context, checkpoints
+
+
+# -- locks ------------------------------------------------------------------------------
 @contextmanager
 def project_lock(gx_dir: Path, *, exclusive: bool = True) -> Iterator[None]:
-    """Lock the GX project across threads and processes: exclusive to change what runs
-    share (project config, suites, checkpoints, pruning, the site index), shared to
-    validate and render one run's own pages (new files named by the run).
+    """Lock the gate's files under ``gx_dir`` across threads and processes: exclusive to
+    change what runs share (pruning old results and pages, the site index), shared to
+    validate and store and render one run's own results (new files named by the run).
 
-    The file stores rewrite JSON/YAML files in place and the site index is rebuilt from
-    the stores, so a change must not interleave with another run's reads or writes;
-    validations only read the shared files and add their own (and GX rewrites its static
-    Data Docs assets with the same bytes at each build), so they run side by side
-    (four runs of each report at once in a backfill: one lock for everything made the
-    gates of both DAGs a queue, most of the demo's wall time).
+    The site index is rebuilt from the stored results, so pruning and rebuilding must
+    not interleave with another run's writes; validations only add their own files (and
+    GX rewrites its static Data Docs assets with the same bytes at each build), so they
+    run side by side (four runs of each report at once in a backfill: one lock for
+    everything made the gates of both DAGs a queue).
     """
     gx_dir.mkdir(parents=True, exist_ok=True)
     with _thread_lock, file_lock(gx_dir / ".gate.lock", exclusive=exclusive):
@@ -64,121 +162,10 @@ def file_lock(path: Path, *, exclusive: bool = True) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def project_exists(gx_dir: Path) -> bool:
-    return (gx_dir / "gx" / "great_expectations.yml").is_file()
-
-
-def bars_off(context: FileDataContext) -> bool:
-    bars = context.variables.progress_bars
-    # A fresh project holds a config object, a reloaded one a plain dict.
-    globally = bars.get("globally") if isinstance(bars, dict) else getattr(bars, "globally", None)
-    return globally is False
-
-
-def unused_variables_file(gx_dir: Path) -> Path | None:
-    """GX's config-variables file when it is still the template it scaffolds (comments
-    and an ``instance_id``, which only its usage statistics read, and they are off), else
-    None. GX re-reads and parses that file at every access to a project setting, which
-    a gate makes many times; a project without it reads no file there.
-    This project substitutes no variables."""
-    path = gx_dir / "gx" / "uncommitted" / "config_variables.yml"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    template = all(not ln.strip() or ln.lstrip().startswith("#")
-                   or ln.startswith("instance_id:") for ln in lines)
-    return path if template else None
-
-
-def site_config(context: FileDataContext) -> dict[str, Any]:
-    sites = context.variables.data_docs_sites or {}
-    return dict(sites.get(SITE_NAME) or {})
-
-
-def profiling_off(context: FileDataContext) -> bool:
-    """Whether the Data Docs site has no profiling section. The gates never profile, yet
-    GX's default site lists every stored validation result again at each build to look
-    for profiling runs, which every gate would pay, and a site index more."""
-    sections = site_config(context).get("site_section_builders") or {}
-    return sections.get("profiling") == "None"
-
-
-def open_context(gx_dir: Path) -> FileDataContext:
-    """The project at ``gx_dir``, created if missing (call under the exclusive lock)."""
-    context = gx.get_context(mode="file", project_root_dir=gx_dir)
-    unused = unused_variables_file(gx_dir)
-    if unused is not None:
-        unused.unlink()
-    changed = False
-    if not bars_off(context):
-        # Task logs are for humans; tqdm bars per metric batch only add noise there.
-        context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        changed = True
-    if not profiling_off(context):
-        site = site_config(context)
-        site["site_section_builders"] = {**(site.get("site_section_builders") or {}),
-                                         "profiling": "None"}  # GX's word for "no section"
-        context.variables.data_docs_sites = {**(context.variables.data_docs_sites or {}),
-                                             SITE_NAME: site}
-        changed = True
-    if changed:
-        context.variables.save()
-        context = gx.get_context(mode="file", project_root_dir=gx_dir)  # the sites anew
-    return context
-
-
-def storedcheckpoint(context: FileDataContext, suite: gx.ExpectationSuite
-                       ) -> gx.Checkpoint | None:
-    """The checkpoint saved for ``suite`` when its rules are unchanged, else None
-    (reads only)."""
-    try:
-        stored = context.checkpoints.get(suite.name)
-        if ([rules(d.suite) for d in stored.validation_definitions] == [rules(suite)]
-                and not stored.actions):
-            return stored
-    except (DataContextError, LookupError, ValueError):
-        pass  # not saved yet, or saved by an older gate
-    return None
-
-
-def checkpoint(
-    context: FileDataContext, suite: gx.ExpectationSuite, asset_name: str
-) -> gx.Checkpoint:
-    """The checkpoint validating ``suite`` on a whole dataframe, saved in the project
-    (call under the exclusive lock).
-
-    Reused as stored when its suite is unchanged: rewriting the suite, validation
-    definition and checkpoint costs as much as validating a sizeable table.
-    """
-    stored = storedcheckpoint(context, suite)
-    if stored is not None:
-        return stored
-    source: PandasDatasource
-    try:
-        source = cast(PandasDatasource, context.data_sources.get(DATA_SOURCE))
-    except KeyError:
-        source = context.data_sources.add_pandas(DATA_SOURCE)
-    try:
-        asset = source.get_asset(asset_name)
-    except LookupError:
-        asset = source.add_dataframe_asset(asset_name)
-    try:
-        batch = asset.get_batch_definition("whole_table")
-    except KeyError:
-        batch = asset.add_batch_definition_whole_dataframe("whole_table")
-    suite = context.suites.add_or_update(suite)
-    definition = context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=suite.name, data=batch, suite=suite)
-    )
-    # No actions: run_suites renders the Data Docs once for all of a gate's suites (one
-    # site-index rebuild instead of one per suite).
-    return context.checkpoints.add_or_update(
-        gx.Checkpoint(name=suite.name, validation_definitions=[definition], actions=[])
-    )
-
-
-def site_path(context: FileDataContext, resource_identifier: Any = None) -> str | None:
+# -- the Data Docs site -----------------------------------------------------------------
+def site_path(context: EphemeralDataContext, resource_identifier: Any = None) -> str | None:
+    """The local path of the page of ``resource_identifier`` (None: the site index) when
+    it exists."""
     for site in context.get_docs_sites_urls(
         resource_identifier=resource_identifier, site_name=SITE_NAME, only_if_exists=True
     ):
@@ -188,7 +175,7 @@ def site_path(context: FileDataContext, resource_identifier: Any = None) -> str 
     return None
 
 
-def prune_validations(context: FileDataContext, keep: int) -> None:
+def prune_validations(context: EphemeralDataContext, keep: int) -> None:
     """Drop stored validation results beyond the newest ``keep`` per suite, and their
     Data Docs pages (call under the exclusive lock, before the index is rebuilt). Between
     index rebuilds the store holds the results of the runs since the last one too."""
@@ -224,6 +211,7 @@ def index_due(index: str | None, *, failed: bool, refresh_seconds: int,
     return age >= refresh_seconds
 
 
+# -- GX's process-wide settings during a gate ------------------------------------------
 def quiet_gx_info() -> None:
     """GX logs dozens of INFO lines per gate about its own config handling ("_get_default_value
     called with key ..."), which bury the gate's own lines in the task log: its loggers
@@ -250,20 +238,3 @@ def no_data_fingerprint() -> Iterator[None]:
         yield
     finally:
         pandas_execution_engine.HASH_THRESHOLD = before
-
-
-def prepared(gx_dir: Path, runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
-              ) -> tuple[FileDataContext, list[gx.Checkpoint]]:
-    """The project and a checkpoint per suite: looked up under the shared lock, and only
-    written (a new project, changed rules) under the exclusive one."""
-    if project_exists(gx_dir):
-        with project_lock(gx_dir, exclusive=False):
-            context = gx.get_context(mode="file", project_root_dir=gx_dir)
-            stored = [storedcheckpoint(context, suite) for suite, _, _ in runs]
-            if (bars_off(context) and profiling_off(context)
-                    and all(c is not None for c in stored)
-                    and unused_variables_file(gx_dir) is None):
-                return context, cast(list[gx.Checkpoint], stored)
-    with project_lock(gx_dir, exclusive=True):
-        context = open_context(gx_dir)
-        return context, [checkpoint(context, suite, asset) for suite, asset, _ in runs]

@@ -44,16 +44,15 @@ def run_checkpoint(checkpoint: gx.Checkpoint, frame: pd.DataFrame,
                                     ExpectationSuiteValidationResult]]:
     """What ``checkpoint.run`` does for a checkpoint without actions, minus its own
     freshness check: each validation definition validates the frame and stores its result
-    (the definition checks that its suite and batch are the stored ones), keyed as the
-    checkpoint keys it.
+    (the definition checks that its suite and batch are the ones in the context), keyed as
+    the checkpoint keys it.
 
     ``checkpoint.run`` first re-reads the checkpoint, its definitions and their suites
-    from the project to check that they match the objects in hand;
-    :func:`~dp_ops.gx.project.prepared` has just read them from the project, under the
-    lock that keeps them from changing, and checked their rules, so that check would only
-    read the same files again.
+    from the context's stores to check that they match the objects in hand;
+    :func:`~dp_ops.gx.project.prepared` has just built both, in memory, so that check
+    would only compare them with themselves.
     """
-    if checkpoint.actions:  # _stored_checkpoint returns none with actions; say so if not
+    if checkpoint.actions:  # project.checkpoint adds none; say so if one has them
         raise ValueError(f"checkpoint {checkpoint.name} has actions: run it with .run()")
     out = []
     for definition in checkpoint.validation_definitions:
@@ -71,7 +70,7 @@ def run_checkpoint(checkpoint: gx.Checkpoint, frame: pd.DataFrame,
 
 def warm_up() -> GateResult:
     """Validate a tiny frame with the kinds of expectation the reports' suites use, in a
-    throwaway project, Data Docs included (no data: a made-up two-row frame).
+    throwaway directory, Data Docs included (no data: a made-up two-row frame).
 
     For the processes that fork task processes (``airflow_local_settings``): Great
     Expectations' first validation in a process costs more than the next ones (class
@@ -112,14 +111,14 @@ def run_suites(
     parameters: dict[str, Any],
     run_name: str,
 ) -> GateResult:
-    """Validate each (suite, asset name, dataframe) in the GX project at ``gx_dir``, with
-    Data Docs; return what failed (raise nothing).
+    """Validate each (suite, asset name, dataframe) in a GX context built in code
+    (:func:`~dp_ops.gx.project.prepared`), with Data Docs under ``gx_dir``; return what
+    failed (raise nothing).
 
     Concurrent gates (a backfill runs several at once, of both reports) validate side by
-    side under the shared project lock, each adding its own results and pages; the
-    exclusive lock is taken only to write shared files: a new project or changed rules
-    (:func:`~dp_ops.gx.project.prepared`), and the site index with the pruning of old
-    results, rebuilt when :func:`~dp_ops.gx.project.index_due`."""
+    side under the shared lock of ``gx_dir``, each adding its own results and pages; the
+    exclusive lock is taken only for the site index and the pruning of old results,
+    rebuilt when :func:`~dp_ops.gx.project.index_due`."""
     from dp_ops.settings import execution_settings
 
     quiet_gx_info()

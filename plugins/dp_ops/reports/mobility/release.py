@@ -181,12 +181,12 @@ def _build(root: DataRoot, cfg: MobilityConfig, ledger: Ledger, target: Path, *,
     # the row-level rules are checked on the days whose files no gate validated before
     rules = row_rules(cfg)
     day_files = {d.isoformat(): digests[d] for d in days}
-    known = validated_files(root.gx_dir, REPORT, rules)
+    known = validated_files(root.gx_dir, REPORT, rules, key=ledger.key())
     new_dates = {label for label, digest in day_files.items() if known.get(label) != digest}
     result = validate_mobility_release(internal, published, gx_dir=root.gx_dir, cfg=cfg,
                                        run_name=f"mobility-{run_id}", new_dates=new_dates)
     require_pass(result)  # raises GateFailed naming the failures and the Data Docs
-    record_validated(root.gx_dir, REPORT, rules, day_files)
+    record_validated(root.gx_dir, REPORT, rules, day_files, key=ledger.key())
     # charts first: they are part of the staged files and their checksums
     charted, uncharted = charted_regions(read_regions(root.regions_csv), cfg.levels)
     intervals = intervals_table(internal)
