@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import date
@@ -118,7 +118,23 @@ def checksums(directory: Path) -> dict[str, dict[str, Any]]:
             for p in files}
 
 
-def verify_checksums(directory: Path, files: dict[str, dict[str, Any]]) -> None:
+def verify_checksums(directory: Path, files: dict[str, dict[str, Any]], *,
+                     rewritten: Collection[str] = ()) -> None:
+    """Refuse unless ``directory`` holds exactly ``files`` (the sealed record's list) as
+    regular files, each with its recorded sha256: a file added, removed, edited or made a
+    link after the gate is named. ``rewritten``: the files publish itself writes there
+    before promoting, overwritten by every attempt (a retry finds the last attempt's)."""
+    links = sorted(p for p in directory.rglob("*") if p.is_symlink())
+    if links:
+        raise PublishRefused(f"staged file {links[0]} is a symbolic link, which the gate "
+                             "never writes; not published, rerun the gate")
+    found = {str(p.relative_to(directory)) for p in directory.rglob("*")
+             if p.is_file()} - set(rewritten)
+    differ = sorted(found ^ set(files))
+    if differ:
+        what = "added to" if differ[0] in found else "removed from"
+        raise PublishRefused(f"staged file {directory / differ[0]} was {what} the staged "
+                             "release after the gate; not published, rerun the gate")
     for name, meta in files.items():
         if sha256_file(directory / name) != meta["sha256"]:
             raise PublishRefused(f"staged file {directory / name} changed after the gate")

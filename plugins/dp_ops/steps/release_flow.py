@@ -30,8 +30,8 @@ from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.plan import MetricBudget
-from dp_ops.release_signing import UNSIGNED_FIELDS, ReleaseSigner, load_signer
-from dp_ops.steps.data_statement import StatementParts, render_statement
+from dp_ops.release_signing import SIGNATURE_FILE, UNSIGNED_FIELDS, ReleaseSigner, load_signer
+from dp_ops.steps.data_statement import STATEMENT_FILE, StatementParts, render_statement
 from dp_ops.steps.day_files import recorded_days, release_days
 from dp_ops.steps.ledger_binding import closing_ledger, ledger_anchor, open_ledger, require_sound
 from dp_ops.steps.page import INDEX_FILE, PublishedSection, write_release_index
@@ -317,7 +317,9 @@ def _manifest(parts: ReleaseParts[C], root: DataRoot, cfg: C, ledger: Ledger,
         raise PublishRefused(f"the staged {report} release of run {staged.run_id} did not "
                              "pass the gate")
     files_dir = staging_dir(root, report, staged.run_id) / "release"
-    verify_checksums(files_dir, staged.files)
+    # the page, the data statement, the manifest and its signature are publish's own
+    verify_checksums(files_dir, staged.files, rewritten=(INDEX_FILE, STATEMENT_FILE,
+                                                         "manifest.json", SIGNATURE_FILE))
     first, last = staged.first_date, staged.last_date
     epsilon = parts.epsilon(ledger, cfg, first, last)
     if epsilon["per_user_day_max"] > cfg.cap + 1e-9:
