@@ -155,8 +155,9 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    """Exit 0 when the hash chain, the append-only guards and the data root's identity
-    record all check; else 1, naming the first problem."""
+    """Exit 0 when the hash chain, the ledger's schema (its append-only guards and nothing
+    else) and the data root's identity record all check; else 1, naming the first
+    problem."""
     from dp_ops.errors import LedgerMismatch
     from dp_ops.privacy import ledger_key
     from dp_ops.privacy.ledger import Ledger, safe_url
@@ -195,9 +196,9 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"FAILED: {problem}")
         return 1
-    print("OK: every row matches its chain entry, the chain is unbroken, the append-only "
-          "guards are in place" + ("" if recorded is None else
-                                   ", and the data root names this ledger"))
+    print("OK: every row matches its chain entry, the chain is unbroken, the schema is the "
+          "one dp_ops creates (its append-only guards and nothing else)"
+          + ("" if recorded is None else ", and the data root names this ledger"))
     return 0
 
 
@@ -208,13 +209,13 @@ def cmd_ledger_init(args: argparse.Namespace) -> int:
 
     from dp_ops.privacy import ledger_migrations
     from dp_ops.privacy.ledger import Ledger, safe_url
-    from dp_ops.privacy.ledger_schema import grant_pipeline_role, missing_guards
+    from dp_ops.privacy.ledger_schema import grant_pipeline_role, schema_differences
 
     url = os.environ.get("DP_LEDGER_OWNER_URL") or settings.ledger(settings.data_root())
     ledger = Ledger(url)  # creates or migrates the schema (Alembic) under the write lock
     try:
         with ledger.engine.begin() as conn:
-            gone = missing_guards(conn)
+            gone = schema_differences(conn)
             revision = ledger_migrations.current(conn)
             if args.grant:
                 grant_pipeline_role(conn, args.grant)
@@ -222,7 +223,7 @@ def cmd_ledger_init(args: argparse.Namespace) -> int:
         ledger.dispose()
     print(f"ledger {ledger.ledger_id} at {safe_url(url)}: schema ready (migration "
           f"{revision}); append-only guards "
-          + ("in place" if not gone else f"MISSING: {', '.join(gone)}"))
+          + ("in place" if not gone else f"NOT AS CREATED: {'; '.join(gone)}"))
     if args.grant:
         print(f"granted {args.grant} SELECT and INSERT on the ledger's tables, nothing else")
     return 0 if not gone else 1

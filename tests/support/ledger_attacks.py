@@ -23,8 +23,8 @@ from dp_ops.privacy.ledger_schema import (
     install_version_guards,
     ledger_chain,
     link_sha256,
-    row_dict,
     row_sha256,
+    row_values,
 )
 
 
@@ -60,7 +60,7 @@ def recompute_chain(conn: Connection, link: Callable[[str, int, str, int, str], 
         if row is None:
             continue
         seq += 1
-        row_hash = row_sha256(tbl, row_dict(row))
+        row_hash = row_sha256(tbl, row_values(tbl, row._mapping))
         chain = link(prev, seq, tbl, int(row_id), row_hash)
         conn.execute(ledger_chain.insert().values(seq=seq, tbl=tbl, row_id=int(row_id),
                                                   row_sha256=row_hash, chain_sha256=chain))

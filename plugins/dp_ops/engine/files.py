@@ -129,27 +129,65 @@ def write_parquet_atomic(table: pa.Table, target: Path) -> None:
 PENDING_SUFFIX = ".pending"
 
 
-def pending_path(target: Path) -> Path:
+def write_parquet_beside(table: pa.Table, target: Path) -> Path:
+    """``table`` in a new temporary file beside ``target`` (``.tmp-*``, never read as a
+    version of it), with the mode of ``target``'s area, flushed to disk; the caller names
+    it (:func:`pending_path`) or removes it."""
+    tmp = Path(_tmp_beside(target, ".parquet"))
+    try:
+        pq.write_table(table, tmp)
+        os.chmod(tmp, file_mode(target))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def pending_path(target: Path, tag: str) -> Path:
     """A private name beside ``target`` for a version being recorded before it is moved
-    into place (one per writer; :func:`read_as_recorded` finds it after a crash)."""
-    return target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    into place: ``tag`` (a MAC of the version under the ledger key,
+    :func:`dp_ops.steps.pending.pending_tag`), then this writer's own suffix. Only a
+    writer holding the key can name a file that :func:`read_as_recorded` will adopt."""
+    return target.with_name(f".{target.name}.{tag}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
                             f"{PENDING_SUFFIX}")
 
 
-def read_as_recorded(path: Path, recorded: Callable[[bytes], bool]) -> bytes | None:
+def pending_paths(target: Path, tag: str) -> list[Path]:
+    """The pending files of ``target`` named with ``tag`` (of any writer)."""
+    return sorted(target.parent.glob(f".{target.name}.{tag}.*{PENDING_SUFFIX}"))
+
+
+def adopt(pending: Path, target: Path, *, replace: bool = True) -> None:
+    """Move a pending file that holds the recorded version into place, with the mode of
+    ``target``'s area whatever it was given meanwhile (``replace=False``: a hard link,
+    only if ``target`` does not exist; FileExistsError otherwise)."""
+    os.chmod(pending, file_mode(target))
+    if replace:
+        os.replace(pending, target)
+    else:
+        os.link(pending, target)
+
+
+def read_as_recorded(path: Path, recorded: Callable[[bytes], bool],
+                     tag: Callable[[], str]) -> bytes | None:
     """The bytes of ``path`` if ``recorded(bytes)`` holds (they are the version a ledger
-    recorded), else those of a pending file of it that holds them, moved into place first
-    (``.<name>.<anything>.pending``: a writer between its record and its move, or crashed
-    there); else the bytes found at ``path`` (the caller refuses them), or None if there
-    are none. Each file is read once: the caller parses the bytes it checked."""
+    recorded), else those of a pending file of it named with ``tag()`` (the MAC of the
+    recorded version: a writer between its record and its move, or crashed there) that
+    holds them, moved into place first (:func:`adopt`); else the bytes found at ``path``
+    (the caller refuses them), or None if there are none. A pending file of another name
+    (planted: nobody without the ledger key can name one) is never read, moved or
+    removed: it may be another writer's, not recorded yet. Each file is read once: the
+    caller parses the bytes it checked."""
     data = _read_or_none(path)
     if data is not None and recorded(data):
         return data
-    for pending in sorted(path.parent.glob(f".{path.name}.*{PENDING_SUFFIX}")):
+    for pending in pending_paths(path, tag()):
         candidate = _read_or_none(pending)
         if candidate is not None and recorded(candidate):
             try:
-                os.replace(pending, path)
+                adopt(pending, path)
             except FileNotFoundError:
                 pass  # its writer moved it meanwhile: the same bytes
             return candidate

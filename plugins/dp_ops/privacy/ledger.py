@@ -25,7 +25,9 @@ exactly one wins; the loser sees the winner's spend (and reuses it) or is refuse
 cap.
 
 Integrity (:mod:`dp_ops.privacy.ledger_schema`): every row of every table is an entry of a
-hash chain, and the database itself refuses UPDATE and DELETE; :meth:`Ledger.verify`
+hash chain computed from what this process inserted (a row read back otherwise is
+refused), and the database itself refuses UPDATE and DELETE; every write transaction and
+:meth:`Ledger.verify` refuse a schema other than the one dp_ops creates, and verify
 recomputes the chain. Policy: the first spend of a report records its cap and terms
 (each metric group's epsilon, sensitivity and cells per user-day, the method-update
 fraction); a process configured otherwise is refused, every spend's budget
@@ -71,6 +73,7 @@ from dp_ops.errors import (
 from dp_ops.privacy import ledger_key
 from dp_ops.privacy.ledger_schema import (
     GENESIS,
+    SCHEMA_TAMPERED,
     SCHEMA_VERSION,
     ChainCheck,
     append,
@@ -79,9 +82,10 @@ from dp_ops.privacy.ledger_schema import (
     ledger_chain,
     ledger_meta,
     metadata,
-    missing_guards,
     noise_store,
     report_policy,
+    require_schema,
+    schema_differences,
     spend_approval,
     verify_chain,
 )
@@ -448,7 +452,7 @@ class Ledger:
         from dp_ops.privacy import ledger_migrations
 
         with self.engine.begin() as conn:
-            self._lock(conn)
+            self._lock(conn, schema=False)  # it may be older than this code, or empty
             have = set(sa.inspect(conn).get_table_names())
             if "budget_spend" in have and "ledger_chain" not in have:
                 raise LedgerSchemaError(
@@ -477,6 +481,7 @@ class Ledger:
             meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
             if meta is not None:
                 return str(meta.ledger_id)
+            require_schema(conn)  # (a database prepared by someone else)
             ledger_id = str(uuid.uuid4())
             if self._key_bytes is None:
                 # a new ledger: its key is made now if none exists anywhere yet
@@ -497,10 +502,10 @@ class Ledger:
             first = conn.execute(sa.select(ledger_chain).where(ledger_chain.c.seq == 1)).first()
             meta = conn.execute(sa.select(ledger_meta).order_by(ledger_meta.c.id)).first()
         if first is not None and meta is not None:
-            from dp_ops.privacy.ledger_schema import link_sha256, row_dict, row_sha256
+            from dp_ops.privacy.ledger_schema import link_sha256, row_sha256, row_values
 
-            expected = link_sha256(key, GENESIS, 1, first.tbl, first.row_id,
-                                   row_sha256("ledger_meta", row_dict(meta)))
+            expected = link_sha256(key, GENESIS, 1, first.tbl, first.row_id, row_sha256(
+                "ledger_meta", row_values("ledger_meta", meta._mapping)))
             if expected != first.chain_sha256:
                 raise LedgerKeyMissing(
                     f"ledger {self.ledger_id}: its first chain link does not verify under "
@@ -643,7 +648,8 @@ class Ledger:
             self.after_write()
 
     def verify(self) -> ChainCheck:
-        """Recompute the hash chain and check the append-only guards are in place.
+        """Recompute the hash chain and compare the ledger's whole schema with the one
+        dp_ops creates (:func:`schema_differences`: guards, and nothing else).
 
         One snapshot for the chain and every table, or a write landing between two reads
         would look like a deleted row: on SQLite the write lock (BEGIN IMMEDIATE; a verify
@@ -948,11 +954,15 @@ class Ledger:
         return Reservation(tuple(sorted(chosen, key=lambda s: s.id)), frozenset(new_ids))
 
     # -- internals ----------------------------------------------------------------
-    def _lock(self, conn: Connection) -> None:
+    def _lock(self, conn: Connection, *, schema: bool = True) -> None:
         """Serialise writers: SQLite's BEGIN IMMEDIATE already holds the database's write
-        lock; on PostgreSQL, one advisory lock per transaction."""
+        lock; on PostgreSQL, one advisory lock per transaction. Then, with ``schema``,
+        refuse a ledger whose schema is not the one dp_ops creates (its triggers would run
+        inside this transaction): :func:`require_schema`."""
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+        if schema:
+            require_schema(conn)
 
     def _ensure_policy(self, conn: Connection, report: str, cap: float,
                        terms: Mapping[str, float], run_id: str) -> Policy:
@@ -1103,10 +1113,10 @@ def terms_change_refusal(report: str, terms: Sequence[str], last_spent: date | N
 def _verify(conn: Connection, key: bytes) -> ChainCheck:
     check = verify_chain(conn, key)
     if check.ok:
-        gone = missing_guards(conn)
-        if gone:
-            return ChainCheck(check.entries, check.head, "append-only trigger(s) missing or "
-                              f"disabled: {', '.join(gone)}")
+        wrong = schema_differences(conn)
+        if wrong:
+            return ChainCheck(check.entries, check.head,
+                              f"{SCHEMA_TAMPERED}: {'; '.join(wrong)}")
     return check
 
 

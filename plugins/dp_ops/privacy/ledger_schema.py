@@ -16,24 +16,37 @@ links after an edit, so the chain catches every edit, not only those made by som
 did not bother to recompute it. A ledger whose first link is a plain sha256 was written
 before links were keyed; it is refused (it cannot be verified against anything secret).
 
+A chain entry is computed from the values this process inserted (:func:`row_values`, one
+normalisation by column type on SQLite and PostgreSQL alike), never from what the database
+hands back: :func:`append` reads the row back and refuses (:class:`LedgerTampered`, the
+transaction rolled back) when it differs, since only a trigger or a rule can make it differ.
+
 The database refuses changes as a first line: on SQLite, triggers abort every UPDATE and
 DELETE; on PostgreSQL, the pipeline's role is granted SELECT and INSERT only
 (:func:`grant_pipeline_role`) and a trigger refuses UPDATE, DELETE and TRUNCATE even to the
 owner role. The chain is the second line: it catches what someone able to drop a trigger
-did afterwards.
+did afterwards. The schema itself is code that runs inside the pipeline's transactions, so
+:func:`schema_differences` compares the whole of it with what this module creates (every
+trigger, view, index and table on SQLite; every trigger with its function and enabled
+state, rule and row-level security policy of the ledger's tables on PostgreSQL) and names
+anything extra, missing or different; every write transaction and every verification
+refuses such a ledger.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+
+from dp_ops.errors import LedgerTampered
 
 SCHEMA_VERSION = 2
 GENESIS = "0" * 64
@@ -192,32 +205,103 @@ def _unkeyed_link(prev: str, seq: int, tbl: str, row_id: int, row_hash: str) -> 
     return hashlib.sha256(f"{prev}|{seq}|{tbl}|{row_id}|{row_hash}".encode()).hexdigest()
 
 
-def row_dict(row: Any) -> dict[str, Any]:
-    return _as_dict(row._mapping.keys(), tuple(row))
+def _as_float(value: Any) -> Any:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else value
 
 
-def _as_dict(keys: Iterable[str], values: Iterable[Any]) -> dict[str, Any]:
-    return {k: (float(v) if isinstance(v, float) else v) for k, v in zip(keys, values,
-                                                                           strict=True)}
+def _as_int(value: Any) -> Any:
+    return int(value.__index__()) if hasattr(value, "__index__") and not isinstance(
+        value, bool) else value
+
+
+def _as_str(value: Any) -> Any:
+    return str(value) if isinstance(value, str) else value
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def column_value(column: sa.Column[Any]) -> Callable[[Any], Any]:
+    """How a value of ``column`` is hashed: a float column's number as a float, an integer
+    column's as an int, a text column's as a str (what both backends hand back for what
+    was sent); anything else (None, a value of the wrong type) is left as it is, so that
+    it shows as different."""
+    kind = column.type
+    if isinstance(kind, sa.Float):
+        return _as_float
+    if isinstance(kind, sa.Integer):
+        return _as_int
+    if isinstance(kind, sa.String):
+        return _as_str
+    return _as_is
+
+
+@functools.cache
+def _columns(tbl: str) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    table, _ = CHAINED[tbl]
+    return tuple((c.name, column_value(c)) for c in table.columns)
+
+
+def row_values(tbl: str, values: Mapping[Any, Any]) -> dict[str, Any]:
+    """Every column of chained table ``tbl`` from ``values`` (a row read back, or what is
+    inserted), normalised by :func:`column_value`: the content a row's hash is taken of.
+    The one normalisation of the chain, for what is sent, read back and verified."""
+    return {name: norm(values[name]) for name, norm in _columns(tbl)}
+
+
+def _sent(table: sa.Table, values: Mapping[str, Any], id_column: str,
+          row_id: int) -> dict[str, Any]:
+    """What an INSERT of ``values`` stores when nothing rewrites it: Python-side scalar
+    defaults filled in, the id the database assigned."""
+    defaults = {c.name: c.default.arg for c in table.columns  # type: ignore[attr-defined]
+                if c.default is not None and c.default.is_scalar}
+    return {**defaults, **values, id_column: row_id}
+
+
+def _differing_columns(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+    return [name for name, value in sent.items()
+            if type(stored[name]) is not type(value) or stored[name] != value]
 
 
 def append(conn: Connection, tbl: str, values: Mapping[str, Any], key: bytes) -> int:
     """Insert a row into chained table ``tbl`` and its chain entry (linked under ``key``);
-    return the row id. Call inside a write transaction that holds the ledger's lock."""
+    return the row id. Call inside a write transaction that holds the ledger's lock.
+
+    The entry is computed from what this process sent, and the row read back must be
+    exactly that: a trigger or a rule that rewrote or dropped it makes the database's row
+    differ, and :class:`LedgerTampered` is raised (the caller's transaction rolls back, so
+    nothing of it is recorded)."""
     table, id_column = CHAINED[tbl]
+    unknown = sorted(set(values) - set(table.columns.keys()))
+    if unknown:
+        raise ValueError(f"{tbl}: no column(s) {', '.join(unknown)}")
     result = conn.execute(table.insert().values(**values))
     if id_column in values:
         row_id = int(values[id_column])
     else:
         pk = result.inserted_primary_key
-        assert pk is not None
-        row_id = int(pk[0])
-    # hash what the database holds, read back, not what we sent (types are normalised)
-    stored = conn.execute(sa.select(table).where(table.c[id_column] == row_id)).one()
+        row_id = -1 if pk is None or pk[0] is None else int(pk[0])
+    sent = row_values(tbl, _sent(table, values, id_column, row_id))
+    stored = conn.execute(sa.select(table).where(table.c[id_column] == row_id)).first()
+    if stored is None:
+        wrong = f"{tbl}: the row inserted is not there when read back"
+    else:
+        columns = _differing_columns(sent, row_values(tbl, stored._mapping))
+        wrong = (f"{tbl} row {row_id}: column(s) {', '.join(columns)} read back differ "
+                 "from what this process inserted") if columns else ""
+    if wrong:
+        raise LedgerTampered(
+            f"{wrong}: the ledger database has been tampered with (a trigger or rule "
+            "rewrites or drops what is written). Nothing was recorded (the transaction was "
+            "rolled back). `python -m dp_ops ledger --verify` names what differs from the "
+            "schema dp_ops creates; restore the ledger from a backup that verifies "
+            "(OPERATIONS.md, 'The ledger fails verification')")
     last = conn.execute(sa.select(ledger_chain.c.seq, ledger_chain.c.chain_sha256)
                         .order_by(ledger_chain.c.seq.desc()).limit(1)).first()
     seq, prev = (1, GENESIS) if last is None else (int(last.seq) + 1, last.chain_sha256)
-    row_hash = row_sha256(tbl, row_dict(stored))
+    row_hash = row_sha256(tbl, sent)
     conn.execute(ledger_chain.insert().values(
         seq=seq, tbl=tbl, row_id=row_id, row_sha256=row_hash,
         chain_sha256=link_sha256(key, prev, seq, tbl, row_id, row_hash)))
@@ -242,10 +326,12 @@ def verify_chain(conn: Connection, key: bytes) -> ChainCheck:
     that fails."""
     rows: dict[str, dict[int, dict[str, Any]]] = {}
     for tbl, (table, id_column) in CHAINED.items():
-        result = conn.execute(sa.select(table))
-        keys = list(result.keys())
-        at = keys.index(id_column)
-        rows[tbl] = {int(t[at]): _as_dict(keys, t) for t in result}
+        columns = _columns(tbl)
+        at = [name for name, _ in columns].index(id_column)
+        # select(table) returns the columns in the table's order: normalise by position
+        rows[tbl] = {int(t[at]): {name: norm(v) for (name, norm), v in
+                                  zip(columns, t, strict=True)}
+                     for t in conn.execute(sa.select(table))}
     seen: set[tuple[str, int]] = set()
     prev = GENESIS
     expected_seq = 1
@@ -297,13 +383,23 @@ def verify_chain(conn: Connection, key: bytes) -> ChainCheck:
 
 # -- the database's guards ---------------------------------------------------------------
 
-def _sqlite_triggers(tables: Iterable[str] = APPEND_ONLY) -> Iterable[tuple[str, str]]:
+@dataclass(frozen=True)
+class Guard:
+    """One append-only trigger: the table it guards, its name and the DDL that creates it."""
+
+    table: str
+    name: str
+    ddl: str
+
+
+def _sqlite_triggers(tables: Iterable[str] = APPEND_ONLY) -> Iterable[Guard]:
     for tbl in tables:
         for op in ("UPDATE", "DELETE"):
             name = f"{tbl}_no_{op.lower()}"
-            yield name, (f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {op} ON {tbl} BEGIN "
-                         f"SELECT RAISE(ABORT, 'the ledger is append-only: {op} of {tbl} "
-                         "refused'); END")
+            yield Guard(tbl, name, (
+                f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {op} ON {tbl} BEGIN "
+                f"SELECT RAISE(ABORT, 'the ledger is append-only: {op} of {tbl} refused'); "
+                "END"))
 
 
 # (%% : the driver's placeholder syntax; PostgreSQL receives a single %)
@@ -315,14 +411,16 @@ END $$
 """
 
 
-def _pg_triggers(tables: Iterable[str] = APPEND_ONLY) -> Iterable[tuple[str, str]]:
+# The events of a trigger in the order PostgreSQL prints them (pg_get_triggerdef: INSERT,
+# DELETE, UPDATE), so that the DDL is also the definition the schema check expects.
+def _pg_triggers(tables: Iterable[str] = APPEND_ONLY) -> Iterable[Guard]:
     for tbl in tables:
-        yield (f"{tbl}_append_only",
-               f"CREATE TRIGGER {tbl}_append_only BEFORE UPDATE OR DELETE ON {tbl} "
-               "FOR EACH ROW EXECUTE FUNCTION dp_ledger_append_only()")
-        yield (f"{tbl}_no_truncate",
-               f"CREATE TRIGGER {tbl}_no_truncate BEFORE TRUNCATE ON {tbl} "
-               "FOR EACH STATEMENT EXECUTE FUNCTION dp_ledger_append_only()")
+        yield Guard(tbl, f"{tbl}_append_only",
+                    f"CREATE TRIGGER {tbl}_append_only BEFORE DELETE OR UPDATE ON {tbl} "
+                    "FOR EACH ROW EXECUTE FUNCTION dp_ledger_append_only()")
+        yield Guard(tbl, f"{tbl}_no_truncate",
+                    f"CREATE TRIGGER {tbl}_no_truncate BEFORE TRUNCATE ON {tbl} "
+                    "FOR EACH STATEMENT EXECUTE FUNCTION dp_ledger_append_only()")
 
 
 # The migration-version table is written by Alembic when a ledger is created (one INSERT)
@@ -331,7 +429,7 @@ def _pg_triggers(tables: Iterable[str] = APPEND_ONLY) -> Iterable[tuple[str, str
 _VERSION_REFUSED = "the ledger migration version only moves forward: {op} refused"
 
 
-def _sqlite_version_triggers() -> Iterable[tuple[str, str]]:
+def _sqlite_version_triggers() -> Iterable[Guard]:
     t = VERSION_TABLE
     for name, event, when, op in (
             (f"{t}_no_delete", "DELETE", "", "DELETE"),
@@ -340,8 +438,8 @@ def _sqlite_version_triggers() -> Iterable[tuple[str, str]]:
             (f"{t}_one_row", "INSERT", f"WHEN (SELECT count(*) FROM {t}) > 0 ",
              "INSERT of a second row")):
         message = _VERSION_REFUSED.format(op=op)
-        yield name, (f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {event} ON {t} {when}BEGIN "
-                     f"SELECT RAISE(ABORT, '{message}'); END")
+        yield Guard(t, name, (f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {event} ON {t} "
+                              f"{when}BEGIN SELECT RAISE(ABORT, '{message}'); END"))
 
 
 PG_VERSION_FUNCTION = f"""
@@ -362,76 +460,216 @@ BEGIN
   RAISE EXCEPTION '{_VERSION_REFUSED.format(op="%%")}', TG_OP;
 END $$
 """
+# the trigger functions by name (the schema check compares their bodies)
+PG_FUNCTIONS = {"dp_ledger_append_only": PG_FUNCTION,
+                "dp_ledger_version_guard": PG_VERSION_FUNCTION}
 
 
-def _pg_version_triggers() -> Iterable[tuple[str, str]]:
+def _pg_version_triggers() -> Iterable[Guard]:
     t = VERSION_TABLE
-    yield (f"{t}_guard", f"CREATE TRIGGER {t}_guard BEFORE INSERT OR UPDATE OR DELETE ON {t} "
-                         "FOR EACH ROW EXECUTE FUNCTION dp_ledger_version_guard()")
-    yield (f"{t}_no_truncate", f"CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t} "
-                               "FOR EACH STATEMENT EXECUTE FUNCTION dp_ledger_append_only()")
-
-
-def trigger_names(dialect: str) -> list[str]:
-    """Every append-only guard of a ledger at the newest migration."""
-    if dialect == "sqlite":
-        found = [*_sqlite_triggers(), *_sqlite_version_triggers()]
-    else:
-        found = [*_pg_triggers(), *_pg_version_triggers()]
-    return sorted(name for name, _ in found)
+    yield Guard(t, f"{t}_guard",
+                f"CREATE TRIGGER {t}_guard BEFORE INSERT OR DELETE OR UPDATE ON {t} "
+                "FOR EACH ROW EXECUTE FUNCTION dp_ledger_version_guard()")
+    yield Guard(t, f"{t}_no_truncate",
+                f"CREATE TRIGGER {t}_no_truncate BEFORE TRUNCATE ON {t} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION dp_ledger_append_only()")
 
 
 def install_version_guards(conn: Connection) -> None:
     """Guard the migration-version table (idempotent; migration 0002). Needs its owner."""
     if conn.dialect.name == "sqlite":
-        for _, ddl in _sqlite_version_triggers():
-            conn.exec_driver_sql(ddl)
+        for guard in _sqlite_version_triggers():
+            conn.exec_driver_sql(guard.ddl)
     elif conn.dialect.name == "postgresql":
         conn.exec_driver_sql(PG_FUNCTION)
         conn.exec_driver_sql(PG_VERSION_FUNCTION)
         have = _pg_trigger_names(conn)
-        for name, ddl in _pg_version_triggers():
-            if name not in have:
-                conn.exec_driver_sql(ddl)
+        for guard in _pg_version_triggers():
+            if guard.name not in have:
+                conn.exec_driver_sql(guard.ddl)
 
 
-def _pg_trigger_names(conn: Connection, *, enabled_only: bool = False) -> set[str]:
+def _pg_trigger_names(conn: Connection) -> set[str]:
     return set(conn.exec_driver_sql(
         "SELECT tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
-        "WHERE c.relnamespace = current_schema()::regnamespace"
-        + (" AND t.tgenabled <> 'D'" if enabled_only else "")).scalars())
+        "WHERE c.relnamespace = current_schema()::regnamespace").scalars())
 
 
 def install_guards(conn: Connection) -> None:
     """Create the append-only triggers of every ledger table the database has (idempotent).
     Needs the tables' owner. Tables a later migration adds are left to it: migration 0001
     calls this before they exist, and their migration calls it again once they do
-    (:func:`missing_guards` names any table left unguarded)."""
+    (:func:`schema_differences` names any table left unguarded)."""
     dialect = conn.dialect.name
     present = set(sa.inspect(conn).get_table_names())
     tables = [tbl for tbl in APPEND_ONLY if tbl in present]
     if dialect == "sqlite":
-        for _, ddl in _sqlite_triggers(tables):
-            conn.exec_driver_sql(ddl)
+        for guard in _sqlite_triggers(tables):
+            conn.exec_driver_sql(guard.ddl)
     elif dialect == "postgresql":
         conn.exec_driver_sql(PG_FUNCTION)
         have = _pg_trigger_names(conn)
-        for name, ddl in _pg_triggers(tables):
-            if name not in have:
-                conn.exec_driver_sql(ddl)
+        for guard in _pg_triggers(tables):
+            if guard.name not in have:
+                conn.exec_driver_sql(guard.ddl)
 
 
-def missing_guards(conn: Connection) -> list[str]:
-    """The append-only triggers that are not there (or, on PostgreSQL, are disabled)."""
+# -- the whole schema, compared with the one this module creates ----------------------------
+
+# Alembic's version table as Alembic creates it (alembic.runtime.migration), so that the
+# schema a ledger must have is built here without running Alembic (which logs its set-up);
+# tests/unit/privacy/test_ledger_schema_attacks.py checks that the migrations make exactly it
+version_table = sa.Table(
+    VERSION_TABLE,
+    sa.MetaData(),
+    sa.Column("version_num", sa.String(32), nullable=False),
+    sa.PrimaryKeyConstraint("version_num", name=f"{VERSION_TABLE}_pkc"),
+)
+
+SCHEMA_TAMPERED = ("the ledger's schema is not the one dp_ops creates (a trigger, view, "
+                   "index, table, rule or policy was added, changed, disabled or dropped: "
+                   "the ledger database has been tampered with)")
+
+
+def _squeeze(sql: str | None) -> str | None:
+    """SQL with every run of white space made one space (the only difference allowed)."""
+    return None if sql is None else " ".join(sql.split())
+
+
+SqliteObjects = dict[tuple[str, str], tuple[str, str | None]]
+
+
+def _sqlite_objects(conn: Connection) -> SqliteObjects:
+    """Every row of ``sqlite_master`` (but the optimiser's statistics tables) as
+    (type, name) -> (table, SQL): tables, indexes (an automatic one has no SQL), triggers,
+    views."""
+    return {(kind, name): (tbl, _squeeze(sql)) for kind, name, tbl, sql in conn.exec_driver_sql(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master") if not name.startswith(
+            "sqlite_stat")}
+
+
+@functools.cache
+def _sqlite_expected() -> SqliteObjects:
+    """What a SQLite ledger at the newest migration holds: the tables of this module, the
+    version table and every guard, created here in an empty in-memory database."""
+    engine = sa.create_engine("sqlite://")
+    try:
+        with engine.begin() as conn:
+            metadata.create_all(conn)
+            version_table.create(conn)
+            install_guards(conn)
+            install_version_guards(conn)
+            return _sqlite_objects(conn)
+    finally:
+        engine.dispose()
+
+
+def _compared(expected: Mapping[tuple[str, str], Any], have: Mapping[tuple[str, str], Any],
+              where: Callable[[tuple[str, str]], str]) -> list[str]:
+    out = []
+    for key in sorted(set(expected) | set(have)):
+        if key not in have:
+            out.append(f"{key[0]} {key[1]} is missing")
+        elif key not in expected:
+            out.append(f"{key[0]} {key[1]}{where(key)} is not one dp_ops creates")
+        elif have[key] != expected[key]:
+            out.append(f"{key[0]} {key[1]}{where(key)} differs from the one dp_ops creates")
+    return out
+
+
+def _sqlite_differences(conn: Connection) -> list[str]:
+    have = _sqlite_objects(conn)
+    return _compared(_sqlite_expected(), have, lambda key: f" on {have[key][0]}"
+                     if have[key][0] != key[1] else "")
+
+
+def _pg_function_body(ddl: str) -> str:
+    """What PostgreSQL keeps of the function ``ddl`` creates (``prosrc``): the text
+    between the dollar quotes, the driver's ``%%`` as ``%``."""
+    return ddl.split("$$")[1].replace("%%", "%")
+
+
+_PG_TABLES = (*APPEND_ONLY, VERSION_TABLE)
+_ENABLED = {"D": "disabled", "R": "set to fire on replicas only", "A": "set to fire always"}
+
+
+def _pg_differences(conn: Connection) -> list[str]:
+    tables: sa.BindParameter[list[str]] = sa.bindparam("tables", value=list(_PG_TABLES),
+                                                       expanding=True)
+    out: list[str] = []
+    found = {name: (kind, rls, forced) for name, kind, rls, forced in conn.execute(sa.text(
+        "SELECT relname, relkind, relrowsecurity, relforcerowsecurity FROM pg_class "
+        "WHERE relnamespace = current_schema()::regnamespace AND relname IN :tables"
+    ).bindparams(tables))}
+    for tbl in _PG_TABLES:
+        if tbl not in found:
+            out.append(f"table {tbl} is missing")
+            continue
+        kind, rls, forced = found[tbl]
+        if kind != "r":
+            out.append(f"{tbl} is not a plain table (relkind {kind!r})")
+        if rls or forced:
+            out.append(f"row-level security is enabled on table {tbl}")
+    expected = {(g.table, g.name): _squeeze(g.ddl)
+                for g in (*_pg_triggers(), *_pg_version_triggers())}
+    have: dict[tuple[str, str], str | None] = {}
+    functions: dict[str, list[str]] = {}  # a function that differs, and who runs it
+    for tbl, name, enabled, definition, function, language, body in conn.execute(sa.text(
+            "SELECT c.relname, t.tgname, t.tgenabled, pg_get_triggerdef(t.oid, true), "
+            "p.proname, l.lanname, p.prosrc FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid "
+            "JOIN pg_language l ON l.oid = p.prolang "
+            "WHERE c.relnamespace = current_schema()::regnamespace AND c.relname IN :tables "
+            "AND NOT t.tgisinternal ORDER BY c.relname, t.tgname").bindparams(tables)):
+        have[(tbl, name)] = _squeeze(definition)
+        if (tbl, name) in expected and enabled != "O":
+            out.append(f"trigger {name} on {tbl} is {_ENABLED.get(enabled, enabled)}")
+        if function in PG_FUNCTIONS and (language != "plpgsql" or _squeeze(body) != _squeeze(
+                _pg_function_body(PG_FUNCTIONS[function]))):
+            functions.setdefault(function, []).append(name)
+    out += [f"function {function} (run by trigger(s) {', '.join(names)}) differs from the "
+            "one dp_ops creates" for function, names in sorted(functions.items())]
+    on = {n: tbl for tbl, n in have}
+    out += _compared({("trigger", n): d for (_, n), d in expected.items()},
+                     {("trigger", n): d for (_, n), d in have.items()},
+                     lambda key: f" on {on[key[1]]}")
+    for what, query in (
+            ("rule", "SELECT c.relname, r.rulename FROM pg_rewrite r JOIN pg_class c ON "
+                     "c.oid = r.ev_class"),
+            ("row-level security policy", "SELECT c.relname, p.polname FROM pg_policy p "
+                                          "JOIN pg_class c ON c.oid = p.polrelid")):
+        for tbl, name in conn.execute(sa.text(
+                f"{query} WHERE c.relnamespace = current_schema()::regnamespace AND "
+                "c.relname IN :tables ORDER BY 1, 2").bindparams(tables)):
+            out.append(f"{what} {name} on {tbl} is not one dp_ops creates")
+    return out
+
+
+def schema_differences(conn: Connection) -> list[str]:
+    """Everything by which the ledger's schema differs from the one this module creates at
+    the newest migration, each named (empty when none). SQLite: every trigger, view, index
+    and table of the file, by its exact SQL (white space aside). PostgreSQL: the ledger's
+    tables, every trigger on them by its definition, its function's body and its enabled
+    state, every rule and row-level security policy on them, and whether row-level security
+    is on. The triggers of a ledger run inside the pipeline's own transactions: a schema
+    this module did not create is code someone else wrote."""
     dialect = conn.dialect.name
     if dialect == "sqlite":
-        have = set(conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'trigger'").scalars())
-    elif dialect == "postgresql":
-        have = _pg_trigger_names(conn, enabled_only=True)
-    else:
-        return []
-    return [name for name in trigger_names(dialect) if name not in have]
+        return _sqlite_differences(conn)
+    if dialect == "postgresql":
+        return _pg_differences(conn)
+    return [f"a {dialect} ledger's schema cannot be checked (SQLite and PostgreSQL only)"]
+
+
+def require_schema(conn: Connection) -> None:
+    """:class:`LedgerTampered` unless :func:`schema_differences` finds nothing (every write
+    transaction of the ledger calls this under its lock, before it writes)."""
+    wrong = schema_differences(conn)
+    if wrong:
+        raise LedgerTampered(
+            f"{SCHEMA_TAMPERED}: {'; '.join(wrong)}. Nothing was written. Restore the "
+            "ledger from a backup that `python -m dp_ops ledger --verify` accepts "
+            "(OPERATIONS.md, 'The ledger fails verification')")
 
 
 def grant_pipeline_role(conn: Connection, role: str) -> None:

@@ -5,14 +5,16 @@ values and reliability decisions) is what every release of that day is assembled
 Anyone who can write the data root could otherwise replace it with the true sums, and the
 next gate would publish them. So:
 
-- :func:`write_day_file` writes the rows to a pending file, records its sha256 in the
-  ledger (``derived_state``, name ``day/<day>``; a rewrite, after a re-noise or a method
-  update, records the next version), then moves it into place, under a per-report lock;
+- :func:`write_day_file` writes the rows to a pending file (its name carries a MAC under
+  the ledger key of the record and the sha256: dp_ops.steps.pending), records its sha256
+  in the ledger (``derived_state``, name ``day/<day>``; a rewrite, after a re-noise or a
+  method update, records the next version), then moves it into place, under a per-report
+  lock;
 - :func:`read_day_files` reads each file once, checks those very bytes against the version
   the ledger recorded last, and parses them (no second open a swapped file could slip
   into). A missing or different file is refused, naming it and the remedy; a pending file
-  holding the recorded version (a writer between its record and its move, or crashed
-  there) is moved into place first;
+  holding the recorded version under the name its MAC gives (a writer between its record
+  and its move, or crashed there) is moved into place first, and no other;
 - :func:`recorded_days` says which days have a report at all: the ledger's records, not
   the files present, so a planted file for another day is never picked up.
 """
@@ -29,15 +31,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_ops.engine.files import (
-        exclusive_lock,
-    file_mode,
+    exclusive_lock,
     make_dirs,
     pending_path,
     read_as_recorded,
+    write_parquet_beside,
 )
 from dp_ops.errors import DerivedStateTampered
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.steps.pending import pending_tag
 
 DAY_RECORD = "day/"
 _NAME_DAY = len(DAY_RECORD)
@@ -45,6 +48,10 @@ _NAME_DAY = len(DAY_RECORD)
 
 def day_record(day: date) -> str:
     return f"{DAY_RECORD}{day.isoformat()}"
+
+
+def _day_tag(target: Path, report: str, day: date, sha256: str) -> str:
+    return pending_tag(target, f"derived_state/{report}/{day_record(day)}", sha256)
 
 
 def recorded_days(ledger: Ledger, report: str) -> dict[date, str]:
@@ -58,13 +65,12 @@ def write_day_file(root: DataRoot, ledger: Ledger, report: str, day: date,
     """Record, then store, ``day``'s report rows (see the module docstring)."""
     target = root.report_file(report, day)
     make_dirs(target.parent)
-    pending = pending_path(target)
+    tmp = write_parquet_beside(table, target)
+    pending = tmp
     try:
-        pq.write_table(table, pending)
-        os.chmod(pending, file_mode(target))
-        with open(pending, "rb") as fh:
-            digest = hashlib.sha256(fh.read()).hexdigest()
-            os.fsync(fh.fileno())
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        pending = pending_path(target, _day_tag(target, report, day, digest))
+        os.replace(tmp, pending)
         # one writer of a report's day files at a time: the record and the move in the
         # same order for every writer, so the file in place is the version recorded last
         with exclusive_lock(root.root / "report" / f".{report}.write.lock"):
@@ -73,6 +79,7 @@ def write_day_file(root: DataRoot, ledger: Ledger, report: str, day: date,
                                   replaces=ledger.derived_sha256(report, name))
             os.replace(pending, target)
     finally:
+        tmp.unlink(missing_ok=True)
         pending.unlink(missing_ok=True)
     return target
 
@@ -87,7 +94,8 @@ def read_day_bytes(root: DataRoot, report: str, day: date, recorded: str | None)
             f"{path}: the ledger recorded no report file for {report} {day}; a file there "
             "was not written by the pipeline and is never read. Run the report step for "
             "that day (it rebuilds the rows from the stored noise)")
-    data = read_as_recorded(path, lambda b: hashlib.sha256(b).hexdigest() == recorded)
+    data = read_as_recorded(path, lambda b: hashlib.sha256(b).hexdigest() == recorded,
+                            lambda: _day_tag(path, report, day, recorded))
     if data is None:
         raise DerivedStateTampered(
             f"{path} is missing; the ledger recorded sha256 {recorded[:16]}... for it. Run "

@@ -6,11 +6,14 @@ factors would be published silently unless someone checks. Each version of such 
 recorded in the ledger (``derived_state``: its sha256) *before* it becomes visible, and
 every read verifies the file against the version recorded last:
 
-- :func:`store_recorded` writes the table to a pending file beside the target, records its
-  sha256 in the ledger, then moves it into place (a frozen file: only if there is none);
+- :func:`store_recorded` writes the table to a pending file beside the target (its name
+  carries a MAC under the ledger key of the record and the sha256: dp_ops.steps.pending),
+  records its sha256 in the ledger, then moves it into place (a frozen file: only if there
+  is none);
 - :func:`verify_recorded` refuses a file that is missing, differs, or exists with no
-  record (:class:`DerivedStateTampered`). A pending file whose sha256 is the recorded one
-  is the trace of a crash between the record and the move: it is moved into place.
+  record (:class:`DerivedStateTampered`). A pending file named with the MAC of the recorded
+  version and holding it is the trace of a crash between the record and the move: it is
+  moved into place; a pending file of any other name is never adopted.
 """
 
 from __future__ import annotations
@@ -22,14 +25,27 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import PENDING_SUFFIX, file_mode, make_dirs, pending_path
+from dp_ops.engine.files import (
+    PENDING_SUFFIX,
+    adopt,
+    make_dirs,
+    pending_path,
+    pending_paths,
+    write_parquet_beside,
+)
 from dp_ops.errors import DerivedStateConflict, DerivedStateTampered
 from dp_ops.privacy.ledger import Ledger
+from dp_ops.steps.pending import pending_tag
 from dp_ops.steps.release import sha256_file
 
 
 def _pending_files(target: Path) -> list[Path]:
+    """Every pending file of ``target``, whoever named it (for a writer's clean-up)."""
     return sorted(target.parent.glob(f".{target.name}.*{PENDING_SUFFIX}"))
+
+
+def _tag(target: Path, report: str, name: str, sha256: str) -> str:
+    return pending_tag(target, f"derived_state/{report}/{name}", sha256)
 
 
 def verify_recorded(ledger: Ledger, report: str, name: str, target: Path, *,
@@ -50,10 +66,11 @@ def verify_recorded(ledger: Ledger, report: str, name: str, target: Path, *,
                 "it can from stored noise")
         return False
     recorded = versions[-1]
-    pending = [p for p in _pending_files(target) if sha256_file(p) == recorded]
+    pending = [p for p in pending_paths(target, _tag(target, report, name, recorded))
+               if sha256_file(p) == recorded]
     if pending and not target.exists():
         try:
-            os.link(pending[0], target)
+            adopt(pending[0], target, replace=False)
         except FileExistsError:
             pass
     if not target.exists():
@@ -65,7 +82,7 @@ def verify_recorded(ledger: Ledger, report: str, name: str, target: Path, *,
     if actual != recorded and pending and len(versions) > 1 and actual == versions[-2]:
         if not writer:
             return True  # the previous version, with the next one being moved in
-        os.replace(pending[0], target)
+        adopt(pending[0], target)
         actual = recorded
     if actual != recorded:
         raise DerivedStateTampered(
@@ -105,14 +122,14 @@ def store_recorded(ledger: Ledger, report: str, name: str, table: pa.Table, targ
         verify_recorded(ledger, report, name, target, writer=True)
     current = ledger.derived_sha256(report, name)
     make_dirs(target.parent)
-    pending = pending_path(target)
-    pq.write_table(table, pending)
-    os.chmod(pending, file_mode(target))
-    with open(pending, "rb") as fh:
-        os.fsync(fh.fileno())
+    tmp = write_parquet_beside(table, target)
+    pending = tmp
     try:
+        digest = sha256_file(tmp)
+        pending = pending_path(target, _tag(target, report, name, digest))
+        os.replace(tmp, pending)
         try:
-            ledger.record_derived(report, name, sha256_file(pending),
+            ledger.record_derived(report, name, digest,
                                   replaces=None if frozen else current)
         except DerivedStateConflict:
             if frozen and verify_recorded(ledger, report, name, target):
@@ -128,5 +145,5 @@ def store_recorded(ledger: Ledger, report: str, name: str, table: pa.Table, targ
             os.replace(pending, target)
         return True
     finally:
-        if pending.exists():
-            pending.unlink()
+        tmp.unlink(missing_ok=True)
+        pending.unlink(missing_ok=True)

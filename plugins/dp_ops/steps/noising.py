@@ -38,7 +38,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.engine.files import file_mode, make_dirs, pending_path, read_as_recorded
+from dp_ops.engine.files import (
+    make_dirs,
+    pending_path,
+    read_as_recorded,
+    write_parquet_beside,
+)
 from dp_ops.errors import (
     BadRequest,
     NoiseNotStored,
@@ -61,6 +66,7 @@ from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.privacy.plan import GROUP_TERM_PREFIXES, MetricBudget, group_terms
 from dp_ops.steps.ledger_binding import open_ledger, require_sound
 from dp_ops.steps.noise_request import NoiseRequest
+from dp_ops.steps.pending import pending_tag
 from dp_ops.steps.result import StepResult
 
 # Spend kinds whose noisy values are the cells' current values (method-update spends
@@ -164,10 +170,12 @@ def read_stored(path: Path, spend: Spend) -> pa.Table:
                              f"at {path} is never read unrecorded. Rerun the noise step for "
                              f"{spend.slot.day} (it reuses the spend and costs nothing more)")
     # the recorded draw may still be pending (its writer is between the ledger record and
-    # the move, or crashed there): then it is moved into place over whatever is there.
-    # Compared by sha256 before anything is parsed: a pending file left half-written by a
-    # crash, or garbage planted at the path, is refused, never handed to the Parquet reader
-    data = read_as_recorded(path, lambda b: _sha256(b) == spend.stored_sha256)
+    # the move, or crashed there): then it is moved into place over whatever is there,
+    # if its name carries the MAC of the recorded sha256 (a planted one cannot). Compared
+    # by sha256 before anything is parsed: a pending file left half-written by a crash,
+    # or garbage planted at the path, is refused, never handed to the Parquet reader
+    data = read_as_recorded(path, lambda b: _sha256(b) == spend.stored_sha256,
+                            lambda: _noise_tag(path, spend.id, str(spend.stored_sha256)))
     if data is None:
         raise NoiseTampered(f"{what}: its stored noise {path} is missing; {remedy}")
     digest = _sha256(data)
@@ -182,6 +190,11 @@ def read_stored(path: Path, spend: Spend) -> pa.Table:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _noise_tag(path: Path, spend_id: int, sha256: str) -> str:
+    """The tag of the pending file of spend ``spend_id``'s stored noise (steps/pending.py)."""
+    return pending_tag(path, f"noise_store/{spend_id}", sha256)
 
 
 def _cells_text(data: bytes) -> str:
@@ -289,13 +302,13 @@ def draw_and_store(root: DataRoot, ledger: Ledger, plan: NoisePlan, regions: pd.
     fault_point("noise.after_draw")
     target = noise_file(root, spend)
     make_dirs(target.parent)
-    pending = pending_path(target)
+    tmp = write_parquet_beside(table, target)
+    pending = tmp
     try:
-        pq.write_table(table, pending)
-        os.chmod(pending, file_mode(target))
-        with open(pending, "rb") as fh:
-            os.fsync(fh.fileno())
-        digest, cells = file_digest(pending)
+        digest, cells = file_digest(tmp)
+        # named with the MAC of its sha256 before the record: adoptable after a crash
+        pending = pending_path(target, _noise_tag(target, spend.id, digest))
+        os.replace(tmp, pending)
         try:
             ledger.record_stored(spend.id, digest, cells)
         except NoiseRecordConflict:
@@ -306,6 +319,7 @@ def draw_and_store(root: DataRoot, ledger: Ledger, plan: NoisePlan, regions: pd.
         except FileNotFoundError:
             pass  # a reader moved it into place already (verify_stored)
     finally:
+        tmp.unlink(missing_ok=True)
         pending.unlink(missing_ok=True)
 
 

@@ -34,6 +34,7 @@ from dp_ops.privacy.ledger_schema import (
     APPEND_ONLY,
     CHAINED,
     grant_pipeline_role,
+    install_guards,
     verify_chain,
 )
 
@@ -81,6 +82,14 @@ def _drop_guard(conn: Connection, tbl: str) -> None:
             conn.exec_driver_sql(f"DROP TRIGGER {tbl}_no_{op}")
     else:
         conn.exec_driver_sql(f"ALTER TABLE {tbl} DISABLE TRIGGER USER")
+
+
+def _restore_guard(conn: Connection, tbl: str) -> None:
+    """Put back what :func:`_drop_guard` took away (the schema is as created again)."""
+    if conn.dialect.name == "sqlite":
+        install_guards(conn)
+    else:
+        conn.exec_driver_sql(f"ALTER TABLE {tbl} ENABLE TRIGGER USER")
 
 
 def _key(tbl: str) -> str:
@@ -241,6 +250,9 @@ def test_ids_are_never_reused(used: Ledger, ledger_url: str) -> None:
             _drop_guard(conn, "noise_store")
             conn.execute(sa.text("DELETE FROM noise_store WHERE spend_id = :i"), {"i": last})
             conn.execute(sa.text("DELETE FROM budget_spend WHERE id = :i"), {"i": last})
+            # (a ledger with a guard missing takes no write at all)
+            _restore_guard(conn, "budget_spend")
+            _restore_guard(conn, "noise_store")
     finally:
         engine.dispose()
     res = reserve_approved(used, [spend_request(slot("places", region="R2"), 0.5)],
@@ -542,27 +554,35 @@ def test_verify_names_each_kind_of_tampering_exactly(used: Ledger, ledger_url: s
         engine.dispose()
 
 
-def test_missing_guards_names_a_dropped_or_disabled_trigger(used: Ledger,
-                                                            ledger_url: str) -> None:
-    from dp_ops.privacy.ledger_schema import missing_guards, trigger_names
+def _budget_spend_guards_gone(dialect: str) -> list[str]:
+    """How :func:`schema_differences` names the guards of budget_spend dropped (SQLite) or
+    disabled (PostgreSQL) by :func:`_drop_guard`."""
+    if dialect == "sqlite":
+        return ["trigger budget_spend_no_delete is missing",
+                "trigger budget_spend_no_update is missing"]
+    return ["trigger budget_spend_append_only on budget_spend is disabled",
+            "trigger budget_spend_no_truncate on budget_spend is disabled"]
+
+
+def test_schema_differences_names_a_dropped_or_disabled_trigger(used: Ledger,
+                                                                ledger_url: str) -> None:
+    from dp_ops.privacy.ledger_schema import schema_differences
 
     engine = _make_engine(ledger_url)
     try:
         with engine.connect() as conn:
-            assert missing_guards(conn) == []
+            assert schema_differences(conn) == []
             dialect = conn.dialect.name
             conn.rollback()
             trans = conn.begin()
             try:
                 _drop_guard(conn, "budget_spend")
-                gone = missing_guards(conn)
+                gone = schema_differences(conn)
             finally:
                 trans.rollback()
     finally:
         engine.dispose()
-    expected = (["budget_spend_no_update", "budget_spend_no_delete"] if dialect == "sqlite"
-                else [n for n in trigger_names(dialect) if n.startswith("budget_spend")])
-    assert gone and sorted(gone) == sorted(expected)
+    assert gone == _budget_spend_guards_gone(dialect)
 
 
 def test_a_derived_file_replaced_behind_the_ledgers_back_is_refused(used: Ledger,
@@ -587,8 +607,9 @@ def test_a_derived_file_replaced_behind_the_ledgers_back_is_refused(used: Ledger
 def test_verify_names_every_missing_or_disabled_guard(ledger_url: str) -> None:
     """A chain that checks on a ledger whose guards were dropped (SQLite) or disabled
     (PostgreSQL) does not verify: the problem names each trigger gone, exactly, and the
-    entries and head are the intact chain's."""
-    from dp_ops.privacy.ledger_schema import trigger_names
+    entries and head are the intact chain's. A write is refused, nothing written."""
+    from dp_ops.errors import LedgerTampered
+    from dp_ops.privacy.ledger_schema import SCHEMA_TAMPERED
 
     led = Ledger(ledger_url)
     try:
@@ -604,14 +625,14 @@ def test_verify_names_every_missing_or_disabled_guard(ledger_url: str) -> None:
         finally:
             engine.dispose()
         check = led.verify()
+        with pytest.raises(LedgerTampered, match="Nothing was written"):
+            led.record_derived("mobility", "baseline", "a" * 64)
+        assert led.head() == (intact.entries, intact.head)
     finally:
         led.dispose()
-    gone = [n for n in trigger_names(dialect) if n.startswith("budget_spend_")]
-    assert gone == (["budget_spend_no_delete", "budget_spend_no_update"] if dialect == "sqlite"
-                    else ["budget_spend_append_only", "budget_spend_no_truncate"])
     assert (check.entries, check.head, check.problem) == (
         intact.entries, intact.head,
-        f"append-only trigger(s) missing or disabled: {gone[0]}, {gone[1]}")
+        f"{SCHEMA_TAMPERED}: {'; '.join(_budget_spend_guards_gone(dialect))}")
 
 
 def test_stored_noise_is_recorded_once_and_never_replaced(ledger_url: str) -> None:
@@ -668,14 +689,15 @@ def test_installing_the_guards_again_keeps_a_disabled_trigger_named(
         pg_schema: tuple[str, str]) -> None:
     """PostgreSQL: every guard exists under its exact name. A trigger an owner disabled
     still exists, so installing the guards again (a migration) creates none twice (the name
-    is taken: that would fail) and leaves it disabled: missing_guards names it."""
+    is taken: that would fail) and leaves it disabled: schema_differences names it."""
     from dp_ops.privacy.ledger_schema import (
         VERSION_TABLE,
         _pg_trigger_names,
+        _pg_triggers,
+        _pg_version_triggers,
         install_guards,
         install_version_guards,
-        missing_guards,
-        trigger_names,
+        schema_differences,
     )
 
     url, _ = pg_schema
@@ -683,7 +705,7 @@ def test_installing_the_guards_again_keeps_a_disabled_trigger_named(
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            names = trigger_names("postgresql")
+            names = sorted(g.name for g in (*_pg_triggers(), *_pg_version_triggers()))
             assert set(names) <= _pg_trigger_names(conn)  # (and the foreign key's own)
             assert names == sorted(
                 [f"{t}_{g}" for t in APPEND_ONLY for g in ("append_only", "no_truncate")]
@@ -693,8 +715,11 @@ def test_installing_the_guards_again_keeps_a_disabled_trigger_named(
             install_guards(conn)
             install_version_guards(conn)
             assert set(names) <= _pg_trigger_names(conn)  # (and the foreign key's own)
-            assert missing_guards(conn) == [
-                "budget_spend_append_only", "budget_spend_no_truncate",
-                f"{VERSION_TABLE}_guard", f"{VERSION_TABLE}_no_truncate"]
+            assert schema_differences(conn) == [
+                f"trigger {name} on {tbl} is disabled" for tbl, name in (
+                    ("budget_spend", "budget_spend_append_only"),
+                    ("budget_spend", "budget_spend_no_truncate"),
+                    (VERSION_TABLE, f"{VERSION_TABLE}_guard"),
+                    (VERSION_TABLE, f"{VERSION_TABLE}_no_truncate"))]
     finally:
         engine.dispose()

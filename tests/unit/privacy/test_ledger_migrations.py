@@ -15,7 +15,12 @@ from spend_requests import spend_request
 
 from dp_ops.privacy import ledger_key, ledger_migrations
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.privacy.ledger_schema import append, install_guards, metadata, missing_guards
+from dp_ops.privacy.ledger_schema import (
+    append,
+    install_guards,
+    metadata,
+    schema_differences,
+)
 
 
 def _diff(conn: sa.Connection) -> list[Any]:
@@ -30,7 +35,7 @@ def test_upgrade_from_empty_equals_the_models(ledger_url: str) -> None:
         with ledger.engine.connect() as conn:
             assert ledger_migrations.current(conn) == ledger_migrations.head()
             assert _diff(conn) == []
-            assert missing_guards(conn) == []
+            assert schema_differences(conn) == []
         assert ledger.verify().ok
     finally:
         ledger.dispose()
@@ -97,7 +102,7 @@ def test_a_ledger_at_0002_gets_the_approvals_table_and_its_guards(ledger_url: st
     try:
         with ledger.engine.connect() as conn:
             assert ledger_migrations.current(conn) == "0003"
-            assert _diff(conn) == [] and missing_guards(conn) == []
+            assert _diff(conn) == [] and schema_differences(conn) == []
         assert ledger.verify().ok and ledger.head()[0] == 1
     finally:
         ledger.dispose()

@@ -315,15 +315,19 @@ def test_load_noisy_cells_keeps_the_latest_value_of_the_day(
 
 def test_a_recorded_draw_left_pending_is_moved_into_place(home: tuple[DataRoot, str]) -> None:
     """A writer that crashed between the ledger record and the move left its file under
-    its pending name: the reader takes the recorded one and moves it into place."""
+    its pending name (with the MAC of the recorded sha256): the reader takes the recorded
+    one and moves it into place."""
+    from dp_ops.engine.files import pending_path
+
     root, url = home
     noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     spend = _spends(root, url)[0]
     target = noising.noise_file(root, spend)
     data = target.read_bytes()
-    stray = target.with_name(f".{target.name}.1-aaaaaaaa.pending")
+    tag = noising._noise_tag(target, spend.id, str(spend.stored_sha256))
+    stray = pending_path(target, noising._noise_tag(target, spend.id, "b" * 64))
     stray.write_bytes(data + b"not this one")   # another writer's unrecorded draw
-    target.rename(target.with_name(f".{target.name}.2-bbbbbbbb.pending"))
+    target.rename(pending_path(target, tag))
     assert noising.read_stored(target, spend).num_rows == 2 * 1  # level 0: DM x {x, y}
     assert target.read_bytes() == data
 

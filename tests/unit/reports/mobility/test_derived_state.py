@@ -176,8 +176,15 @@ def test_a_crash_between_record_and_move_is_finished_on_the_next_read(
             store_recorded(ledger, "mobility", "other", table, target, frozen=True)
         monkeypatch.undo()
         # the pending file is gone with the dead process's cleanup in this simulation,
-        # so write it back as a real crash would have left it
-        pending = target.with_name(f".{target.name}.999{'.pending'}")
+        # so write it back as a real crash would have left it (named with the MAC of
+        # the recorded sha256)
+        from dp_ops.engine.files import pending_path
+        from dp_ops.steps.pending import pending_tag
+
+        recorded = ledger.derived_sha256("mobility", "other")
+        assert recorded is not None
+        pending = pending_path(target, pending_tag(target, "derived_state/mobility/other",
+                                                   recorded))
         pq.write_table(table, pending)
         assert not target.exists()
         assert store_recorded(ledger, "mobility", "other", table, target, frozen=True) is False
