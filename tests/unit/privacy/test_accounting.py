@@ -321,3 +321,40 @@ def test_a_stored_draw_is_never_made_above_what_its_spend_booked() -> None:
     with pytest.raises(PolicyMismatch, match="booked at epsilon 0.01"):
         noising.booked_budget(spend, SpendRequest(spend.slot, GREEDY[0]))
     assert noising.booked_budget(spend, SpendRequest(spend.slot, HONEST[0])) == HONEST[0]
+
+
+def test_a_method_update_redrawn_for_its_booked_spends_never_draws_above_them(
+        tmp_path: Path) -> None:
+    """A method update whose run crashed after the reservation draws s_n again for the
+    spends it booked, with the requests' budgets: those must cost no more than was
+    booked, and the s_n draws take each group's cell epsilon from those requests."""
+    from dp_ops.reports.mobility.config import MobilityConfig
+    from dp_ops.reports.mobility.method_update import (
+        MethodUpdate,
+        plan_requests,
+        update_budgets,
+    )
+    from dp_ops.reports.mobility.method_update_step import _reserved_before
+    from dp_ops.reports.mobility.new_methods import ScaledCounts
+
+    update = MethodUpdate(method_version="v2", effective_date=date(2020, 3, 9),
+                          categories=("parks",),
+                          method=ScaledCounts.for_categories(("parks",), 1.3), reason="x")
+    cfg = MobilityConfig()
+    requests = plan_requests(cfg, update)
+    assert {r.slot.metric for r in requests} == {"places"}
+    booked = update_budgets(requests)["places"]
+    assert booked.cell_epsilon == pytest.approx(cfg.method_update_fraction * cfg.place_epsilon)
+    assert booked.epsilon == pytest.approx(booked.cell_epsilon * cfg.max_place_pairs)
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    try:
+        request = request_of(requests, kind="method_update", method_version="v2", reason="x")
+        led.reserve(requests, run_id="update", kind="method_update", cap=1e6,
+                    method_version="v2", reason="x", terms=cfg.policy_terms,
+                    approval=approve(led, request, "update"))
+        assert len(_reserved_before(led, cfg, update, requests) or []) == len(requests)
+        raised = MobilityConfig(place_epsilon=2 * cfg.place_epsilon)
+        with pytest.raises(PolicyMismatch, match="more than was paid"):
+            _reserved_before(led, raised, update, plan_requests(raised, update))
+    finally:
+        led.dispose()

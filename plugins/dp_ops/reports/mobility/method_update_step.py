@@ -18,9 +18,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_ops.errors import MethodUpdateError
+from dp_ops.errors import MethodUpdateError, PolicyMismatch
 from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import ApprovalRequest, Ledger, Spend, SpendRequest
+from dp_ops.privacy.ledger import EPS_TOLERANCE, ApprovalRequest, Ledger, Spend, SpendRequest
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
@@ -160,7 +160,9 @@ def approval_request(cfg: MobilityConfig, update: MethodUpdate) -> ApprovalReque
 
 def _reserved_before(ledger: Ledger, cfg: MobilityConfig, update: MethodUpdate,
                      requests: list[SpendRequest]) -> list[Spend] | None:
-    """Spends of this version already in the ledger (a crash before the store), if any."""
+    """Spends of this version already in the ledger (a crash before the store), if any.
+    Their s_n is drawn afresh with ``requests``' budgets, so a budget asking more than a
+    spend booked (the policy raised since) is refused (:class:`PolicyMismatch`)."""
     found = [s for day in comparison_window(update.effective_date)
              for s in ledger.spends(REPORT, day)
              if s.kind == KIND and s.method_version == update.method_version]
@@ -171,6 +173,15 @@ def _reserved_before(ledger: Ledger, cfg: MobilityConfig, update: MethodUpdate,
             f"method_version={update.method_version!r} already has {len(found)} ledger "
             "spend(s) for other slots (another effective date or categories); use a new "
             "version")
+    asked = {r.slot: r.epsilon for r in requests}
+    over = [s for s in found if asked[s.slot] > s.epsilon + EPS_TOLERANCE]
+    if over:
+        raise PolicyMismatch(
+            f"method_version={update.method_version!r}: ledger spend {over[0].id} "
+            f"({over[0].slot.describe()}) was booked at epsilon {over[0].epsilon!r}; the "
+            f"budget in force asks {asked[over[0].slot]!r}, more than was paid. Nothing was "
+            "drawn: run the update as a new method version (it is paid at the policy in "
+            "force)")
     return found
 
 
