@@ -319,9 +319,13 @@ def test_a_planted_or_edited_validated_record_spares_no_file(tmp_path: Path) -> 
     assert validated.validated_files(gx_dir, "mobility", RULES, key=key) == {"2020-02-16": "a"}
     genuine = json.loads(path.read_text())
 
-    # the record as an older version wrote it (no MAC), claiming a day's file passed
-    path.write_text(json.dumps({"version": 1, "rules": RULES, "files": {"2020-02-17": "b"}}))
-    assert validated.validated_files(gx_dir, "mobility", RULES, key=key) == {}
+    # the record without a MAC, as an older version wrote it or in today's layout,
+    # claiming a day's file passed
+    unsealed = {k: v for k, v in genuine.items() if k != "mac"}
+    for version in (1, genuine["version"]):
+        path.write_text(json.dumps({**unsealed, "version": version,
+                                    "files": {"2020-02-17": "b"}}))
+        assert validated.validated_files(gx_dir, "mobility", RULES, key=key) == {}
     # the genuine record with one more file added, or one file's digest changed
     for files in ({**genuine["files"], "2020-02-17": "b"}, {"2020-02-16": "b"}):
         path.write_text(json.dumps({**genuine, "files": files}))
