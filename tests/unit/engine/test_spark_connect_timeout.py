@@ -48,7 +48,7 @@ def _start_session(url: str) -> tuple[BaseException | None, float]:
     worker.start()
     worker.join(TIMEOUT_S + MARGIN_S)
     elapsed = time.monotonic() - began
-    assert outcome, f"the Spark Connect client still waits for {url} after {elapsed:.0f} s"
+    assert outcome, f"the Spark Connect client still waits after {elapsed:.0f} s"
     return outcome[0], elapsed
 
 
