@@ -1,0 +1,26 @@
+"""The engine tests' shared Spark session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local[1] SparkSession for the whole test session (starting one takes seconds);
+    skipped without Java."""
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        pytest.skip("Java not found (no java on PATH, no JAVA_HOME): the Spark engine "
+                    "needs Java 17+")
+    from dp_ops.engine.spark import spark_session
+    from dp_ops.settings import ExecutionSettings
+
+    session = spark_session(ExecutionSettings(engine="spark", spark_master="local[1]"))
+    # the tests' inputs are tiny: one shuffle partition saves most of a query's tasks
+    session.conf.set("spark.sql.shuffle.partitions", "1")
+    yield session
+    session.stop()
