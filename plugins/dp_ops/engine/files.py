@@ -183,6 +183,8 @@ def read_as_recorded(path: Path, recorded: Callable[[bytes], bool],
     data = _read_or_none(path)
     if data is not None and recorded(data):
         return data
+    if not any(path.parent.glob(f".{path.name}.*{PENDING_SUFFIX}")):
+        return data  # nothing pending (and no key needed to say so)
     for pending in pending_paths(path, tag()):
         candidate = _read_or_none(pending)
         if candidate is not None and recorded(candidate):

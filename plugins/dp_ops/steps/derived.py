@@ -67,7 +67,7 @@ def verify_recorded(ledger: Ledger, report: str, name: str, target: Path, *,
         return False
     recorded = versions[-1]
     pending = [p for p in pending_paths(target, _tag(target, report, name, recorded))
-               if sha256_file(p) == recorded]
+               if sha256_file(p) == recorded] if _pending_files(target) else []
     if pending and not target.exists():
         try:
             adopt(pending[0], target, replace=False)
