@@ -96,5 +96,5 @@ def test_a_huge_or_odd_region_id_is_refused_and_echoed_short() -> None:
     with pytest.raises(BadRequest, match="a region_id is 1-64") as info:
         parse_region("R" * 1_000_000)
     assert len(str(info.value)) < 300
-    with pytest.raises(BadRequest):
+    with pytest.raises(BadRequest, match=r"^region='DM-01\\nforged': a region_id is"):
         parse_region("DM-01\nforged")

@@ -345,7 +345,7 @@ def test_publish_stores_factors_and_a_racing_stage_adopts_them(
     assert (latest / "2020_DM_daily_symptoms_dataset.csv").is_file()
     assert (latest / "2020_DM_weekly_symptoms_dataset.csv").is_file()
     # nothing to publish twice: the staging area is gone
-    with pytest.raises(PublishRefused):
+    with pytest.raises(PublishRefused, match="no staged release at .* for run 'run-b'"):
         release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
 
 
