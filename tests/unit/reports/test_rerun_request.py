@@ -76,6 +76,17 @@ def test_a_region_not_in_the_public_table_is_refused(mobility: AnyReport, region
     assert str(mobility.root.regions_csv) in message and "\n" not in message
 
 
+def test_a_region_named_by_another_column_of_the_table_is_refused(mobility: AnyReport
+                                                                    ) -> None:
+    """Only the region_id column names a region: a name, a parent id or a code held by
+    another column of the same table is no region id."""
+    region = demo_regions().set_index("region_id").loc["DM-01-001"]
+    for other in (str(region["sub_region_1"]), str(region["sub_region_2"]),
+                  str(region["country_region"]), str(region["place_id"])):
+        assert other not in set(demo_regions()["region_id"]), other
+        _refused(mobility, "region", region=other)
+
+
 def test_no_region_is_refused(mobility: AnyReport) -> None:
     assert "required" in _refused(mobility, "region", region=None)
 

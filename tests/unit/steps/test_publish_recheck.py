@@ -81,10 +81,9 @@ def _stage(home: Path, run_id: str) -> None:
 @pytest.fixture(scope="module")
 def staged_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root (``data``) and its ledger (``ledger.sqlite``) with RUN's release staged
-    by its gate, and another run's staged beside it."""
+    by its gate."""
     home = tmp_path_factory.mktemp("staged")
     _stage(home, RUN)
-    _stage(home, "run-b")
     return home
 
 
@@ -197,6 +196,7 @@ def test_a_sealed_record_without_its_mac_is_refused(home: Path) -> None:
 
 def test_another_runs_sealed_record_is_refused(home: Path) -> None:
     """Another run's record and MAC (both genuine) copied over this run's."""
+    _stage(home, "run-b")
     for name in (STAGED, STAGED_MAC):
         shutil.copy2(_stage_of(home, "run-b") / name, _stage_of(home) / name)
     with pytest.raises(PublishRefused, match="not the staged record of run 'run-a'"):
