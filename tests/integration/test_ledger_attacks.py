@@ -12,7 +12,9 @@ rows), 3 (a new ledger under a forged identity), 4 and 6 (rows deleted or noise 
 chain recomputed), 5 (an edited manifest), 7 (an older ledger restored beside newer
 releases). Row 14 (the migration-version table) is in
 ``tests/unit/privacy/test_ledger_integrity.py``; rows 10-13 in
-``tests/unit/test_attacks_view_prune.py``. No test here is statistical.
+``tests/unit/test_attacks_view_prune.py``. Issue 48, route 3 (a trigger in the ledger
+forging the next noise records, with planted pending files) is the last test. No test here
+is statistical.
 """
 
 from __future__ import annotations
@@ -301,3 +303,65 @@ def test_row7_an_older_ledger_beside_newer_releases_is_refused(home: Home,
     _refused(res, "recorded no such release")
     assert _spends(home) == spent
     assert latest(root, REPORT) == newer
+
+
+def test_route3_a_trigger_forging_the_next_noise_records_publishes_nothing(home: Home) -> None:
+    """Issue 48, route 3, end to end, without the key: files of zeros planted as pending
+    files of the next day's spends (ids are predictable), and a trigger in the ledger that
+    rewrites each new noise_store row's sha256 to a planted file's (on SQLite beside a
+    same-named UPDATE guard that never fires; on PostgreSQL an owner's BEFORE INSERT
+    trigger). The forged records verified and the planted files were moved into place:
+    the day's true sums were published. Now the run is refused before anything is spent,
+    naming the trigger; nothing is published and the planted files are never adopted."""
+    root = home.root
+    before = latest(root, REPORT)
+    spent = _spends(home)
+    next_id = max(i for i, _, _ in spent) + 1
+    ledger = _ledger(home)
+    try:
+        template = [s for s in ledger.spends(REPORT, PUBLISHED) if s.kind == "noise"]
+    finally:
+        ledger.dispose()
+    noise_dir = DataRoot(root).noise_dir(REPORT, NEXT)
+    noise_dir.mkdir(parents=True, exist_ok=True)
+    forged: dict[int, str] = {}
+    for offset, spend in enumerate(template):
+        table = pq.read_table(DataRoot(root).noise_dir(REPORT, PUBLISHED)
+                              / f"spend-{spend.id:09d}.parquet")
+        table = table.set_column(table.schema.get_field_index("noisy_value"), "noisy_value",
+                                 pa.array([0] * len(table), pa.int64()))
+        table = table.set_column(table.schema.get_field_index("spend_id"), "spend_id",
+                                 pa.array([next_id + offset] * len(table), pa.int64()))
+        planted = noise_dir / f".spend-{next_id + offset:09d}.parquet.1-attacker.pending"
+        pq.write_table(table, planted)
+        forged[next_id + offset] = file_digest(planted)[0]
+    case = " ".join(f"WHEN {i} THEN '{sha}'" for i, sha in forged.items())
+    engine = sa.create_engine(home.ledger_url)
+    try:
+        with engine.begin() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("DROP TRIGGER noise_store_no_update")
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER noise_store_no_update BEFORE UPDATE ON noise_store WHEN 0 "
+                    "BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: UPDATE of "
+                    "noise_store refused'); END")
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER noise_store_audit AFTER INSERT ON noise_store BEGIN "
+                    f"UPDATE noise_store SET sha256 = CASE NEW.spend_id {case} ELSE sha256 "
+                    "END WHERE spend_id = NEW.spend_id; END")
+            else:
+                conn.exec_driver_sql(
+                    "CREATE FUNCTION noise_store_audit() RETURNS trigger LANGUAGE plpgsql AS "
+                    f"$$ BEGIN NEW.sha256 := CASE NEW.spend_id {case} ELSE NEW.sha256 END; "
+                    "RETURN NEW; END $$")
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER noise_store_audit BEFORE INSERT ON noise_store "
+                    "FOR EACH ROW EXECUTE FUNCTION noise_store_audit()")
+    finally:
+        engine.dispose()
+    res = run_day(root, REPORT, NEXT, "--run-id", "next", extra_env=home.env)
+    _refused(res, "noise_store_audit", "tampered with")
+    assert _spends(home) == spent
+    assert latest(root, REPORT) == before
+    assert sorted(p.name for p in noise_dir.iterdir()) == sorted(
+        f".spend-{i:09d}.parquet.1-attacker.pending" for i in forged)
