@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,12 +28,21 @@ from dp_demo.geography import demo_regions
 
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
+from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.regions import write_regions
 from dp_ops.reports.symptoms import release
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
-from dp_ops.steps.release import STAGED, STAGED_MAC, staging_dir
+from dp_ops.steps.release import (
+    STAGED,
+    STAGED_MAC,
+    checksums,
+    read_staged,
+    staging_dir,
+    verify_checksums,
+    write_empty_staged,
+)
 
 CFG = SymptomsConfig()
 RATES = {"Fever": 0.05, "Cough": 0.02, "Headache": 0.01}
@@ -202,3 +212,40 @@ def test_another_runs_sealed_record_is_refused(home: Path) -> None:
     with pytest.raises(PublishRefused, match="not the staged record of run 'run-a'"):
         _publish(home)
     _nothing_published(home)
+
+
+# -- the re-check and the record on their own (no gate) ------------------------------------
+
+def _tampered(tmp_path: Path, tamper: Callable[[Path, dict[str, dict[str, object]]], str]
+              ) -> tuple[Path, dict[str, dict[str, Any]], str]:
+    """A staging area of two files (one in a folder), its checksums, then ``tamper``."""
+    stage = tmp_path / "stage"
+    (stage / "release" / "sub").mkdir(parents=True)
+    (stage / "release" / "a.csv").write_text("region,value\nDM,1\n")
+    (stage / "release" / "sub" / "b.csv").write_text("region,value\nDM-01,2\n")
+    files = checksums(stage / "release")
+    return stage, files, tamper(stage, files)
+
+
+@pytest.mark.parametrize("tamper", [_edit_a_csv, _add_a_file, _add_a_file_in_a_folder,
+                                    _remove_a_file, _swap_a_file_for_a_symlink])
+def test_the_recheck_names_the_file_that_differs_from_the_record(
+        tmp_path: Path, tamper: Callable[[Path, dict[str, dict[str, object]]], str]) -> None:
+    stage, files, name = _tampered(tmp_path, tamper)
+    with pytest.raises(PublishRefused) as err:
+        verify_checksums(stage / "release", files, rewritten=("index.html",))
+    assert str(stage / "release" / name) in str(err.value)
+
+
+def test_the_recheck_passes_the_record_and_what_publish_writes_itself(tmp_path: Path) -> None:
+    stage, files, _ = _tampered(tmp_path, lambda stage, files: "")
+    (stage / "release" / "index.html").write_text("<p>from the attempt before</p>")
+    verify_checksums(stage / "release", files, rewritten=("index.html",))
+
+
+def test_a_record_sealed_for_another_run_is_refused(tmp_path: Path) -> None:
+    Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}").dispose()  # the session's ledger key
+    write_empty_staged(tmp_path / "stage", "run-b")
+    assert read_staged(tmp_path / "stage", "run-b") is None
+    with pytest.raises(PublishRefused, match="not the staged record of run 'run-a'"):
+        read_staged(tmp_path / "stage", "run-a")
