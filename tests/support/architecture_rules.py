@@ -20,7 +20,7 @@ DEMO = "dp_demo"
 # engine, no Airflow, no dataframes.
 KERNEL_THIRD_PARTY = frozenset({
     "__future__", "collections", "dataclasses", "datetime", "decimal", "enum", "functools",
-    "hashlib", "hmac", "json", "math", "uuid",
+    "hashlib", "hmac", "json", "math", "numbers", "uuid",
     "random",
     "secrets", "sqlite3", "time", "typing", "numpy", "randomgen", "sqlalchemy",
 })
