@@ -628,24 +628,46 @@ def release_file(root: DataRoot, report: str, manifest: Mapping[str, Any],
                  relative: str) -> bytes | None:
     """The content of the file ``relative`` of the verified release ``manifest`` (from
     :func:`verified_release`) when the release publishes it, else None: a file the
-    manifest lists under ``files`` whose content still has its sha256, or the manifest
-    itself. Read inside the release directory without following any symlink (a listed
-    name that is, or passes through, a link out of it is not served; nor ``..``)."""
+    manifest lists under ``files`` whose content still has its sha256, the manifest
+    itself, or its signature file when it signs the manifest (:func:`_signs`). Read inside
+    the release directory without following any symlink (a listed name that is, or passes
+    through, a link out of it is not served; nor ``..``)."""
+    from dp_ops.release_signing import SIGNATURE_FILE
+
     files = manifest.get("files")
     release_id = manifest.get("release_id")
     if not isinstance(files, dict) or not isinstance(release_id, str):
         return None
     meta = files.get(relative)
-    if relative != MANIFEST_FILE and not isinstance(meta, dict):
+    if relative not in (MANIFEST_FILE, SIGNATURE_FILE) and not isinstance(meta, dict):
         return None
     release = (root.published_dir(report) / "releases" / release_id).resolve()
     try:
         data = _read_inside(release, relative)
+        if relative == SIGNATURE_FILE and not _signs(
+                data, _read_inside(release, MANIFEST_FILE), manifest):
+            return None
     except OSError:
         return None
     if meta is not None and hashlib.sha256(data).hexdigest() != meta.get("sha256"):
         return None  # changed since the release was verified
     return data
+
+
+def _signs(signature: bytes, manifest_bytes: bytes, manifest: Mapping[str, Any]) -> bool:
+    """Whether ``signature`` is a good SSH signature of ``manifest_bytes`` by the key the
+    manifest names (its fingerprint, recorded in the ledger with the manifest): the view
+    serves a release's signature file only then, never a planted one."""
+    from dp_ops import sshsig
+    from dp_ops.release_signing import NAMESPACE
+
+    fields = manifest.get("signature")
+    named = fields.get("public_key_fingerprint") if isinstance(fields, dict) else None
+    armored = signature.decode("utf-8", errors="replace")
+    key = sshsig.signer_key(armored)
+    if key is None or not isinstance(named, str) or sshsig.fingerprint(key) != named:
+        return False
+    return sshsig.verify(armored, manifest_bytes, NAMESPACE, [sshsig.TrustedKey(key)]).ok
 
 
 def _open_inside(base: Path, relative: str, *, directory: bool = False) -> int:

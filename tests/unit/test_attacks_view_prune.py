@@ -498,3 +498,28 @@ def test_row13_a_partition_swapped_for_a_symlink_after_the_scan_is_not_followed(
     found = prune(DataRoot(root), 30, apply=True)
     assert (victim / "data.parquet").exists()
     assert not rest.exists() and [c.path for c in found] == [rest]
+
+
+def test_route6_the_signature_file_is_served_only_when_it_signs_the_recorded_manifest(
+        viewer: Viewer, dp_data_root: Path) -> None:
+    """A consumer downloads ``manifest.json.sig`` from the view: it is served when it is a
+    good signature of the ledger-recorded manifest by the key that manifest names, never
+    a planted signature (another key's, or garbage)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from dp_ops.release_signing import SIGNATURE_FILE, ReleaseSigner
+
+    viewer.all_dags = True
+    publisher, mirror = ReleaseSigner(Ed25519PrivateKey.generate()), ReleaseSigner(
+        Ed25519PrivateKey.generate())
+    release = _publish(dp_data_root, "mobility", signature=publisher.manifest_fields())
+    route = f"/release/mobility/{SIGNATURE_FILE}"
+    assert viewer.client.get(route).status_code == 404  # none written yet
+    good = publisher.sign((release / "manifest.json").read_bytes())
+    (release / SIGNATURE_FILE).write_bytes(good)
+    got = viewer.client.get(route)
+    assert got.status_code == 200 and got.content == good
+    for planted in (mirror.sign((release / "manifest.json").read_bytes()),
+                    publisher.sign(b"another manifest"), b"not a signature"):
+        (release / SIGNATURE_FILE).write_bytes(planted)
+        assert viewer.client.get(route).status_code == 404
