@@ -563,6 +563,20 @@ class Ledger:
             return [_to_policy(r) for r in conn.execute(
                 sa.select(report_policy).order_by(report_policy.c.id))]
 
+    def largest_daily_epsilons(self, report: str, first: date, last: date
+                               ) -> dict[str, float]:
+        """Metric group -> the largest epsilon of one slot (a group at one level) among
+        the daily draws (kind ``noise``) of ``report`` on ``first``..``last``, as booked:
+        after a recorded epsilon change the dates differ, and the largest never
+        understates what a user-day of the period paid."""
+        q = (sa.select(budget_spend.c.metric, sa.func.max(budget_spend.c.epsilon))
+             .where(budget_spend.c.report == report, budget_spend.c.kind == "noise",
+                    budget_spend.c.day >= first.isoformat(),
+                    budget_spend.c.day <= last.isoformat())
+             .group_by(budget_spend.c.metric))
+        with self.read_engine.connect() as conn:
+            return {str(m): float(e) for m, e in conn.execute(q)}
+
     def spends_with_terms(self, report: str) -> list[tuple[Spend, dict[str, float]]]:
         """Every spend of ``report``, oldest first, with the policy terms in force when it
         was booked: the report's last policy row before it in the hash chain (what the

@@ -55,3 +55,39 @@ def test_a_terms_change_off_the_weekday_is_refused_and_records_nothing(
         assert led.verify().ok
     finally:
         led.dispose()
+
+
+def test_the_largest_daily_epsilon_of_a_period_is_read_as_booked(ledger_url: str) -> None:
+    """The symptoms manifest's ``split_per_level`` reads this: after an epsilon change the
+    period's dates differ, and the figure is the largest booked in the period (never the
+    process's config); dates outside the period do not count."""
+    from dp_ops.reports.symptoms.config import SymptomsConfig
+    from dp_ops.reports.symptoms.release import epsilon_accounting
+
+    def noise(budget: MetricBudget, day: date, terms: dict[str, float]) -> None:
+        led.reserve([SpendRequest(Slot("symptoms", day, 0, "a"), budget)],
+                    run_id=f"d_{day}", kind="noise", cap=5.0, method_version="v1",
+                    terms=terms)
+
+    led = Ledger(ledger_url)
+    try:
+        for day in range(7):
+            noise(OLD, MONDAY + timedelta(days=day), TERMS)
+        led.set_policy("symptoms", terms={"epsilon.a": 0.5}, reason="r", run_id="cli",
+                       change_weekday=0)
+        for day in range(7, 9):
+            noise(NEW, MONDAY + timedelta(days=day), {**TERMS, "epsilon.a": 0.5})
+        week2 = MONDAY + timedelta(days=7)
+        assert led.largest_daily_epsilons("symptoms", MONDAY, week2) == {"a": 1.0}
+        assert led.largest_daily_epsilons("symptoms", week2, week2 + timedelta(days=1)) == {
+            "a": 0.5}
+        assert led.largest_daily_epsilons("symptoms", date(2020, 1, 1),
+                                          date(2020, 1, 31)) == {}
+        assert led.largest_daily_epsilons("other", MONDAY, week2) == {}
+        # the manifest's figure: the ledger's, not SymptomsConfig's defaults
+        assert epsilon_accounting(led, SymptomsConfig(), week2, week2)[
+            "split_per_level"] == {"a": 0.5}
+        assert epsilon_accounting(led, SymptomsConfig(), MONDAY, week2)[
+            "split_per_level"] == {"a": 1.0}
+    finally:
+        led.dispose()

@@ -225,7 +225,10 @@ def epsilon_accounting(ledger: Ledger, cfg: SymptomsConfig, first: date,
     totals = {d: eps for (_, d), eps in ledger.totals(REPORT).items() if first <= d <= last}
     summary = epsilon_summary(totals, normal_run=cfg.run_epsilon, cap=cfg.cap,
                               composition="basic (sum over A, B and levels of each date)")
-    summary["split_per_level"] = {k: round(v, 6) for k, v in cfg.ledger_epsilons.items()}
+    # as the ledger booked the period's daily draws (the config's figure would restate an
+    # epsilon changed mid-period for every date)
+    booked = ledger.largest_daily_epsilons(REPORT, first, last)
+    summary["split_per_level"] = {k: round(v, 6) for k, v in sorted(booked.items())}
     return summary
 
 
