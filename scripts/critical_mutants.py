@@ -6,8 +6,9 @@ fast test suite. Part of ``make test`` (and so of CI).
 
     python scripts/critical_mutants.py [--only ID ...] [--list]
 
-The repository's tracked files are copied once to a temporary directory; for each mutant
-its edits are applied there (each ``old`` text must occur exactly once in its file, so a
+The repository's tracked files are copied once per worker (``--jobs``, default one per
+core) to a temporary directory; each worker takes the next mutant, applies its edits in
+its own copy (each ``old`` text must occur exactly once in its file, so a
 mutant that no longer matches the code fails the run instead of passing silently), the
 mutant's tests run in a child pytest (fast tier, first failure stops it) with the copy's
 ``plugins`` first on ``PYTHONPATH``, and the file is restored. First the union of all the
@@ -25,10 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -119,8 +122,10 @@ def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[int, float, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     started = time.perf_counter()
+    # each copy its own pytest temporary root: workers run side by side
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow",
-                          "-p", "no:cacheprovider", "--no-header", *tests], cwd=copy, env=env,
+                          "-p", "no:cacheprovider", "--no-header",
+                          f"--basetemp={copy / '.pytest-tmp'}", *tests], cwd=copy, env=env,
                          capture_output=True, text=True, timeout=900)
     lines = (res.stdout + res.stderr).strip().splitlines()
     failed = [line for line in lines if line.startswith("FAILED ")]
@@ -145,10 +150,64 @@ def apply(copy: Path, mutant: Mutant) -> dict[Path, bytes]:
     return originals
 
 
+def run_one(copy: Path, mutant: Mutant) -> dict[str, object]:
+    """Apply ``mutant`` in ``copy``, run its tests, restore the files; its result row."""
+    originals = apply(copy, mutant)
+    try:
+        status, seconds, tail = run_tests(copy, mutant.tests)
+    finally:
+        for path, data in originals.items():
+            path.write_bytes(data)
+    outcome = {0: "SURVIVED", 1: "killed"}.get(status, f"BROKEN (pytest exit {status})")
+    return {"id": mutant.id, "outcome": outcome, "seconds": round(seconds, 1),
+            "why": mutant.why, "tests": list(mutant.tests),
+            "killed_by": tail.removeprefix("FAILED ") if status == 1 else None,
+            "tail": tail}
+
+
+def run_mutants(mutants: list[Mutant], copies: list[Path]) -> list[dict[str, object]]:
+    """Each mutant alone, one worker per copy, each taking the next mutant; the rows in
+    the mutants' order, each line printed as its mutant ends."""
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(mutants)):
+        todo.put(i)
+    rows: dict[int, dict[str, object]] = {}
+    printing = threading.Lock()
+
+    def work(copy: Path) -> None:
+        while True:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            row = run_one(copy, mutants[i])
+            rows[i] = row
+            with printing:
+                print(f"{row['outcome']:>8}  {row['id']}  ({row['seconds']} s)")
+                if row["outcome"] == "killed":
+                    print(f"          by {row['killed_by']}")
+                else:
+                    tail = str(row["tail"]).replace("\n", "\n          ")
+                    print(f"          {row['why']}\n          {tail}")
+                sys.stdout.flush()
+
+    workers = [threading.Thread(target=work, args=(copy,)) for copy in copies]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    out = [rows[i] for i in range(len(mutants))]
+    for row in out:
+        del row["tail"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="+", metavar="ID", help="run these mutants only")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="mutants run side by side, each in its own copy (default: cores)")
     args = p.parse_args(argv)
     mutants = load_mutants()
     if args.only:
@@ -161,33 +220,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id}: {m.why}")
         return 0
     started = time.perf_counter()
-    rows: list[dict[str, object]] = []
+    jobs = max(1, min(args.jobs, len(mutants)))
     with tempfile.TemporaryDirectory(prefix="critical_mutants_") as tmp:
-        copy = Path(tmp)
-        copy_repository(copy)
+        copies = [Path(tmp) / f"copy{i}" for i in range(jobs)]
+        for copy in copies:
+            copy.mkdir()
+            copy_repository(copy)
         everything = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
-        status, seconds, tail = run_tests(copy, everything)
-        print(f"unmutated: pytest exit {status} in {seconds:.1f} s")
+        status, seconds, tail = run_tests(copies[0], everything)
+        print(f"unmutated: pytest exit {status} in {seconds:.1f} s", flush=True)
         if status != 0:
             print(f"the mutants' tests fail on the unmutated code, so no mutant proves "
                   f"anything:\n{tail}")
             return 1
-        for mutant in mutants:
-            originals = apply(copy, mutant)
-            try:
-                status, seconds, tail = run_tests(copy, mutant.tests)
-            finally:
-                for path, data in originals.items():
-                    path.write_bytes(data)
-            outcome = {0: "SURVIVED", 1: "killed"}.get(status, f"BROKEN (pytest exit {status})")
-            print(f"{outcome:>8}  {mutant.id}  ({seconds:.1f} s)")
-            if status == 1:
-                print(f"          by {tail.removeprefix('FAILED ')}")
-            else:
-                print(f"          {mutant.why}\n          " + tail.replace("\n", "\n          "))
-            rows.append({"id": mutant.id, "outcome": outcome, "seconds": round(seconds, 1),
-                         "why": mutant.why, "tests": list(mutant.tests),
-                         "killed_by": tail.removeprefix("FAILED ") if status == 1 else None})
+        rows = run_mutants(mutants, copies)
     total = time.perf_counter() - started
     killed = sum(r["outcome"] == "killed" for r in rows)
     print(f"{killed} of {len(rows)} critical mutants killed in {total:.0f} s")
