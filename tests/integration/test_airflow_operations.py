@@ -268,6 +268,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             if key.startswith(("AIRFLOW", "DP_")):
                 mp.delenv(key)
         env = demo.airflow_env(args, home, data_root, api_port, demo.free_port(0))
+    # the deployment's own release-signing key, made as the demo makes it (beside its home)
+    env["DP_RELEASE_SIGNING_KEY_FILE"] = str(home / "release_signing.key")
+    demo.release_signing_key(env, home)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["DP_BOUNDING_SHARDS"] = str(SHARDS)
     # a requester and an approver besides the admin: re-noises are triggered by the

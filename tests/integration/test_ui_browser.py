@@ -199,6 +199,9 @@ def _standalone_env(demo: ModuleType, home: Path, data_root: Path, port: int) ->
                 mp.delenv(key)
         env: dict[str, str] = demo.airflow_env(args, home, data_root, port,
                                                demo.free_port(0))
+    # the deployment's own release-signing key, made as the demo makes it (beside its home)
+    env["DP_RELEASE_SIGNING_KEY_FILE"] = str(home / "release_signing.key")
+    demo.release_signing_key(env, home)
     url = f"http://127.0.0.1:{port}"
     env.update({
         # 127.0.0.1 rather than the demo's localhost: the api-server binds IPv4 loopback
