@@ -177,7 +177,9 @@ def _prepare_data_root(root: Path) -> str:
     generate(DataRoot(root), START, END, users=USERS, seed=SEED)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "DP_"))}
-    env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false")
+    # the session's release-signing key (tests/conftest.py): the chain publishes
+    env.update(DP_DATA_ROOT=str(root), GX_ANALYTICS_ENABLED="false",
+               DP_RELEASE_SIGNING_KEY_FILE=os.environ["DP_RELEASE_SIGNING_KEY_FILE"])
     res = subprocess.run(
         [sys.executable, "-m", "dp_ops", "run", "mobility", "--start", START.isoformat(),
          "--end", NOISED_THROUGH.isoformat()],
