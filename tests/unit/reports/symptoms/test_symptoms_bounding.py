@@ -9,7 +9,7 @@ from datetime import date
 import duckdb
 import pandas as pd
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dp_ops.engine.duckdb import register_ancestors
@@ -52,6 +52,10 @@ def run_bounding(searches: list[tuple[str, str, str | None]], cfg: SymptomsConfi
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(search, min_size=0, max_size=60), st.integers(min_value=1, max_value=4))
+# always tried, whatever the random draws: one user-day searching every symptom in one
+# region, each bound k from 1 to 4 exceeded (a bound one too large must fail every run)
+@example([("u0", "A1", s) for s in SYMPTOMS], 3)
+@example([("u0", "A1", s) for s in SYMPTOMS] + [("u1", "B1", s) for s in SYMPTOMS[:2]], 1)
 def test_no_user_day_exceeds_a_bound(searches: list[tuple[str, str, str | None]],
                                      k: int) -> None:
     cfg = SymptomsConfig(max_symptoms_per_day=k)
