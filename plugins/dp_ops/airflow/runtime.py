@@ -58,28 +58,38 @@ def _in_task() -> bool:
     return True
 
 
+def _secret_from_connection(conn_id: str) -> str | None:
+    """The password of the Airflow Connection ``conn_id`` inside a task (served by the
+    secrets backend, masked in every log from here on), or None outside a task or when
+    there is no such connection; an empty password is refused."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.sdk.log import mask_secret
+
+    if not _in_task():
+        return None
+    try:
+        conn = Connection.get(conn_id)
+    except AirflowNotFoundException:
+        return None
+    if not conn.password:
+        raise BadRequest(f"connection {conn_id}: the key goes in its password field, "
+                         "which is empty")
+    mask_secret(conn.password)
+    return str(conn.password)
+
+
 def ledger_key_from_connection() -> bytes | None:
     """The ledger key from the Airflow Connection ``dp_ledger_key`` (its password: 64 hex
     digits; served by the secrets backend, masked in every log), or None when there is no
     such connection: then ``DP_LEDGER_KEY`` or the key file applies
     (:mod:`dp_ops.privacy.ledger_key`)."""
-    from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowNotFoundException
-    from airflow.sdk.log import mask_secret
-
     from dp_ops.privacy.ledger_key import parse_key
 
-    if not _in_task():
+    secret = _secret_from_connection(LEDGER_KEY_CONN_ID)
+    if secret is None:
         return None
-    try:
-        conn = Connection.get(LEDGER_KEY_CONN_ID)
-    except AirflowNotFoundException:
-        return None
-    if not conn.password:
-        raise BadRequest(f"connection {LEDGER_KEY_CONN_ID}: the key goes in its password "
-                         "field, which is empty")
-    mask_secret(conn.password)
-    return parse_key(conn.password, source=f"connection {LEDGER_KEY_CONN_ID}")
+    return parse_key(secret, source=f"connection {LEDGER_KEY_CONN_ID}")
 
 
 def release_signing_key_from_connection() -> str | None:
@@ -87,23 +97,9 @@ def release_signing_key_from_connection() -> str | None:
     password: the OpenSSH private key or its seed in hex; served by the secrets backend,
     masked in every log), or None when there is no such connection: then
     ``DP_RELEASE_SIGNING_KEY`` or the key file applies (:mod:`dp_ops.release_signing`)."""
-    from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowNotFoundException
-    from airflow.sdk.log import mask_secret
-
     from dp_ops.release_signing import CONNECTION_ID
 
-    if not _in_task():
-        return None
-    try:
-        conn = Connection.get(CONNECTION_ID)
-    except AirflowNotFoundException:
-        return None
-    if not conn.password:
-        raise BadRequest(f"connection {CONNECTION_ID}: the key goes in its password field, "
-                         "which is empty")
-    mask_secret(conn.password)
-    return str(conn.password)
+    return _secret_from_connection(CONNECTION_ID)
 
 
 def spark_remote_from_connection(conn_id: str) -> str | None:
