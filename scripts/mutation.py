@@ -227,11 +227,11 @@ def run_mutmut(where: Path, max_children: int, names: list[str] | None = None) -
     PostgreSQL server as in make test: the ledger's tests run on both backends, so its
     PostgreSQL-only code meets its tests too."""
     mutmut = Path(sys.executable).with_name("mutmut")
-    # mutation_order (tests/support) runs a mutant's tests cheapest first; given through
+    # support.mutation_order (tests/support) runs a mutant's tests cheapest first; given through
     # the environment, it is not part of the settings mutmut fingerprints (a change there
     # discards every stored verdict), and the order changes no verdict
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-           "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} -p mutation_order"}
+           "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} -p support.mutation_order"}
     return subprocess.run(["bash", str(REPO / "scripts" / "with_test_postgres.sh"),
                            str(mutmut), "run", "--max-children", str(max_children),
                            *(names or [])], cwd=where, env=env).returncode

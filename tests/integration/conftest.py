@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import build_previous
+from support.pipeline_helpers import build_previous
 
 
 @pytest.fixture(scope="module")

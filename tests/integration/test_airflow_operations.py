@@ -62,7 +62,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from leak_scan import (
+from support.dates import date_range
+from support.leak_scan import (
     NUMBER,
     Findings,
     LeakScanner,
@@ -70,8 +71,7 @@ from leak_scan import (
     significant_digits,
     sqlite_records,
 )
-from pipeline_helpers import days as _days
-from pipeline_helpers import load_airflow_demo, load_script
+from support.pipeline_helpers import load_airflow_demo, load_script
 
 REPO = Path(__file__).resolve().parents[2]
 START, END = date(2020, 1, 3), date(2020, 2, 17)
@@ -321,7 +321,7 @@ def test_backfill_by_the_scheduler_publishes_a_release(deployment: Deployment) -
     runs = deployment.meta.query(
         "SELECT substr(logical_date, 1, 10), run_id, run_type, state FROM dag_run "
         "WHERE dag_id = ?", (DAILY_DAG,))
-    assert sorted(r[0] for r in runs) == [d.isoformat() for d in _days(START, END)]
+    assert sorted(r[0] for r in runs) == [d.isoformat() for d in date_range(START, END)]
     assert {(r[2], r[3]) for r in runs} == {("backfill", "success")}
     # the mapped bounding ran as SHARDS task instances in every run
     mapped = deployment.meta.query(
@@ -356,7 +356,7 @@ def test_backfill_spends_once_per_slot(deployment: Deployment) -> None:
     spends = _spends(deployment.data_root)
     slots = [(s.slot.day, s.slot.level, s.slot.metric, s.slot.region_scope) for s in spends]
     assert len(slots) == len(set(slots))  # one spend per slot
-    assert set(slots) == {(d, level, b.name, "*") for d in _days(START, END)
+    assert set(slots) == {(d, level, b.name, "*") for d in date_range(START, END)
                           for level in cfg.levels for b in cfg.metric_budgets}
     assert {(s.kind, s.generation) for s in spends} == {("noise", 0)}
     assert all(s.run_id == run_of_day[s.slot.day.isoformat()] for s in spends)
@@ -770,7 +770,7 @@ def _small_cells(root: Path) -> dict[str, list[float | int]]:
 
     threshold = MobilityConfig().min_contributors
     cells: dict[str, list[float | int]] = {}
-    for day in _days(START, END):
+    for day in date_range(START, END):
         bounded = pq.read_table(DataRoot(root).bounded_file("mobility", day)).to_pandas()
         contributors = bounded[bounded["metric"] == "contributors"]
         small = set(contributors.loc[contributors["value"] < threshold, "region_id"])
@@ -869,7 +869,7 @@ def test_no_user_id_or_small_cell_value_where_a_ui_user_can_read_it(
     ((ran,),) = deployment.meta.query(
         "SELECT count(*) FROM task_instance WHERE dag_id = ? AND state IS NOT 'skipped'",
         (DAILY_DAG,))
-    assert ran >= 3 * len(_days(START, END))
+    assert ran >= 3 * len(date_range(START, END))
     assert len(task_logs) >= ran
     assert any(loc.startswith("published ") and loc.endswith(".csv") for loc in seen)
     # a control in situ: the scanner finds the reruns' reason, which is in the DAG-run

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_helpers import (
+from support.pipeline_helpers import (
     LAST_BEFORE,
     assert_one_spend_per_slot,
     assert_published_consistent,

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
-from ledger_attacks import own_key_link, plain_link, tamper
-from ledger_homes import BACKENDS, Home, create_database
-from pipeline_helpers import LAST_BEFORE, build_previous, latest, ok, run_day
+from support.ledger_attacks import own_key_link, plain_link, tamper
+from support.ledger_homes import BACKENDS, Home, create_database
+from support.pipeline_helpers import LAST_BEFORE, build_previous, latest, ok, run_day
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger

@@ -10,8 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from approvals import approve_method_update
 from dp_demo.generator import generate
+from support.approvals import approve_method_update
+from support.dates import date_range
 
 import dp_ops.reports.mobility.bounding as mobility_bounding
 from dp_ops.engine.files import write_parquet_atomic
@@ -40,10 +41,6 @@ FACTOR = 1.3
 NEW_METHOD = ScaledCounts.for_categories(["parks"], FACTOR)
 
 
-def days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 @pytest.fixture(scope="module")
 def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = DataRoot(tmp_path_factory.mktemp("method_update"))
@@ -66,7 +63,7 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mobility_bounding, "bound_day", bound_with_new_method)
-        run_days(steps, root, cfg, days(START, EFFECTIVE - timedelta(days=1)), RunRequest(
+        run_days(steps, root, cfg, date_range(START, EFFECTIVE - timedelta(days=1)), RunRequest(
                                                                                          run_id="daily-1"),
                                                                                          ledger_url=url)
         last_old = root.report_file("mobility", EFFECTIVE - timedelta(days=1)).read_bytes()
@@ -83,7 +80,7 @@ def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         rerun = steps.method_update(root, cfg, form, run_id="update-again", ledger_url=url)
         after_rerun = ledger.spends()
         ledger.dispose()
-        run_days(steps, root, cfg, days(EFFECTIVE, END), RunRequest(run_id="daily-2"),
+        run_days(steps, root, cfg, date_range(EFFECTIVE, END), RunRequest(run_id="daily-2"),
                                                                    ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url, "last_old": last_old,
             "before": before_update, "after": after_update, "after_rerun": after_rerun,
@@ -102,9 +99,9 @@ def test_published_parks_series_has_no_jump_at_the_effective_date(
     root = updated["root"]
     assert isinstance(root, DataRoot)
     parks = _country_parks(root)
-    week_before = [d.isoformat() for d in days(EFFECTIVE - timedelta(days=7),
-                                               EFFECTIVE - timedelta(days=1))]
-    week_after = [d.isoformat() for d in days(EFFECTIVE, EFFECTIVE + timedelta(days=6))]
+    week_before = [d.isoformat() for d in date_range(EFFECTIVE - timedelta(days=7),
+                                                     EFFECTIVE - timedelta(days=1))]
+    week_after = [d.isoformat() for d in date_range(EFFECTIVE, EFFECTIVE + timedelta(days=6))]
     assert parks.loc[week_before + week_after].notna().all()
     jump = parks.loc[week_after].mean() - parks.loc[week_before].mean()
     # Without the update the week after would sit ~30 points higher (the country's

@@ -16,17 +16,17 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from dagrun_helpers import (
-    _asset_events,
-    _days,
-    _delete_runs,
-    _logical_date,
-    _run_day,
-    _task_states,
+from support.dagrun_helpers import (
+    asset_events,
+    delete_runs,
     e2e_data_root,
+    logical_date,
     repo_dags,
+    run_dag_day,
+    task_states,
 )
-from hitl import responder
+from support.dates import date_range
+from support.hitl import responder
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -63,10 +63,10 @@ def _ledger_total(root: Path) -> tuple[int, float]:
 @pytest.fixture(scope="module")
 def backfilled(dags: dict, data_root: Path) -> Path:
     """``mobility_report`` run for every day, in date order, like a backfill."""
-    _delete_runs("mobility_report", "mobility_region_rerun")
+    delete_runs("mobility_report", "mobility_region_rerun")
     dag = dags["mobility_report"]
-    for day in _days(START, END):
-        _run_day(dag, day)
+    for day in date_range(START, END):
+        run_dag_day(dag, day)
     return data_root
 
 
@@ -92,16 +92,16 @@ def test_tasks_with_nothing_to_do_are_skipped(dags: dict, backfilled: Path) -> N
     day's run skips the wait for it and runs the rest."""
     latest = backfilled / "published" / "mobility" / "latest"
     before = latest.resolve()
-    _delete_runs("mobility_report")
-    run = _run_day(dags["mobility_report"], date(2020, 2, 14))
+    delete_runs("mobility_report")
+    run = run_dag_day(dags["mobility_report"], date(2020, 2, 14))
     noised = {"ingest": ("success", 1), "bound_contributions": ("success", 1),
               "noise": ("success", 1)}
-    assert _task_states(run) == {**noised, "baseline": ("skipped", 0),
+    assert task_states(run) == {**noised, "baseline": ("skipped", 0),
                                  "report": ("skipped", 0), "gate": ("skipped", 0),
                                  "publish": ("skipped", 0)}
     assert latest.resolve() == before
-    run = _run_day(dags["mobility_report"], date(2020, 2, 15))
-    assert _task_states(run) == {**noised, "baseline": ("skipped", 0),
+    run = run_dag_day(dags["mobility_report"], date(2020, 2, 15))
+    assert task_states(run) == {**noised, "baseline": ("skipped", 0),
                                  "report": ("success", 1), "gate": ("success", 1),
                                  "publish": ("success", 1)}
 
@@ -113,9 +113,9 @@ def test_the_baseline_task_skips_the_rest_for_a_day_before_the_first_public_date
     publish."""
     dag = dags["mobility_report"].partial_subset(["baseline"], include_downstream=True,
                                                  include_upstream=False)
-    _delete_runs("mobility_report")
-    run = _run_day(dag, date(2020, 2, 14))
-    assert _task_states(run) == {"baseline": ("success", 1), "report": ("skipped", 0),
+    delete_runs("mobility_report")
+    run = run_dag_day(dag, date(2020, 2, 14))
+    assert task_states(run) == {"baseline": ("success", 1), "report": ("skipped", 0),
                                  "gate": ("skipped", 0), "publish": ("skipped", 0)}
 
 
@@ -128,7 +128,7 @@ def test_ledger_has_spends_for_every_day(backfilled: Path) -> None:
         days = {day for (_report, day) in ledger.totals("mobility")}
     finally:
         ledger.dispose()
-    assert days == set(_days(START, END))
+    assert days == set(date_range(START, END))
     assert (backfilled / "baseline" / "mobility" / "baseline.parquet").is_file()
 
 
@@ -137,8 +137,8 @@ def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
     csv = backfilled / "published" / "mobility" / "latest" / "Global_Mobility_Report.csv"
     before_csv = csv.read_bytes()
     before = _ledger_total(backfilled)
-    _delete_runs("mobility_report")  # a new run for the same day (not just a retry)
-    _run_day(dags["mobility_report"], END)
+    delete_runs("mobility_report")  # a new run for the same day (not just a retry)
+    run_dag_day(dags["mobility_report"], END)
     assert _ledger_total(backfilled) == before
     assert csv.read_bytes() == before_csv
 
@@ -149,10 +149,10 @@ def test_asset_events_only_when_something_changed(dags: dict, backfilled: Path) 
     manifest sha256 and epsilon; a byte-identical rerun adds none."""
     from dp_ops.steps.release import sha256_file
 
-    baseline = _asset_events("mobility_baseline")
+    baseline = asset_events("mobility_baseline")
     assert len(baseline) == 1 and set(baseline[0]) == {"sha256", "window_start",
                                                         "window_end"}
-    releases = _asset_events("mobility_release")
+    releases = asset_events("mobility_release")
     published = {p.name for p in (backfilled / "published" / "mobility" / "releases").iterdir()}
     # (the metadata DB is the session's: count this data root's releases only)
     ours = [e for e in releases if e["release_id"] in published]
@@ -166,10 +166,10 @@ def test_asset_events_only_when_something_changed(dags: dict, backfilled: Path) 
         "epsilon_per_user_day_max": manifest["epsilon"]["per_user_day_max"],
         # what lets later runs there check the ledger holds it (issue 31, attack 7)
         "report": "mobility", "data_root": str(backfilled.resolve())}
-    _delete_runs("mobility_report")
-    _run_day(dags["mobility_report"], END)  # reproduces the same release
-    assert len(_asset_events("mobility_release")) == len(releases)
-    assert len(_asset_events("mobility_baseline")) == 1
+    delete_runs("mobility_report")
+    run_dag_day(dags["mobility_report"], END)  # reproduces the same release
+    assert len(asset_events("mobility_release")) == len(releases)
+    assert len(asset_events("mobility_baseline")) == 1
 
 
 def test_sharded_bounding_runs_as_mapped_tasks_with_identical_aggregates(
@@ -190,8 +190,8 @@ def test_sharded_bounding_runs_as_mapped_tasks_with_identical_aggregates(
     before = _ledger_total(backfilled)
     bounded.unlink()
     monkeypatch.setenv("DP_BOUNDING_SHARDS", "3")
-    _delete_runs("mobility_report")
-    dag_run = _run_day(dags["mobility_report"], END)
+    delete_runs("mobility_report")
+    dag_run = run_dag_day(dags["mobility_report"], END)
     with create_session() as session:
         mapped = session.scalars(select(TaskInstance).where(
             TaskInstance.dag_id == "mobility_report", TaskInstance.run_id == dag_run.run_id,
@@ -217,7 +217,7 @@ def test_region_rerun_without_renoise_spends_nothing(dags: dict, backfilled: Pat
         logical_date=None,
         run_conf={"date": END.isoformat(), "region": _a_region(backfilled), "renoise": False,
                   "reason": "integration test: reuse stored noise"})
-    assert dag_run.state == "success", _task_states(dag_run)
+    assert dag_run.state == "success", task_states(dag_run)
     assert _ledger_total(backfilled) == before
 
 
@@ -234,7 +234,7 @@ def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
             logical_date=None,
             run_conf={"date": END.isoformat(), "region": region, "renoise": True,
                       "reason": reason})
-    assert dag_run.state == "success", _task_states(dag_run)
+    assert dag_run.state == "success", task_states(dag_run)
     new_count, new_total = _ledger_total(backfilled)
     assert new_count > count and new_total > total
     # the approver was shown this spend and the headroom it leaves
@@ -262,7 +262,7 @@ def test_a_rejected_renoise_spends_nothing(dags: dict, backfilled: Path) -> None
             run_conf={"date": (END - timedelta(days=1)).isoformat(),
                       "region": _a_region(backfilled), "renoise": True,
                       "reason": "integration test: rejected re-noise"})
-    states = _task_states(dag_run)
+    states = task_states(dag_run)
     assert len(asked.subjects) == 1
     assert states["approve_spend"][0] == "success"
     assert {states[t][0] for t in ("ingest", "noise", "report", "gate", "publish")} == {
@@ -276,7 +276,7 @@ def test_region_rerun_rejects_unknown_region(dags: dict, backfilled: Path) -> No
         logical_date=None,
         run_conf={"date": END.isoformat(), "region": "XX-nowhere", "renoise": False,
                   "reason": "integration test"})
-    states = _task_states(dag_run)
+    states = task_states(dag_run)
     assert dag_run.state == "failed"
     assert states["validate_request"] == ("failed", 1)
     assert states["ingest"][0] in ("upstream_failed", None)
@@ -298,7 +298,7 @@ def test_method_update_dag_spends_a_tenth_and_republishes(dags: dict, backfilled
                       "reason": "integration test: new parks classifier"})
     assert len(asked.subjects) == 1 and "v2-e2e" in asked.subjects[0]
     assert "2020-02-10" in asked.bodies[0] and "2020-03-08" in asked.bodies[0]
-    assert dag_run.state == "success", _task_states(dag_run)
+    assert dag_run.state == "success", task_states(dag_run)
     ledger = Ledger(ledger_url(DataRoot(backfilled)))
     try:
         updates = [s for s in ledger.spends("mobility") if s.kind == "method_update"]
@@ -320,8 +320,8 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
     holds no user id (leak scan)."""
     import pyarrow.parquet as pq
     from dp_demo.generator import generate
-    from leak_scan import Findings, LeakScanner
-    from smtp_sink import SmtpSink
+    from support.leak_scan import Findings, LeakScanner
+    from support.smtp_sink import SmtpSink
 
     from dp_ops.layout import DataRoot
 
@@ -334,13 +334,13 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
     monkeypatch.setenv("DP_DATA_ROOT", str(root))
     monkeypatch.setenv("DP_MOBILITY_CONFIG", str(config))
     monkeypatch.delenv("DP_LEDGER_URL", raising=False)
-    _delete_runs("mobility_report")
+    delete_runs("mobility_report")
 
     with SmtpSink() as sink:
         monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", sink.connection_uri())
         monkeypatch.setenv("DP_ALERT_EMAILS", "oncall@example.org")
-        dag_run = dags["mobility_report"].test(logical_date=_logical_date(day))
-    states = _task_states(dag_run)
+        dag_run = dags["mobility_report"].test(logical_date=logical_date(day))
+    states = task_states(dag_run)
     assert dag_run.state == "failed"
     assert states["noise"] == ("failed", 1), states  # one try: no retry
     assert states["ingest"][0] == "success"
@@ -354,7 +354,7 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
     findings = Findings()
     LeakScanner(sorted(user_ids), {}).scan("alert", [body], findings)
     assert len(user_ids) > 100 and not findings, findings.describe()
-    _delete_runs("mobility_report")
+    delete_runs("mobility_report")
 
 
 def test_the_ledger_comes_from_the_dp_ledger_connection(dags: dict, airflow_db: Path,
@@ -376,9 +376,9 @@ def test_the_ledger_comes_from_the_dp_ledger_connection(dags: dict, airflow_db: 
     monkeypatch.setenv("AIRFLOW_CONN_DP_LEDGER", f"sqlite:///{ledger_file}")  # 4 slashes
     monkeypatch.setenv("DP_LEDGER_URL", f"sqlite:///{tmp_path / 'not-this.sqlite'}")
     monkeypatch.delenv("DP_MOBILITY_CONFIG", raising=False)
-    _delete_runs("mobility_report")
-    dag_run = dags["mobility_report"].test(logical_date=_logical_date(day))
-    assert dag_run.state == "success", _task_states(dag_run)
+    delete_runs("mobility_report")
+    dag_run = dags["mobility_report"].test(logical_date=logical_date(day))
+    assert dag_run.state == "success", task_states(dag_run)
     ledger = Ledger(f"sqlite:///{ledger_file}")
     try:
         assert len(ledger.spends("mobility", day)) == 15  # 5 metric groups x 3 levels
@@ -388,4 +388,4 @@ def test_the_ledger_comes_from_the_dp_ledger_connection(dags: dict, airflow_db: 
         ledger.dispose()
     assert not (tmp_path / "not-this.sqlite").exists()
     assert not (root / "ledger.sqlite").exists()
-    _delete_runs("mobility_report")
+    delete_runs("mobility_report")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import filecmp
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from approvals import approve_renoise
 from dp_demo.generator import generate
-from pipeline_helpers import verify_release
+from support.approvals import approve_renoise
+from support.dates import date_range
+from support.pipeline_helpers import verify_release
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -36,10 +37,6 @@ GOOGLE_HEADER = (
 )
 
 
-def days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = DataRoot(tmp_path_factory.mktemp("inprocess"))
@@ -54,7 +51,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     write_regions(pd.concat([regions, extra.to_frame().T], ignore_index=True), root.regions_csv)
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(steps, root, cfg, days(START, END), RunRequest(run_id="first"), ledger_url=url)
+    run_days(steps, root, cfg, date_range(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
 
@@ -107,7 +104,7 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     before = ledger.spends()
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
     release_dir = root.latest_release("mobility").resolve()
-    run_days(steps, root, cfg, days(date(2020, 2, 14), END), RunRequest(run_id="second"),
+    run_days(steps, root, cfg, date_range(date(2020, 2, 14), END), RunRequest(run_id="second"),
                                                                        ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
     latest = root.latest_release("mobility")

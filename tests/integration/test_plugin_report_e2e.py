@@ -16,7 +16,8 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from dagrun_helpers import _asset_events, _days, _delete_runs, _run_day
+from support.dagrun_helpers import asset_events, delete_runs, run_dag_day
+from support.dates import date_range
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -83,15 +84,15 @@ def test_a_plugin_report_runs_end_to_end_under_dag_test(presence: Path) -> None:
     bag = DagBag(dag_folder=str(PLUGIN / "dags"))
     assert bag.import_errors == {}
     dag = bag.dags["presence_daily"]
-    _delete_runs(dag.dag_id)
-    for day in _days(START, END):
-        _run_day(dag, day)
+    delete_runs(dag.dag_id)
+    for day in date_range(START, END):
+        run_dag_day(dag, day)
 
     # budget reserved and recorded: every level once per day, at the configured epsilon
     ledger = Ledger(ledger_url(root))
     try:
         totals = ledger.totals("presence")
-        assert sorted(d for _, d in totals) == _days(START, END)
+        assert sorted(d for _, d in totals) == date_range(START, END)
         assert all(abs(e - 1.5) < 1e-9 for e in totals.values())
         assert ledger.verify().ok
     finally:
@@ -121,7 +122,7 @@ def test_a_plugin_report_runs_end_to_end_under_dag_test(presence: Path) -> None:
     assert all(int(r.rsplit(",", 1)[1]) >= 100 for r in rows)  # the published threshold
 
     # one release asset event per move of latest, naming the release
-    events = _asset_events("presence_release")
+    events = asset_events("presence_release")
     assert events and events[-1]["release_id"] == manifest["release_id"]
     assert events[-1]["report"] == "presence"
 
@@ -129,7 +130,7 @@ def test_a_plugin_report_runs_end_to_end_under_dag_test(presence: Path) -> None:
     budgets, state = _budgets()
     (view,) = [b for b in budgets if b.report == "presence"]
     assert "verifies" in state
-    assert view.totals == {d.isoformat(): pytest.approx(1.5) for d in _days(START, END)}
+    assert view.totals == {d.isoformat(): pytest.approx(1.5) for d in date_range(START, END)}
     assert view.cap == pytest.approx(3.0)
     assert [r.release_id for r in view.releases if r.latest] == [manifest["release_id"]]
     assert "<section id='presence'>" in render_page(budgets, {}, state)

@@ -19,7 +19,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import (
+from support.pipeline_helpers import (
     LAST_BEFORE,
     REPO,
     assert_one_spend_per_slot,

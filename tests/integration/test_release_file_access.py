@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from file_audit import (
+from support.file_audit import (
     Finding,
     opened_for_reading,
     run_child,
@@ -31,7 +31,7 @@ from file_audit import (
     traced_step,
     unverified_reads,
 )
-from pipeline_helpers import LAST_BEFORE, child_env, copy_root, latest, verify_release
+from support.pipeline_helpers import LAST_BEFORE, child_env, copy_root, latest, verify_release
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

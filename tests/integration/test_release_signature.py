@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from dp_demo.generator import generate
-from release_keys import allowed_signers, session_signer, ssh_keygen, stock_verify
+from support.release_keys import allowed_signers, session_signer, ssh_keygen, stock_verify
 
 from dp_ops.layout import DataRoot
 from dp_ops.release_signing import SIGNATURE_FILE

@@ -49,7 +49,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from pipeline_helpers import child_env, days, load_script, ok
+from support.ci import in_ci
+from support.dates import date_range
+from support.pipeline_helpers import child_env, load_script, ok
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -157,7 +159,7 @@ def _published(root: Path) -> dict[str, bytes]:
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backfilled]:
     if not shutil.which("strace"):
         # CI must run it (its image has strace); elsewhere it may be missing
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        if in_ci():
             pytest.fail("strace not found under CI: install Debian's strace package")
         pytest.skip("strace not found (Debian's strace package)")
     connect = load_script("spark_connect_server")
@@ -212,7 +214,7 @@ def test_no_airflow_process_opens_a_raw_or_clean_file(backfilled: Backfilled) ->
     assert not duckdb, f"an Airflow process loaded DuckDB: {duckdb[:3]}"
     # and the data exists: the server did write clean rows and bounded sums
     for report, source in SOURCES.items():
-        for day in days(START, END):
+        for day in date_range(START, END):
             assert (root / "work/clean" / source / f"date={day}" / "part.parquet").is_file()
             assert (root / "work/bounded" / report / f"date={day}" / "aggregates.parquet"
                     ).is_file()
@@ -245,7 +247,7 @@ def test_duckdb_gives_the_same_quarantine_clean_rows_and_cell_sums(
         for report, source in SOURCES.items():
             bound = load_report(report)
             with execution_settings_bound(ExecutionSettings(engine="duckdb")):
-                for day in days(START, END):
+                for day in date_range(START, END):
                     bound.steps.ingest(duck, bound.cfg, day)
                     bound.steps.bound_contributions(duck, bound.cfg, day)
                     clean = [c.name for c in pq.read_schema(
@@ -261,7 +263,7 @@ def test_duckdb_gives_the_same_quarantine_clean_rows_and_cell_sums(
                         _cells(spark.bounded_file(report, day)),
                         _cells(duck.bounded_file(report, day)), obj=f"{report} {day}")
                     compared += 1
-    assert compared == 2 * len(days(START, END))
+    assert compared == 2 * len(date_range(START, END))
 
 
 def test_duckdb_rerun_from_the_stored_noise_gives_the_same_release_bytes(

@@ -13,17 +13,17 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from dagrun_helpers import (
-    _asset_events,
-    _days,
-    _delete_runs,
-    _logical_date,
-    _run_day,
-    _task_states,
+from support.dagrun_helpers import (
+    asset_events,
+    delete_runs,
     e2e_data_root,
+    logical_date,
     repo_dags,
+    run_dag_day,
+    task_states,
 )
-from hitl import responder
+from support.dates import date_range
+from support.hitl import responder
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -58,9 +58,9 @@ def _spends(root: Path) -> list:
 
 @pytest.fixture(scope="module")
 def backfilled(dags: dict, data_root: Path) -> Path:
-    _delete_runs("symptoms_dataset", "symptoms_region_rerun")
-    for day in _days(START, END):
-        _run_day(dags["symptoms_dataset"], day)
+    delete_runs("symptoms_dataset", "symptoms_region_rerun")
+    for day in date_range(START, END):
+        run_dag_day(dags["symptoms_dataset"], day)
     return data_root
 
 
@@ -74,7 +74,7 @@ def test_release_published(backfilled: Path) -> None:
     assert len(weekly[0].split(",")) == 8 + 422
     assert {line.split(",")[7] for line in weekly[1:]} == {"2020-01-06"}
     assert (latest / "2020_DM_daily_symptoms_dataset.csv").is_file()
-    assert {s.slot.day for s in _spends(backfilled)} == set(_days(START, END))
+    assert {s.slot.day for s in _spends(backfilled)} == set(date_range(START, END))
 
 
 def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
@@ -82,16 +82,16 @@ def test_rerunning_a_day_spends_nothing(dags: dict, backfilled: Path) -> None:
     the backfill, none for the rerun that reproduces the current release (issue 15,
     point 3)."""
     before = _spends(backfilled)
-    events = _asset_events("symptoms_release")
+    events = asset_events("symptoms_release")
     releases = {p.name for p in (backfilled / "published" / "symptoms" / "releases").iterdir()}
     # (the metadata DB is the session's: count this data root's releases only)
     assert len([e for e in events if e["release_id"] in releases]) == len(releases) >= 1
     assert events[-1]["release_id"] == (backfilled / "published" / "symptoms"
                                         / "latest").resolve().name
-    _delete_runs("symptoms_dataset")
-    _run_day(dags["symptoms_dataset"], END)
+    delete_runs("symptoms_dataset")
+    run_dag_day(dags["symptoms_dataset"], END)
     assert _spends(backfilled) == before
-    assert len(_asset_events("symptoms_release")) == len(events)
+    assert len(asset_events("symptoms_release")) == len(events)
 
 
 def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
@@ -103,7 +103,7 @@ def test_region_rerun_with_renoise_spends_and_records_reason(dags: dict,
             logical_date=None,
             run_conf={"date": END.isoformat(), "region": "DM-02-001", "renoise": True,
                       "reason": reason})
-    assert dag_run.state == "success", _task_states(dag_run)
+    assert dag_run.state == "success", task_states(dag_run)
     assert len(asked.subjects) == 1 and "DM-02-001" in asked.subjects[0]
     new = [s for s in _spends(backfilled) if s not in before]
     assert len(new) == 6 and {s.reason for s in new} == {reason}
@@ -128,8 +128,8 @@ def test_row7_a_whole_rollback_is_refused_by_what_airflow_announced(
             logical_date=None,
             run_conf={"date": date(2020, 1, 12).isoformat(), "region": "DM-02-001",
                       "renoise": True, "reason": "integration test: before a rollback"})
-    assert dag_run.state == "success", _task_states(dag_run)
-    announced = _asset_events("symptoms_release")[-1]
+    assert dag_run.state == "success", task_states(dag_run)
+    announced = asset_events("symptoms_release")[-1]
     assert announced["release_id"] == DataRoot(backfilled).latest_release(
         "symptoms").resolve().name
     shutil.copytree(backfilled, after, symlinks=True)
@@ -139,9 +139,9 @@ def test_row7_a_whole_rollback_is_refused_by_what_airflow_announced(
         spent, latest = _spends(backfilled), DataRoot(backfilled).latest_release(
             "symptoms").resolve()
         assert latest.name != announced["release_id"]
-        _delete_runs("symptoms_dataset")
-        dag_run = dags["symptoms_dataset"].test(logical_date=_logical_date(END))
-        states = _task_states(dag_run)
+        delete_runs("symptoms_dataset")
+        dag_run = dags["symptoms_dataset"].test(logical_date=logical_date(END))
+        states = task_states(dag_run)
         assert dag_run.state == "failed" and states["noise"] == ("failed", 1), states
         assert f"symptoms/{announced['release_id']} was announced" in capsys.readouterr().out
         assert _spends(backfilled) == spent
@@ -149,7 +149,7 @@ def test_row7_a_whole_rollback_is_refused_by_what_airflow_announced(
     finally:
         shutil.rmtree(backfilled)
         shutil.copytree(after, backfilled, symlinks=True)
-        _delete_runs("symptoms_dataset")
+        delete_runs("symptoms_dataset")
 
 
 def test_region_rerun_rejects_a_day_not_noised_yet(dags: dict, backfilled: Path) -> None:
@@ -157,7 +157,7 @@ def test_region_rerun_rejects_a_day_not_noised_yet(dags: dict, backfilled: Path)
         logical_date=None,
         run_conf={"date": "2020-02-01", "region": "DM-02-001", "renoise": False,
                   "reason": "integration test"})
-    states = _task_states(dag_run)
+    states = task_states(dag_run)
     assert dag_run.state == "failed"
     assert states["validate_request"] == ("failed", 1)
 
@@ -178,10 +178,10 @@ def test_budget_refusal_fails_noise_without_retry(dags: dict, airflow_db: Path,
     monkeypatch.setenv("DP_DATA_ROOT", str(root))
     monkeypatch.setenv("DP_SYMPTOMS_CONFIG", str(config))
     monkeypatch.delenv("DP_LEDGER_URL", raising=False)
-    _delete_runs("symptoms_dataset")
-    dag_run = dags["symptoms_dataset"].test(logical_date=_logical_date(day))
-    states = _task_states(dag_run)
+    delete_runs("symptoms_dataset")
+    dag_run = dags["symptoms_dataset"].test(logical_date=logical_date(day))
+    states = task_states(dag_run)
     assert dag_run.state == "failed"
     assert states["noise"] == ("failed", 1), states
     assert _spends(root) == []
-    _delete_runs("symptoms_dataset")
+    delete_runs("symptoms_dataset")

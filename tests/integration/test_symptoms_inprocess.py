@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from approvals import approve_renoise
 from dp_demo.generator import generate
-from pipeline_helpers import verify_release
+from support.approvals import approve_renoise
+from support.dates import date_range
+from support.pipeline_helpers import verify_release
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -32,17 +33,13 @@ DAILY = "2020_DM_daily_symptoms_dataset.csv"
 WEEKLY = "2020_DM_weekly_symptoms_dataset.csv"
 
 
-def days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = DataRoot(tmp_path_factory.mktemp("symptoms_inprocess"))
     generate(root, START, END, users=30000, seed=11)
     cfg = SymptomsConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(steps, root, cfg, days(START, END), RunRequest(run_id="first"), ledger_url=url)
+    run_days(steps, root, cfg, date_range(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
 
@@ -82,7 +79,7 @@ def test_ledger_spends_exactly_the_configured_total(pipeline: dict[str, object])
     per_day: dict[date, list[float]] = {}
     for s in spends:
         per_day.setdefault(s.slot.day, []).append(s.epsilon)
-    assert sorted(per_day) == days(START, END)
+    assert sorted(per_day) == date_range(START, END)
     for eps in per_day.values():
         assert len(eps) == 6  # A and B at three levels
         assert math.isclose(math.fsum(eps), 1.68, rel_tol=1e-12)
@@ -110,8 +107,8 @@ def test_rerun_spends_nothing_and_gives_the_same_files(pipeline: dict[str, objec
     assert isinstance(root, DataRoot) and isinstance(cfg, SymptomsConfig)
     before = _spends(pipeline)
     csvs = {n: (_latest(pipeline) / n).read_bytes() for n in (DAILY, WEEKLY)}
-    run_days(steps, root, cfg, days(END - timedelta(days=2), END), RunRequest(run_id="second"),
-                                                                             ledger_url=str(url))
+    run_days(steps, root, cfg, date_range(END - timedelta(days=2), END),
+             RunRequest(run_id="second"), ledger_url=str(url))
     assert _spends(pipeline) == before
     for name, content in csvs.items():
         assert (_latest(pipeline) / name).read_bytes() == content

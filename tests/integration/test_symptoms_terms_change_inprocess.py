@@ -16,6 +16,7 @@ from datetime import date, timedelta
 
 import pytest
 from dp_demo.generator import generate
+from support.dates import date_range
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -30,10 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 START, TUESDAY, SUNDAY, END = (date(2020, 1, 1), date(2020, 1, 7), date(2020, 1, 12),
                                date(2020, 1, 19))
 TERMS = ("epsilon.symptom_searches", "epsilon.search_users")
-
-
-def days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
 
 
 def test_a_symptoms_epsilon_change_takes_effect_on_a_monday_and_the_statement_says_so(
@@ -58,7 +55,7 @@ def test_a_symptoms_epsilon_change_takes_effect_on_a_monday_and_the_statement_sa
         finally:
             ledger.dispose()
 
-    run_days(steps, root, old, days(START, TUESDAY), RunRequest(run_id="first"),
+    run_days(steps, root, old, date_range(START, TUESDAY), RunRequest(run_id="first"),
              ledger_url=url)
     recorded = policies()
     refused = set_epsilon(TERMS[0])
@@ -67,12 +64,12 @@ def test_a_symptoms_epsilon_change_takes_effect_on_a_monday_and_the_statement_sa
     assert "takes effect on Monday 2020-01-13" in refused.stderr
     assert policies() == recorded  # nothing recorded
 
-    run_days(steps, root, old, days(TUESDAY + timedelta(days=1), SUNDAY),
+    run_days(steps, root, old, date_range(TUESDAY + timedelta(days=1), SUNDAY),
              RunRequest(run_id="second"), ledger_url=url)
     for term in TERMS:
         done = set_epsilon(term)
         assert done.returncode == 0, done.stderr
-    run_days(steps, root, new, days(SUNDAY + timedelta(days=1), END),
+    run_days(steps, root, new, date_range(SUNDAY + timedelta(days=1), END),
              RunRequest(run_id="third"), ledger_url=url)
 
     latest = root.latest_release("symptoms")

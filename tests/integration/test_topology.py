@@ -30,14 +30,15 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from pipeline_helpers import load_script
-from smtp_sink import SmtpSink
+from support.dates import date_range
+from support.pipeline_helpers import load_script
+from support.smtp_sink import SmtpSink
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -109,9 +110,6 @@ def _expected_requests(deployed: Deployed) -> dict[str, list[Any]]:
     mplan = mobility_plan(mcfg)
     splan = symptoms_plan(scfg, read_symptoms(root / "reference" / "symptoms.txt"))
 
-    def days(start: date, end: date) -> list[date]:
-        return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
     mu = topo.METHOD_UPDATE
     update = method_update.MethodUpdate(
         method_version=mu["method_version"],
@@ -119,9 +117,9 @@ def _expected_requests(deployed: Deployed) -> dict[str, list[Any]]:
         categories=tuple(mu["categories"]),
         method=ScaledCounts.for_categories(mu["categories"], mu["factor"]))
     return {
-        "noise/mobility": [r for d in days(topo.MOBILITY_START, topo.MOBILITY_END)
+        "noise/mobility": [r for d in date_range(topo.MOBILITY_START, topo.MOBILITY_END)
                            for r in plan_requests(mplan, regions, d)],
-        "noise/symptoms": [r for d in days(topo.SYMPTOMS_START, topo.SYMPTOMS_END)
+        "noise/symptoms": [r for d in date_range(topo.SYMPTOMS_START, topo.SYMPTOMS_END)
                            for r in plan_requests(splan, regions, d)],
         "renoise/mobility": plan_requests(mplan, regions, topo.RERUN_DAY,
                                           deployed.outcome.rerun["region"]),
@@ -136,7 +134,7 @@ def test_both_backfills_ran_every_day_on_the_celery_worker(deployed: Deployed) -
         start, end = ((topo.MOBILITY_START, topo.MOBILITY_END) if dag_id == "mobility_report"
                       else (topo.SYMPTOMS_START, topo.SYMPTOMS_END))
         assert sorted(r["data_interval_start"][:10] for r in runs) == [
-            (start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
+            d.isoformat() for d in date_range(start, end)]
         assert {r["state"] for r in runs} == {"success"}
         counts[dag_id] = Counter()
         for run in runs:

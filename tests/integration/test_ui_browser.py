@@ -53,7 +53,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from pipeline_helpers import load_airflow_demo
+from support.ci import in_ci
+from support.pipeline_helpers import load_airflow_demo
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration,
               # data, Airflow start-up and one rerun take minutes on busy cores
@@ -82,10 +83,6 @@ STARTUP_TIMEOUT_S = 300  # db migrate + four components, on 2 cores shared with 
 PARSE_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 360
 UI_TIMEOUT_MS = 60_000  # one page action or expectation
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -160,7 +157,7 @@ def chromium() -> Path:
     elif importlib.util.find_spec("playwright") is None:
         problem = "the playwright package is missing (pip install -r requirements-dev.txt)"
     if problem:
-        if _in_ci():
+        if in_ci():
             pytest.fail(f"the Airflow UI browser test cannot run under CI: {problem}")
         pytest.skip(problem)
     return CHROMIUM

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import load_script
+from support.pipeline_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

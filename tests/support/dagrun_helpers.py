@@ -45,16 +45,12 @@ def e2e_data_root(tmp_path_factory: pytest.TempPathFactory, name: str, start: da
         yield root
 
 
-def _days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
-def _logical_date(day: date) -> datetime:
+def logical_date(day: date) -> datetime:
     """The logical date of a manual/test run whose data interval starts on ``day``."""
     return datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1)
 
 
-def _delete_runs(*dag_ids: str) -> None:
+def delete_runs(*dag_ids: str) -> None:
     """Forget earlier ``dag.test()`` runs: the session's metadata DB is shared, and a
     finished run for the same logical date would not be run again."""
     from airflow.models.dagrun import DagRun
@@ -65,7 +61,7 @@ def _delete_runs(*dag_ids: str) -> None:
         session.execute(delete(DagRun).where(DagRun.dag_id.in_(dag_ids)))
 
 
-def _task_states(dag_run) -> dict[str, tuple[str | None, int]]:
+def task_states(dag_run) -> dict[str, tuple[str | None, int]]:
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -76,14 +72,14 @@ def _task_states(dag_run) -> dict[str, tuple[str | None, int]]:
         return {ti.task_id: (str(ti.state) if ti.state else None, ti.try_number) for ti in tis}
 
 
-def _run_day(dag, day: date):
-    dag_run = dag.test(logical_date=_logical_date(day))
-    states = _task_states(dag_run)
+def run_dag_day(dag, day: date):
+    dag_run = dag.test(logical_date=logical_date(day))
+    states = task_states(dag_run)
     assert dag_run.state == "success", f"{dag.dag_id} {day}: {states}"
     return dag_run
 
 
-def _asset_events(name: str) -> list[dict]:
+def asset_events(name: str) -> list[dict]:
     """The extras of every event of asset ``name`` in the metadata DB, oldest first."""
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session

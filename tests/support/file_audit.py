@@ -268,15 +268,14 @@ def _child(argv: list[str]) -> int:
 
 # -- the parent ------------------------------------------------------------------------
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "") not in ("", "0", "false", "False", "FALSE")
-
-
 def strace_or_skip() -> str:
     """The path of a working ``strace``: installed with apt-get when missing and this is
     root (as CI is); otherwise the test is skipped, saying how to run it. As root, or
     under CI, a strace that cannot be installed or cannot trace is an error."""
     import pytest
+
+    # imported here: the child (this file run as a script) has no ``support`` on its path
+    from support.ci import in_ci
 
     exe = shutil.which("strace")
     root = os.geteuid() == 0
@@ -292,14 +291,14 @@ def strace_or_skip() -> str:
     if exe is None:
         message = ("strace is missing and this is not root (or has no apt-get): the file "
                    "access audit needs it; sudo apt-get install strace")
-        if _in_ci():
+        if in_ci():
             pytest.fail(message)
         pytest.skip(message)
     probe = subprocess.run([exe, "-f", "-qq", "-o", os.devnull, "true"],
                            capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
         message = f"strace cannot trace here ({probe.stderr.strip()[-300:]})"
-        if root or _in_ci():
+        if root or in_ci():
             pytest.fail(message)
         pytest.skip(message + "; run as root or allow ptrace")
     return exe

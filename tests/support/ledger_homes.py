@@ -22,13 +22,10 @@ import pytest
 import sqlalchemy as sa
 
 from dp_ops.layout import DataRoot
+from support.ci import in_ci
 
 PG_ENV = "DP_TEST_POSTGRES_URL"
 BACKENDS = ("sqlite", "postgresql")
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false")
 
 
 def pg_base_url() -> str:
@@ -36,7 +33,7 @@ def pg_base_url() -> str:
     url = os.environ.get(PG_ENV)
     if not url:
         message = f"set {PG_ENV} to run the attack tests on a PostgreSQL ledger"
-        if _in_ci():
+        if in_ci():
             pytest.fail(f"{message}: CI must run them")
         pytest.skip(message)
     return url
@@ -70,7 +67,7 @@ def create_database(template: str | None = None) -> str:
                 raise
             message = (f"the role of {PG_ENV} may not create databases (CREATEDB), which "
                        "the PostgreSQL attack tests need")
-            if _in_ci():
+            if in_ci():
                 pytest.fail(message)
             pytest.skip(message)
     return name

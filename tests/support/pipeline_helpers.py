@@ -29,10 +29,6 @@ LAST_BEFORE = {"mobility": date(2020, 2, 15), "symptoms": date(2020, 1, 13)}
 USERS = {"mobility": 3000, "symptoms": 8000}
 
 
-def days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 def child_env(root: Path) -> dict[str, str]:
     """The environment of a CLI child on ``root``: none of the caller's ``DP_*`` settings
     (ledger, configs, faults) except the data root itself and the session's ledger key."""

@@ -3,7 +3,6 @@ does with its public half: an ``allowed_signers`` file, and the stock ``ssh-keyg
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dp_ops.release_signing import NAMESPACE, SIGNATURE_FILE, ReleaseSigner, load_signer
+from support.ci import in_ci
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "scripts/install_openssh_client.sh (as root: apt-get install openssh-client)"
@@ -45,7 +45,7 @@ def ssh_keygen() -> str:
                        check=False, timeout=600)
         found = shutil.which("ssh-keygen")
     if found is None:
-        if os.environ.get("CI", "") not in ("", "0", "false", "False", "FALSE"):
+        if in_ci():
             pytest.fail(f"ssh-keygen is missing under CI; {INSTALL_HINT}")
         pytest.skip(f"ssh-keygen is missing: {INSTALL_HINT}")
     return found

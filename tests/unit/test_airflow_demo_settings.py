@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pipeline_helpers import load_airflow_demo
+from support.pipeline_helpers import load_airflow_demo
 
 
 def _env(argv: list[str], tmp_path: Path) -> dict[str, str]:

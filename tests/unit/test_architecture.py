@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from architecture_rules import all_imports, check, cycles, module_name
+from support.architecture_rules import all_imports, check, cycles, module_name
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 

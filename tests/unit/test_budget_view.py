@@ -11,8 +11,8 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from approvals import reserve_approved
-from spend_requests import spend_request
+from support.approvals import reserve_approved
+from support.spend_requests import spend_request
 
 from dp_ops.budget_view import (
     NOT_RECORDED,

@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from pipeline_helpers import load_script
 from sqlalchemy.engine import make_url
+from support.pipeline_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"

@@ -5,7 +5,7 @@ job; this catches a mutant that drifted from the code in the fast tier. Not stat
 
 from __future__ import annotations
 
-from pipeline_helpers import REPO, load_script
+from support.pipeline_helpers import REPO, load_script
 
 
 def test_every_mutant_matches_the_code_once_and_names_existing_tests() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mutation_order import order
+from support.mutation_order import order
 
 
 def test_files_cheapest_first_then_tests_cheapest_first_within_a_file() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from release_keys import ssh_keygen
+from support.release_keys import ssh_keygen
 
 from dp_ops import sshsig
 

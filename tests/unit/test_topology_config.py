@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_helpers import load_script
+from support.pipeline_helpers import load_script
 
 topo = load_script("topology")
 PORTS = topo.Ports(postgres=15432, redis=16379, api=18080, worker_logs=18793,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from release_keys import allowed_signers, session_signer, sign_manifest
+from support.release_keys import allowed_signers, session_signer, sign_manifest
 
 from dp_ops.cli import main
 from dp_ops.engine.files import json_bytes

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
-from smtp_sink import SmtpSink
+from support.smtp_sink import SmtpSink
 
 from dp_ops.airflow.alerts import FailureAlert, FailureKind, classify, compose
 from dp_ops.airflow.defaults import DEFAULT_ARGS

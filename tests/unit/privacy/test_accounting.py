@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from approvals import approve, request_of
 from dp_demo.geography import demo_regions
+from support.approvals import approve, request_of
 
 from dp_ops.errors import BadRequest, PolicyMismatch
 from dp_ops.layout import DataRoot

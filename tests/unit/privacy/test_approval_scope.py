@@ -21,7 +21,7 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
-from spend_requests import spend_request
+from support.spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing
 from dp_ops.privacy.ledger import (

@@ -28,9 +28,9 @@ import sqlalchemy as sa
 
 # The race workers are spawned interpreters that import their target by module name and
 # inherit sys.path; pytest.ini puts tests/support on it.
-from approvals import approve, request_of, reserve_approved
-from ledger_race_worker import RacePool
-from spend_requests import spend_request
+from support.approvals import approve, request_of, reserve_approved
+from support.ledger_race_worker import RacePool
+from support.spend_requests import spend_request
 
 from dp_ops.errors import BudgetExceeded
 from dp_ops.ledger_text import format_ledger, format_ledger_summary

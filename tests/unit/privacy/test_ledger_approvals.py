@@ -13,7 +13,7 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from spend_requests import spend_request
+from support.spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from approvals import reserve_approved
-from spend_requests import spend_request
 from sqlalchemy.engine import Connection
+from support.approvals import reserve_approved
+from support.spend_requests import spend_request
 
 from dp_ops.errors import BadRequest, BudgetExceeded, LedgerSchemaError, PolicyMismatch
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, _make_engine

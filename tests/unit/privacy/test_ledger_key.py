@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from spend_requests import spend_request
+from support.spend_requests import spend_request
 
 from dp_ops.errors import LedgerKeyMissing
 from dp_ops.privacy import ledger_key
@@ -131,8 +131,8 @@ def test_rows_deleted_and_the_chain_recomputed_without_the_key_fail_verification
     key of their own, or as plain sha256 links) and restores the guards. The chain looks
     whole, but its links are not MACs under the ledger key: verification fails, and the
     next write is refused before anything is written."""
-    from approvals import reserve_approved
-    from ledger_attacks import own_key_link, plain_link, recompute_chain
+    from support.approvals import reserve_approved
+    from support.ledger_attacks import own_key_link, plain_link, recompute_chain
 
     from dp_ops.privacy.ledger_schema import APPEND_ONLY, install_guards
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from spend_requests import spend_request
+from support.spend_requests import spend_request
 
 from dp_ops.privacy import ledger_key, ledger_migrations
 from dp_ops.privacy.ledger import Ledger

@@ -10,8 +10,8 @@ from datetime import date
 from typing import Any
 
 import pytest
-from approvals import approve, request_of
-from spend_requests import spend_request
+from support.approvals import approve, request_of
+from support.spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing
 from dp_ops.privacy.ledger import (

@@ -11,8 +11,8 @@ from datetime import date
 
 import pytest
 import sqlalchemy as sa
-from approvals import approve, request_of, reserve_approved
-from spend_requests import spend_request
+from support.approvals import approve, request_of, reserve_approved
+from support.spend_requests import spend_request
 
 from dp_ops.errors import ApprovalMissing, BadRequest, BudgetExceeded, PolicyMismatch
 from dp_ops.privacy import ledger as ledger_module

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from numpy.typing import NDArray
-from privacy_audit import (
+from support.privacy_audit import (
     AuditResult,
     clopper_pearson,
     epsilon_lower_bound,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from approvals import reserve_approved
+from support.approvals import reserve_approved
 
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace

@@ -15,8 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from approvals import approve_renoise
 from dp_demo.geography import demo_regions
+from support.approvals import approve_renoise
 
 from dp_ops.errors import BadRequest, NoiseNotStored, NoiseRecordConflict, NoiseTampered
 from dp_ops.layout import DataRoot

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from day_records import write_days
 from dp_demo.geography import demo_regions
+from support.day_records import write_days
 
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot

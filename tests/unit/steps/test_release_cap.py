@@ -7,7 +7,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from spend_requests import spend_request
+from support.spend_requests import spend_request
 
 from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot

@@ -12,8 +12,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from approvals import approve_method_update, approve_renoise
 from dp_demo.geography import demo_regions
+from support.approvals import approve_method_update, approve_renoise
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import (

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
-from mobility_draws import (
+from support.mobility_draws import (
     ALPHA,
     CFG,
     CONFIRM_DRAWS,

@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import numpy as np
 import pandas as pd
 import pytest
-from symptoms_reference import weekly_sums
+from support.symptoms_reference import weekly_sums
 
 from dp_ops.reports.symptoms.granularity import decide_resolution
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from day_records import digests, write_days
 from dp_demo.geography import demo_regions
+from support.day_records import digests, write_days
 from test_symptoms_release import CFG, SYMPTOMS, constructed_rows
 
 from dp_ops.layout import DataRoot

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from day_records import digests, write_days
 from dp_demo.generator import default_symptoms
 from dp_demo.geography import demo_regions
-from spend_requests import spend_request
+from support.day_records import digests, write_days
+from support.spend_requests import spend_request
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import DerivedStateTampered, GateFailed, PublishRefused
@@ -369,7 +369,7 @@ def test_matrix_weekly_sums_match_the_reference_implementation(
         three_weeks: pd.DataFrame) -> None:
     """The release step sums weeks on (days x cells) matrices; the long-table reference
     (tests/support/symptoms_reference.py, with its own tests) must agree cell by cell."""
-    from symptoms_reference import weekly_sums
+    from support.symptoms_reference import weekly_sums
 
     from dp_ops.reports.symptoms.matrix import from_rows, long_frame, weekly
 
