@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.cached_roots import GeneratedRoots
+from support.cached_roots import generated_roots as _generated_roots
 
 from dp_ops.release_signing import generate_key_file as _generate_release_key
 
@@ -76,6 +78,23 @@ def _no_airflow_sigterm_handler_left() -> Iterator[None]:
         signal.signal(signal.SIGTERM, _SIGTERM_AT_START)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep a slow module on one worker under ``pytest -n N --dist loadgroup``.
+
+    Fast tests are handed out one by one; every test of a module that has a slow test
+    gets the module as its ``xdist_group`` (unless it names a group of its own, as the
+    modules sharing ``previous`` do), so that its module-scoped fixtures (data roots,
+    Airflow deployments, Spark servers) are built once, on one worker. Runs before xdist's
+    own hook, which reads the groups."""
+    slow_modules = {item.nodeid.split("::", 1)[0] for item in items
+                    if item.get_closest_marker("slow")}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if module in slow_modules and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
@@ -96,6 +115,13 @@ def airflow_db(airflow_home: Path) -> Path:
     if res.returncode != 0:
         pytest.fail(f"airflow db migrate failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     return airflow_home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def generated_roots(pytestconfig: pytest.Config) -> GeneratedRoots:
+    """The demo generator's input per (users, seed, start, end), generated once for all
+    workers and copied to each caller (``generated_roots.copy(dst, users=..., ...)``)."""
+    return _generated_roots(pytestconfig)
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 from support.leak_scan import (
     NUMBER,
@@ -237,19 +238,15 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def deployment(tmp_path_factory: pytest.TempPathFactory,
+               generated_roots: GeneratedRoots) -> Iterator[Deployment]:
     """Synthetic input, a fresh Airflow deployment, and ``mobility_report`` backfilled over
     START..END by its scheduler. Every background process is stopped at the end, also when
     the setup fails half way."""
-    from dp_demo.generator import generate
-
-    from dp_ops.layout import DataRoot
-
     demo = load_airflow_demo()
     base = tmp_path_factory.mktemp("airflow_operations")
-    data_root = base / "data"
-    data_root.mkdir()
-    generate(DataRoot(data_root), START, END, users=USERS, seed=SEED)
+    data_root = generated_roots.copy(base / "data", users=USERS, seed=SEED, start=START,
+                                     end=END)
 
     home = base / "airflow_home"
     log_dir = home / "logs" / "demo"

@@ -46,7 +46,8 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import read_regions
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# shares ``previous`` with the other modules of its xdist group (one worker builds it)
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("previous")]
 
 
 def comparable_manifest(directory: Path) -> dict[str, Any]:

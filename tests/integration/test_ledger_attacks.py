@@ -28,9 +28,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
+from support.cached_roots import GeneratedRoots, build_previous
 from support.ledger_attacks import own_key_link, plain_link, tamper
 from support.ledger_homes import BACKENDS, Home, create_database
-from support.pipeline_helpers import LAST_BEFORE, build_previous, latest, ok, run_day
+from support.pipeline_helpers import LAST_BEFORE, latest, ok, run_day
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -39,7 +40,9 @@ from dp_ops.reports.symptoms.period import state_file
 from dp_ops.steps.ledger_binding import HEAD_FILE, IDENTITY_FILE
 from dp_ops.steps.noising import file_digest
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# with the other modules starting from ``previous`` (tests/integration/conftest.py), on one
+# worker under pytest -n: the SQLite history is built once for them all
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("previous")]
 
 REPORT = "symptoms"
 PUBLISHED = LAST_BEFORE[REPORT]  # the last day of the release the copies start from
@@ -47,24 +50,27 @@ NEXT = PUBLISHED + timedelta(days=1)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def previous(request: pytest.FixtureRequest,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Home]:
-    """A data root with a symptoms release and its ledger (built once per backend)."""
+def base_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              generated_roots: GeneratedRoots) -> Iterator[Home]:
+    """A data root with a symptoms release and its ledger, per backend: with SQLite the
+    session's ``previous`` (the crash and race tests' history), with PostgreSQL one built
+    here with its ledger in a database of its own."""
     if request.param == "sqlite":
-        yield Home(build_previous(tmp_path_factory, (REPORT,))[REPORT])
+        yield Home(request.getfixturevalue("previous")[REPORT])
         return
     home = Home(Path("unused"), create_database())
     try:
-        root = build_previous(tmp_path_factory, (REPORT,), extra_env=home.env)[REPORT]
+        root = build_previous(tmp_path_factory, generated_roots, (REPORT,),
+                              extra_env=home.env)[REPORT]
         yield Home(root, home.database)
     finally:
         home.dispose()
 
 
 @pytest.fixture
-def home(previous: Home, tmp_path: Path) -> Iterator[Home]:
-    """This test's copy of ``previous``: the data root and the ledger."""
-    copy = previous.copy(tmp_path / "root")
+def home(base_home: Home, tmp_path: Path) -> Iterator[Home]:
+    """This test's copy of ``base_home``: the data root and the ledger."""
+    copy = base_home.copy(tmp_path / "root")
     try:
         yield copy
     finally:

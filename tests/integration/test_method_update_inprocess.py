@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dp_demo.generator import generate
 from support.approvals import approve_method_update
+from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 
 import dp_ops.reports.mobility.bounding as mobility_bounding
@@ -42,9 +42,10 @@ NEW_METHOD = ScaledCounts.for_categories(["parks"], FACTOR)
 
 
 @pytest.fixture(scope="module")
-def updated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    root = DataRoot(tmp_path_factory.mktemp("method_update"))
-    generate(root, START, END, users=20_000, seed=5)
+def updated(tmp_path_factory: pytest.TempPathFactory,
+            generated_roots: GeneratedRoots) -> dict[str, object]:
+    root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("method_update") / "data",
+                                         users=20_000, seed=5, start=START, end=END))
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
     original = mobility_bounding.bound_day

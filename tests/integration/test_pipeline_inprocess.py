@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from dp_demo.generator import generate
 from support.approvals import approve_renoise
+from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 from support.pipeline_helpers import verify_release
 
@@ -38,9 +38,10 @@ GOOGLE_HEADER = (
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    root = DataRoot(tmp_path_factory.mktemp("inprocess"))
-    generate(root, START, END, users=4000, seed=11)
+def pipeline(tmp_path_factory: pytest.TempPathFactory,
+             generated_roots: GeneratedRoots) -> dict[str, object]:
+    root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("inprocess") / "data",
+                                         users=4000, seed=11, start=START, end=END))
     # a public region nobody visits: delta = 0 needs its cells noised all the same
     regions = read_regions(root.regions_csv)
     parent = regions[regions["region_id"] == "DM-01"].iloc[0]

@@ -16,6 +16,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from support.cached_roots import GeneratedRoots
 from support.dagrun_helpers import asset_events, delete_runs, run_dag_day
 from support.dates import date_range
 
@@ -34,15 +35,11 @@ def _forget_reports() -> None:
 
 
 @pytest.fixture(scope="module")
-def presence(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def presence(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory,
+             generated_roots: GeneratedRoots) -> Iterator[Path]:
     """The plug-in registered, and a data root with three days of synthetic input."""
-    from dp_demo.generator import generate
-
-    from dp_ops.layout import DataRoot
-
-    root = tmp_path_factory.mktemp("presence") / "data"
-    root.mkdir()
-    generate(DataRoot(root), START, END, users=1500, seed=3)
+    root = generated_roots.copy(tmp_path_factory.mktemp("presence") / "data", users=1500,
+                                seed=3, start=START, end=END)
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(PLUGIN))  # its .dist-info and its package
         # dag.test() runs a DAG its bundle holds: the plug-in's DAG folder is the bundle

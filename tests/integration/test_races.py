@@ -37,7 +37,8 @@ from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import load_mobility_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# shares ``previous`` with the other modules of its xdist group (one worker builds it)
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("previous")]
 
 
 def start(root: Path, report: str, first: date, last: date, *more: str) -> subprocess.Popen[str]:

@@ -33,7 +33,8 @@ from support.file_audit import (
 )
 from support.pipeline_helpers import LAST_BEFORE, child_env, copy_root, latest, verify_release
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# shares ``previous`` with the other modules of its xdist group (one worker builds it)
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("previous")]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
-from dp_demo.generator import generate
+from support.cached_roots import GeneratedRoots
 from support.release_keys import allowed_signers, session_signer, ssh_keygen, stock_verify
 
 from dp_ops.layout import DataRoot
@@ -32,9 +32,10 @@ DAYS = [date(2020, 1, 1) + timedelta(days=i) for i in range(2)]
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = DataRoot(tmp_path_factory.mktemp("signed") / "data")
-    generate(root, DAYS[0], DAYS[-1], users=2000, seed=3)
+def published(tmp_path_factory: pytest.TempPathFactory,
+              generated_roots: GeneratedRoots) -> Path:
+    root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("signed") / "data",
+                                         users=2000, seed=3, start=DAYS[0], end=DAYS[-1]))
     run_days(symptoms_steps, root, SymptomsConfig(), DAYS, RunRequest(run_id="signed"),
              ledger_url=f"sqlite:///{root.root / 'ledger.sqlite'}")
     return root.latest_release("symptoms").resolve()

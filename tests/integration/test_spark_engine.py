@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dp_demo.generator import generate
+from support.cached_roots import GeneratedRoots
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, PLACE_CATEGORIES, SEARCH_SOURCE
 from dp_ops.engine.base import BoundingSql
@@ -135,9 +135,9 @@ def _append_clean(root: DataRoot, source: str, day: date, extra: pd.DataFrame) -
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
-    root = DataRoot(tmp_path_factory.mktemp("spark_engine"))
-    generate(root, DAY, EMPTY_DAY, users=1500, seed=3)
+def root(tmp_path_factory: pytest.TempPathFactory, generated_roots: GeneratedRoots) -> DataRoot:
+    root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("spark_engine") / "data",
+                                         users=1500, seed=3, start=DAY, end=EMPTY_DAY))
     for day in (DAY, EMPTY_DAY):
         mobility_steps.ingest(root, MOBILITY, day)
         symptoms_steps.ingest(root, SYMPTOMS, day)

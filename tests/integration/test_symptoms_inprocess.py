@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dp_demo.generator import generate
 from support.approvals import approve_renoise
+from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 from support.pipeline_helpers import verify_release
 
@@ -34,9 +34,10 @@ WEEKLY = "2020_DM_weekly_symptoms_dataset.csv"
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    root = DataRoot(tmp_path_factory.mktemp("symptoms_inprocess"))
-    generate(root, START, END, users=30000, seed=11)
+def pipeline(tmp_path_factory: pytest.TempPathFactory,
+             generated_roots: GeneratedRoots) -> dict[str, object]:
+    root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("symptoms_inprocess") / "data",
+                                         users=30000, seed=11, start=START, end=END))
     cfg = SymptomsConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
     run_days(steps, root, cfg, date_range(START, END), RunRequest(run_id="first"), ledger_url=url)

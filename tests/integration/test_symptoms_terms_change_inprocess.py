@@ -15,7 +15,7 @@ import sys
 from datetime import date, timedelta
 
 import pytest
-from dp_demo.generator import generate
+from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 
 from dp_ops.layout import DataRoot
@@ -34,9 +34,9 @@ TERMS = ("epsilon.symptom_searches", "epsilon.search_users")
 
 
 def test_a_symptoms_epsilon_change_takes_effect_on_a_monday_and_the_statement_says_so(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
-    root = DataRoot(tmp_path_factory.mktemp("symptoms_terms_change"))
-    generate(root, START, END, users=3000, seed=5)
+        tmp_path_factory: pytest.TempPathFactory, generated_roots: GeneratedRoots) -> None:
+    root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("symptoms_terms_change")
+                                         / "data", users=3000, seed=5, start=START, end=END))
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
     env = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(root.root)}
     old = SymptomsConfig()

@@ -53,6 +53,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from support.cached_roots import GeneratedRoots
 from support.ci import in_ci
 from support.pipeline_helpers import load_airflow_demo
 
@@ -163,15 +164,11 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-def _prepare_data_root(root: Path) -> str:
-    """Synthetic input, then the CLI's in-process mobility chain through NOISED_THROUGH:
-    the rerun's ``validate_request`` needs that day noised and the baseline present.
-    Returns the first level-2 region."""
-    from dp_demo.generator import generate
-
-    from dp_ops.layout import DataRoot
-
-    generate(DataRoot(root), START, END, users=USERS, seed=SEED)
+def _prepare_data_root(root: Path, generated_roots: GeneratedRoots) -> str:
+    """Synthetic input at ``root`` (created), then the CLI's in-process mobility chain
+    through NOISED_THROUGH: the rerun's ``validate_request`` needs that day noised and the
+    baseline present. Returns the first level-2 region."""
+    generated_roots.copy(root, users=USERS, seed=SEED, start=START, end=END)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "DP_"))}
     # the session's release-signing key (tests/conftest.py): the chain publishes
@@ -279,14 +276,14 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def airflow_ui(chromium: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowUI]:
+def airflow_ui(chromium: Path, tmp_path_factory: pytest.TempPathFactory,
+               generated_roots: GeneratedRoots) -> Iterator[AirflowUI]:
     demo = load_airflow_demo()
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
     base = tmp_path_factory.mktemp("ui_browser")
     data_root = base / "data"
-    data_root.mkdir()
-    region = _prepare_data_root(data_root)
+    region = _prepare_data_root(data_root, generated_roots)
 
     home = base / "airflow_home"
     (home / "plugins").mkdir(parents=True)  # empty: see airflow_demo.airflow_env
