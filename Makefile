@@ -22,14 +22,12 @@ export DP_DATA_ROOT ?= $(CURDIR)/data
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-nodeps.txt requirements-dev.txt constraints.txt \
+		scripts/build_venv.sh \
 		pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
-	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
+	# the pinned files, with uv (pip when uv cannot be had, or DP_INSTALLER=pip); then
 	# dp_ops and dp_demo, editable: `import dp_ops`, `dp-ops` and `python -m dp_ops` work
 	# everywhere the venv's python runs (no PYTHONPATH), and edits need no reinstall
-	$(PY) -m pip install --quiet --no-deps -e .
+	bash scripts/build_venv.sh $(PYTHON) $(VENV)
 	# the build leaves plugins/<name>.egg-info behind; plugins/ is on sys.path, so it would
 	# be found as a second copy of the package's metadata (Airflow then warns that the
 	# Privacy budget plugin is registered twice): the venv's dist-info is the one

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build the project's virtual environment from its pinned files (what `make venv` runs).
+#
+#   scripts/build_venv.sh PYTHON VENV
+#
+# The same pins either way: requirements.txt and requirements-dev.txt under constraints.txt,
+# requirements-nodeps.txt without dependencies, then dp_ops/dp_demo editable (`-e .`).
+# The installer is uv (pinned below, installed into the venv by pip) when it can be had:
+# it resolves and downloads in parallel and links from its cache. pip is the fallback when
+# uv cannot be installed here or fails, and DP_INSTALLER=pip asks for pip outright.
+# uv reads no pip.conf: an index other than PyPI is given to it as UV_INDEX_URL.
+set -euo pipefail
+
+PYTHON=${1:?usage: build_venv.sh PYTHON VENV}
+VENV=${2:?usage: build_venv.sh PYTHON VENV}
+UV_PIN="uv==0.13.9"
+PY="$VENV/bin/python"
+
+"$PYTHON" -m venv "$VENV"
+
+install_with() {  # install_with <installer words...>: the project's three installs
+    "$@" -r requirements.txt -r requirements-dev.txt -c constraints.txt &&
+    "$@" --no-deps -r requirements-nodeps.txt &&
+    "$@" --no-deps -e .
+}
+
+installer=${DP_INSTALLER:-uv}
+if [ "$installer" = uv ]; then
+    if "$PY" -m pip install --quiet "$UV_PIN" &&
+        install_with "$VENV/bin/uv" pip install --quiet --python "$PY"; then
+        echo "build_venv: installed with $UV_PIN"
+        exit 0
+    fi
+    echo "build_venv: uv could not install the environment; falling back to pip" >&2
+elif [ "$installer" != pip ]; then
+    echo "build_venv: DP_INSTALLER must be uv or pip, not '$installer'" >&2
+    exit 2
+fi
+"$PY" -m pip install --quiet --upgrade pip
+install_with "$PY" -m pip install --quiet
+echo "build_venv: installed with pip"
