@@ -17,8 +17,12 @@ CHROMIUM=/usr/bin/chromium
 
 say() { echo "install_test_browser: $*" >&2; }
 
+# CI unset, empty, 0 or false (any case, blanks ignored) is not CI; anything else is, as
+# in the tests (tests/support/ci.py)
 in_ci() {
-    case "${CI:-}" in "" | 0 | false | False | FALSE) return 1 ;; esac
+    local ci="${CI:-}"
+    ci="${ci,,}"
+    case "${ci//[[:space:]]/}" in "" | 0 | false) return 1 ;; esac
 }
 
 if [ -x "$CHROMIUM" ]; then

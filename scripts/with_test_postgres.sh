@@ -27,8 +27,12 @@ set -euo pipefail
 
 say() { echo "with_test_postgres: $*" >&2; }
 
+# CI unset, empty, 0 or false (any case, blanks ignored) is not CI; anything else is, as
+# in the tests (tests/support/ci.py)
 in_ci() {
-    case "${CI:-}" in "" | 0 | false | False | FALSE) return 1 ;; esac
+    local ci="${CI:-}"
+    ci="${ci,,}"
+    case "${ci//[[:space:]]/}" in "" | 0 | false) return 1 ;; esac
 }
 
 if [ $# -eq 0 ]; then

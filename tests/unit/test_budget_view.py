@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
@@ -31,17 +30,17 @@ CAP, NORMAL = 3.0, 1.0
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    led = Ledger(f"sqlite:///{tmp_path}/ledger.sqlite")
+def ledger(ledger: Ledger) -> Ledger:
+    """The shared SQLite ledger (tests/unit/conftest.py) with two days of spends and an
+    approved re-noise."""
     for day in (D1, D2):
-        led.reserve([spend_request(Slot("mobility", day, lvl, "places", ALL_REGIONS), 0.5)
-                     for lvl in (0, 1)], run_id=f"backfill__{day}", kind="noise", cap=CAP,
-                    method_version="v1")
-    reserve_approved(led, [spend_request(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
+        ledger.reserve([spend_request(Slot("mobility", day, lvl, "places", ALL_REGIONS), 0.5)
+                        for lvl in (0, 1)], run_id=f"backfill__{day}", kind="noise", cap=CAP,
+                       method_version="v1")
+    reserve_approved(ledger, [spend_request(Slot("mobility", D2, 1, "places", "R-1"), 0.75)],
                      run_id="oncall__1", kind="renoise", cap=CAP, method_version="v1",
                      reason="INC-7 <script>alert(1)</script>")
-    yield led
-    led.dispose()
+    return ledger
 
 
 def _release(root: Path, release_id: str, last: str, eps: float, latest: bool,

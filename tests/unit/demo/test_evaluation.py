@@ -8,7 +8,7 @@ fixed seed, not on the pipeline's noise, so the assertions on them are determini
 from __future__ import annotations
 
 import json
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +22,7 @@ from dp_demo.evaluation import (
     evaluate_symptoms,
 )
 from dp_demo.generator import generate
+from support.dates import date_range
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.chain import run_days
@@ -38,19 +39,15 @@ START, MOBILITY_END, SYMPTOMS_END = date(2020, 1, 1), date(2020, 2, 18), date(20
 DRAWS = 300
 
 
-def _days(start: date, end: date) -> list[date]:
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
     root = DataRoot(tmp_path_factory.mktemp("evaluation"))
     generate(root, START, MOBILITY_END, users=6000, seed=3)
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(mobility_steps, root, MobilityConfig(), _days(START, MOBILITY_END), RunRequest(
+    run_days(mobility_steps, root, MobilityConfig(), date_range(START, MOBILITY_END), RunRequest(
                                                                                            run_id="eval"),
                                                                                            ledger_url=url)
-    run_days(symptoms_steps, root, SymptomsConfig(), _days(START, SYMPTOMS_END), RunRequest(
+    run_days(symptoms_steps, root, SymptomsConfig(), date_range(START, SYMPTOMS_END), RunRequest(
                                                                                            run_id="eval"),
                                                                                            ledger_url=url)
     return root
@@ -74,7 +71,7 @@ def test_mobility_oracle_tables(root: DataRoot) -> None:
     result = evaluate_mobility(root, draws=DRAWS)
     release = root.latest_release("mobility")
     manifest = json.loads((release / "manifest.json").read_text())
-    days = _days(date.fromisoformat(manifest["first_date"]),
+    days = date_range(date.fromisoformat(manifest["first_date"]),
                  date.fromisoformat(manifest["last_date"]))
     rows = pd.concat([pq.read_table(root.report_file("mobility", d)).to_pandas() for d in days])
     eligible = rows[rows["row_reason"].isin(["published", "all_values_unreliable"])]
@@ -118,7 +115,7 @@ def test_symptoms_oracle_tables(root: DataRoot) -> None:
     release = root.latest_release("symptoms")
     manifest = json.loads((release / "manifest.json").read_text())
     series = pq.read_table(release / "series_resolution.parquet").to_pandas()
-    n_days = len(_days(START, SYMPTOMS_END))
+    n_days = len(date_range(START, SYMPTOMS_END))
     weeks = 2  # Monday 2020-01-06 and 2020-01-13: the complete weeks of 01-01..01-21
 
     coverage, pooled = result.coverage, result.pooled

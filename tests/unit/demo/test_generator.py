@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +18,7 @@ from dp_demo.generator import (
     trajectory,
 )
 from dp_demo.geography import SPARSE_REGION_IDS, demo_population_weights, demo_regions
+from support.dates import date_range
 
 from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
@@ -25,7 +26,7 @@ from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
 
 START, END = date(2020, 1, 1), date(2020, 1, 10)
-DAYS = [START + timedelta(days=i) for i in range((END - START).days + 1)]
+DAYS = date_range(START, END)
 USERS = 500
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from support.ci import in_ci
 
 PG_ENV = "DP_TEST_POSTGRES_URL"
 # a second role of the same database with no rights of its own (the role tests grant it
@@ -45,9 +45,11 @@ def pg_schema() -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def ledger_url(request: pytest.FixtureRequest, sqlite_ledger_url: str) -> Iterator[str]:
+    """The ledger of the ledger's own tests (``ledger``, tests/unit/conftest.py), once on
+    each backend."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/ledger.sqlite"
+        yield sqlite_ledger_url
         return
     url, _ = request.getfixturevalue("pg_schema")
     yield url
@@ -58,7 +60,7 @@ def app_url(pg_schema: tuple[str, str]) -> str:
     """The second role's URL (the pipeline's role in the role tests), in the same schema."""
     base = os.environ.get(PG_APP_ENV)
     if not base:
-        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        if in_ci():
             pytest.fail(f"{PG_APP_ENV} is not set under CI: the role tests must run")
         pytest.skip(f"set {PG_APP_ENV} (a second role) to run the role tests")
     return in_schema(base, pg_schema[1])

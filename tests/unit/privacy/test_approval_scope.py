@@ -15,7 +15,6 @@ On SQLite and, when a server is given, PostgreSQL. No test here is statistical.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import date, timedelta
 from typing import Any
@@ -44,13 +43,13 @@ UPDATE = ApprovalRequest(report="mobility", kind="method_update", days=(DAY,),
 
 
 @pytest.fixture
-def ledger(ledger_url: str) -> Iterator[Ledger]:
-    led = Ledger(ledger_url)
+def ledger(ledger: Ledger) -> Ledger:
+    """The shared ledger (tests/unit/conftest.py, on both backends) with the two approvals
+    of these tests recorded."""
     for approved in (RENOISE, UPDATE):
-        led.record_approval(approved, run_id=RUN, requester="alice", approver="bob",
-                            via=VIA_CLI)
-    yield led
-    led.dispose()
+        ledger.record_approval(approved, run_id=RUN, requester="alice", approver="bob",
+                               via=VIA_CLI)
+    return ledger
 
 
 def _slots(request: ApprovalRequest, extra_scope: str | None = None) -> list[SpendRequest]:

@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 # The race workers are spawned interpreters that import their target by module name and
-# inherit sys.path; pytest.ini puts tests/support on it.
+# inherit sys.path; pytest.ini puts tests/ (the package support) on it.
 from support.approvals import approve, request_of, reserve_approved
 from support.ledger_race_worker import RacePool
 from support.spend_requests import spend_request
@@ -49,13 +49,6 @@ REPORT = "mobility"
 DAY = date(2020, 3, 1)
 CAP = 1.0
 VERSION = "v1"
-
-
-@pytest.fixture
-def ledger(ledger_url: str) -> Iterator[Ledger]:
-    led = Ledger(ledger_url)
-    yield led
-    led.dispose()
 
 
 def raw_rows(url: str) -> list[tuple[Any, ...]]:

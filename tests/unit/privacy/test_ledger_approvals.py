@@ -8,7 +8,6 @@ No test here is statistical.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +27,6 @@ VERSION = "v1"
 
 def slot(metric: str = "places", *, region: str = ALL_REGIONS, day: date = DAY) -> Slot:
     return Slot("mobility", day, 1, metric, region)
-
-
-@pytest.fixture
-def ledger(ledger_url: str) -> Iterator[Ledger]:
-    led = Ledger(ledger_url)
-    yield led
-    led.dispose()
 
 
 def _renoise(region: str = "R1", *, reason: str = "raw data corrected", day: date = DAY,

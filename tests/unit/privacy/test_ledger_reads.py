@@ -5,7 +5,6 @@ PostgreSQL (conftest.py). No test here is statistical."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import date
 from typing import Any
 
@@ -22,13 +21,6 @@ from dp_ops.privacy.ledger import (
 from dp_ops.privacy.ledger_schema import GENESIS
 
 SHA = [f"{i:x}" * 64 for i in range(1, 6)]
-
-
-@pytest.fixture
-def ledger(ledger_url: str) -> Iterator[Ledger]:
-    led = Ledger(ledger_url)
-    yield led
-    led.dispose()
 
 
 def test_derived_records_are_read_per_report_name_and_version(ledger: Ledger) -> None:

@@ -6,7 +6,6 @@ PostgreSQL (conftest.py). No test here is statistical."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import date
 
 import pytest
@@ -21,13 +20,6 @@ from dp_ops.privacy.ledger import Ledger, Slot, cap_refusal
 DAY = date(2020, 3, 1)
 SLOT = Slot("mobility", DAY, 1, "a")
 TERMS = {"max_places": 4.0, "max_hours": 24.0}
-
-
-@pytest.fixture
-def ledger(ledger_url: str) -> Iterator[Ledger]:
-    led = Ledger(ledger_url)
-    yield led
-    led.dispose()
 
 
 def noise(ledger: Ledger, *slots: Slot, eps: float = 0.1, cap: float = 1.0,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import date
-from pathlib import Path
 
 import pytest
 from support.approvals import reserve_approved
@@ -51,10 +49,10 @@ def test_nothing_requested_spends_nothing() -> None:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    led = Ledger(f"sqlite:///{tmp_path}/ledger.sqlite")
-    yield led
-    led.dispose()
+def ledger_url(sqlite_ledger_url: str) -> str:
+    """SQLite only, not both backends as in the rest of tests/unit/privacy: the preview's
+    sums are the ledger's own, and test_ledger_reserve.py checks the cap on both."""
+    return sqlite_ledger_url
 
 
 @pytest.mark.parametrize("extra", [0.2, 0.25, 0.25 + 1e-6, 0.3])

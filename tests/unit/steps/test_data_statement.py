@@ -9,13 +9,13 @@ composed totals and re-noised dates must be the ledger's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import date, timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest
 from support.approvals import reserve_approved
+from support.dates import date_range
 
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, Spend, SpendRequest
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
@@ -53,10 +53,6 @@ MANIFEST = {
     "method_updates": [],
 }
 TITLE = "Community Mobility Report"
-
-
-def span(first: date, last: date) -> list[date]:
-    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
 def daily_spends(report: str, budgets: Sequence[MetricBudget], days: Sequence[date],
@@ -99,13 +95,6 @@ def noise_daily(ledger: Ledger, cfg: MobilityConfig, days: Sequence[date], *, ca
                        method_version=cfg.method_version, terms=cfg.policy_terms)
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    led = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
-    yield led
-    led.dispose()
-
-
 def release_manifest(first: date, last: date, ledger: Ledger, cfg: MobilityConfig,
                      cap: float) -> dict[str, object]:
     totals = {d: e for (_, d), e in ledger.totals("mobility").items() if first <= d <= last}
@@ -132,7 +121,7 @@ def test_the_noise_standard_deviation_is_the_laws() -> None:
 def test_a_mobility_statement_says_what_a_reader_needs() -> None:
     cfg = MobilityConfig()
     spends = daily_spends("mobility", cfg.metric_budgets,
-                          span(date(2020, 1, 3), date(2020, 3, 31)), cfg.levels)
+                          date_range(date(2020, 1, 3), date(2020, 3, 31)), cfg.levels)
     text = render_statement(MANIFEST, spends, cfg.metric_budgets, cfg.levels,
                             cfg.min_area_km2, TITLE, mobility_statement(cfg, MANIFEST))
     for needed in ("Privacy unit", "one user-day", "delta = 0", "at most 8.58", "18.018",
@@ -156,7 +145,7 @@ def test_a_symptoms_statement_names_its_rule_and_intervals() -> None:
         "values": {"daily": {"values": 1000, "published": 30, "published_share": 0.03},
                    "weekly": {"values": 200, "published": 20, "published_share": 0.1}}}}
     spends = daily_spends("symptoms", cfg.metric_budgets,
-                          span(date(2020, 2, 15), date(2020, 3, 31)), cfg.levels)
+                          date_range(date(2020, 2, 15), date(2020, 3, 31)), cfg.levels)
     text = render_statement(manifest, spends, cfg.metric_budgets, cfg.levels,
                             cfg.min_area_km2, "Search Trends Symptoms",
                             symptoms_statement(cfg, manifest))
@@ -193,11 +182,11 @@ def test_a_set_epsilon_between_two_dates_shows_each_date_with_its_recorded_epsil
     old, new = MobilityConfig(), MobilityConfig(place_epsilon=0.3, workplace_epsilon=0.5)
     cap = old.cap
     first, changed, last = date(2020, 2, 15), date(2020, 2, 18), date(2020, 2, 19)
-    noise_daily(ledger, old, span(first, changed - timedelta(days=1)), cap=cap)
+    noise_daily(ledger, old, date_range(first, changed - timedelta(days=1)), cap=cap)
     for term in ("epsilon.places", "epsilon.workplaces"):
         ledger.set_policy("mobility", terms={term: new.policy_terms[term]},
                           reason="test: less noise", run_id="cli")
-    noise_daily(ledger, new, span(changed, last), cap=cap)
+    noise_daily(ledger, new, date_range(changed, last), cap=cap)
     manifest = release_manifest(first, last, ledger, old, cap)
     # the process that publishes is configured with the new epsilons
     text = render_statement(manifest, ledger.spends_with_terms("mobility"),
@@ -237,7 +226,7 @@ def test_one_date_with_its_own_epsilon_is_a_row_of_its_own() -> None:
     """A date booked at another epsilon (one level, one date) is split from its
     neighbours, and the levels of its row are exactly those it was booked at."""
     cfg = MobilityConfig()
-    days = span(date(2020, 3, 1), date(2020, 3, 5))
+    days = date_range(date(2020, 3, 1), date(2020, 3, 5))
     spends = daily_spends("mobility", [cfg.budget("workplaces")], days, cfg.levels)
     odd = [b for b in spends if b[0].slot.day == date(2020, 3, 3) and b[0].slot.level == 2]
     spends = [b for b in spends if b not in odd] + [
@@ -257,7 +246,7 @@ def test_re_noised_dates_and_method_updates_are_named_with_their_spends(
     own, and counts it (and a method update's spend) in those dates' totals."""
     cfg = MobilityConfig()
     cap = cfg.cap
-    days = span(date(2020, 3, 2), date(2020, 3, 6))
+    days = date_range(date(2020, 3, 2), date(2020, 3, 6))
     noise_daily(ledger, cfg, days, cap=cap)
     places = cfg.budget("places").epsilon
     reserve_approved(ledger, [SpendRequest(Slot("mobility", date(2020, 3, 4), 2, "places",
@@ -295,8 +284,8 @@ def test_re_noised_dates_and_method_updates_are_named_with_their_spends(
 
 
 def test_the_dates_behind_a_release_are_its_period_and_baseline_window() -> None:
-    assert statement_days(MANIFEST) == {*span(date(2020, 1, 3), date(2020, 2, 6)),
-                                        *span(date(2020, 2, 15), date(2020, 3, 31))}
+    assert statement_days(MANIFEST) == {*date_range(date(2020, 1, 3), date(2020, 2, 6)),
+                                        *date_range(date(2020, 2, 15), date(2020, 3, 31))}
     no_window = {**MANIFEST, "inputs": {}, "first_date": "2020-03-01",
                  "last_date": "2020-03-02"}
     assert statement_days(no_window) == {date(2020, 3, 1), date(2020, 3, 2)}

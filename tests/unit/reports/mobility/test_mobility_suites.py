@@ -16,11 +16,12 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 from collections.abc import Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from datetime import date, timedelta  # noqa: E402
+from datetime import date  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from support.dates import date_range  # noqa: E402
 
 from dp_ops.errors import GateFailed
 from dp_ops.gx import project, runner, validated  # noqa: E402
@@ -51,7 +52,7 @@ def make_release(
     public_from: date = CFG.first_public_date,
 ) -> Release:
     """A valid release: every region on every day, published from ``public_from`` on."""
-    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    days = date_range(first, last)
     rows = []
     for r in range(n_regions):
         for i, day in enumerate(days):

@@ -9,6 +9,7 @@ from datetime import date, timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from support.dates import date_range
 from support.symptoms_reference import weekly_sums
 
 from dp_ops.reports.symptoms.granularity import decide_resolution
@@ -174,7 +175,7 @@ PARAMS = {"a_epsilon": 0.149, "a_sensitivity": 1, "b_epsilon": 0.112, "b_sensiti
 
 def _daily(first: date = FIRST, last: date = LAST) -> pd.DataFrame:
     rng = np.random.default_rng(11)
-    days = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    days = date_range(first, last)
     rows = [(r, s, d) for r in ("US-CA", "US-NY") for s in ("Fever", "Cough") for d in days]
     daily = pd.DataFrame(rows, columns=["region_id", "symptom", "date"])
     daily["a_noisy"] = rng.integers(-20, 500, len(daily)).astype(np.int64)

@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from dp_demo.geography import demo_regions
+from support.dates import date_range
 from support.day_records import digests, write_days
 from test_symptoms_release import CFG, SYMPTOMS, constructed_rows
 
@@ -26,13 +27,10 @@ from dp_ops.reports.symptoms.period import PeriodSummary, load_period, state_fil
 START = date(2020, 1, 1)  # a Wednesday
 
 
-def _days(n: int) -> list[date]:
-    return [START + timedelta(days=i) for i in range(n)]
-
-
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
-    return constructed_rows(demo_regions(), _days(17))  # two complete weeks
+    # Wed 1 Jan .. Fri 17 Jan: two complete weeks
+    return constructed_rows(demo_regions(), date_range(START, date(2020, 1, 17)))
 
 
 def _write(root: DataRoot, rows: pd.DataFrame, days: list[date]) -> None:
@@ -74,16 +72,16 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[date]:
 def test_incremental_state_equals_the_whole_period(rows: pd.DataFrame, tmp_path: Path,
                                                    reads: list[date]) -> None:
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(17))
+    _write(root, rows, date_range(START, date(2020, 1, 17)))
     for n in (1, 5, 12, 13, 17):  # day by day, across the end of each week
-        summary = _load(root, CFG, _days(n))
+        summary = _load(root, CFG, date_range(START, date(2020, 1, n)))
         whole = summarize(from_rows(rows[rows["date"] < START + timedelta(days=n)]), CFG)
         _same(summary, whole)
     # each day read once; a week's seven days are read again only if the week completed
     # after they were summarized (here: the Sundays 12 and 19 Jan with their weeks)
-    assert sorted(set(reads)) == _days(17)
+    assert sorted(set(reads)) == date_range(START, date(2020, 1, 17))
     reads.clear()
-    again = _load(root, CFG, _days(17))
+    again = _load(root, CFG, date_range(START, date(2020, 1, 17)))
     assert reads == [], "an up-to-date state reads no per-day file"
     _same(again, summarize(from_rows(rows), CFG))
 
@@ -91,8 +89,8 @@ def test_incremental_state_equals_the_whole_period(rows: pd.DataFrame, tmp_path:
 def test_a_rewritten_day_is_read_again_and_its_week_recomputed(
         rows: pd.DataFrame, tmp_path: Path, reads: list[date]) -> None:
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(17))
-    _load(root, CFG, _days(17))
+    _write(root, rows, date_range(START, date(2020, 1, 17)))
+    _load(root, CFG, date_range(START, date(2020, 1, 17)))
     reads.clear()
     # an on-call rerun re-noised 8 Jan (in the week of Monday 6 Jan): its file is rewritten
     changed = rows.copy()
@@ -103,20 +101,20 @@ def test_a_rewritten_day_is_read_again_and_its_week_recomputed(
     changed = with_reliability(changed.drop(columns=["ratio", "lower", "upper", "reliable"]),
                                CFG)
     _write(root, changed, [date(2020, 1, 8)])
-    summary = _load(root, CFG, _days(17))
+    summary = _load(root, CFG, date_range(START, date(2020, 1, 17)))
     assert set(reads) == {date(2020, 1, 6) + timedelta(days=i) for i in range(7)}
     _same(summary, summarize(from_rows(changed), CFG))
 
 
 def test_a_deleted_or_unreadable_state_is_rebuilt(rows: pd.DataFrame, tmp_path: Path) -> None:
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(10))
-    first = _load(root, CFG, _days(10))
+    _write(root, rows, date_range(START, date(2020, 1, 10)))
+    first = _load(root, CFG, date_range(START, date(2020, 1, 10)))
     path = state_file(root)
     path.write_bytes(b"not a state")
-    _same(_load(root, CFG, _days(10)), first)
+    _same(_load(root, CFG, date_range(START, date(2020, 1, 10))), first)
     path.unlink()
-    _same(_load(root, CFG, _days(10)), first)
+    _same(_load(root, CFG, date_range(START, date(2020, 1, 10))), first)
     assert path.is_file()
 
 
@@ -125,12 +123,12 @@ def test_another_reliability_rule_rebuilds_the_state(rows: pd.DataFrame, tmp_pat
     from dataclasses import replace
 
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(10))
-    _load(root, CFG, _days(10))
+    _write(root, rows, date_range(START, date(2020, 1, 10)))
+    _load(root, CFG, date_range(START, date(2020, 1, 10)))
     reads.clear()
     stricter = replace(CFG, reliability_tolerance=0.2)
-    _load(root, stricter, _days(10))
-    assert sorted(set(reads)) == _days(10)
+    _load(root, stricter, date_range(START, date(2020, 1, 10)))
+    assert sorted(set(reads)) == date_range(START, date(2020, 1, 10))
 
 
 def test_a_shorter_period_forgets_the_days_after_it(rows: pd.DataFrame,
@@ -138,22 +136,23 @@ def test_a_shorter_period_forgets_the_days_after_it(rows: pd.DataFrame,
     """A day's file deleted (the period now ends before it): the summary is that of the
     days that remain."""
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(17))
-    _load(root, CFG, _days(17))
-    _same(_load(root, CFG, _days(9)),
+    _write(root, rows, date_range(START, date(2020, 1, 17)))
+    _load(root, CFG, date_range(START, date(2020, 1, 17)))
+    _same(_load(root, CFG, date_range(START, date(2020, 1, 9))),
           summarize(from_rows(rows[rows["date"] < date(2020, 1, 10)]), CFG))
 
 
 def test_the_release_from_the_state_equals_the_release_from_the_rows(
         rows: pd.DataFrame, tmp_path: Path) -> None:
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(17))
+    _write(root, rows, date_range(START, date(2020, 1, 17)))
     regions = demo_regions()
     scaling = pd.DataFrame({"region_id": pd.Series(dtype="str"),
                             "resolution": pd.Series(dtype="str"),
                             "c": pd.Series(dtype="float64"),
                             "first_release_last_date": pd.Series(dtype="str")})
-    a = build_candidate(_load(root, CFG, _days(17)), regions, SYMPTOMS, CFG, scaling)
+    a = build_candidate(_load(root, CFG, date_range(START, date(2020, 1, 17))), regions, SYMPTOMS,
+                        CFG, scaling)
     b = build_candidate(rows, regions, SYMPTOMS, CFG, scaling)
     assert len(a.daily) > 0 and len(a.weekly) > 0
     pd.testing.assert_frame_equal(a.daily, b.daily)
@@ -168,7 +167,7 @@ def test_an_edited_day_file_is_refused_not_read(rows: pd.DataFrame, tmp_path: Pa
     from dp_ops.errors import DerivedStateTampered
 
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(3))
+    _write(root, rows, date_range(START, date(2020, 1, 3)))
     state_file(root).unlink(missing_ok=True)
     path = root.report_file("symptoms", date(2020, 1, 2))
     before = path.stat()
@@ -184,7 +183,7 @@ def test_an_edited_day_file_is_refused_not_read(rows: pd.DataFrame, tmp_path: Pa
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     with pytest.raises(DerivedStateTampered, match=r"date=2020-01-02.*not the .* the ledger "
                                                    r"recorded"):
-        _load(root, CFG, _days(3))
+        _load(root, CFG, date_range(START, date(2020, 1, 3)))
 
 
 def test_an_edited_state_is_rebuilt_not_used(rows: pd.DataFrame, tmp_path: Path,
@@ -193,8 +192,8 @@ def test_an_edited_state_is_rebuilt_not_used(rows: pd.DataFrame, tmp_path: Path,
     (here: every failed bit cleared, so every value would pass) its MAC no longer
     verifies: it is rebuilt from the verified per-day files, and the summary is exact."""
     root = DataRoot(tmp_path)
-    _write(root, rows, _days(10))
-    first = _load(root, CFG, _days(10))
+    _write(root, rows, date_range(START, date(2020, 1, 10)))
+    first = _load(root, CFG, date_range(START, date(2020, 1, 10)))
     state = period._load(state_file(root))
     assert state is not None
     state.failed_bits = {d: np.zeros_like(v) for d, v in state.failed_bits.items()}
@@ -203,5 +202,5 @@ def test_an_edited_state_is_rebuilt_not_used(rows: pd.DataFrame, tmp_path: Path,
     forged = state_file(root).read_bytes()[:-64] + raw[-64:]  # ...under the old MAC
     state_file(root).write_bytes(forged)
     reads.clear()
-    _same(_load(root, CFG, _days(10)), first)
-    assert sorted(set(reads)) == _days(10)  # rebuilt from every day
+    _same(_load(root, CFG, date_range(START, date(2020, 1, 10))), first)
+    assert sorted(set(reads)) == date_range(START, date(2020, 1, 10))  # rebuilt from every day

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from dp_demo.generator import default_symptoms
 from dp_demo.geography import demo_regions
+from support.dates import date_range
 from support.day_records import digests, write_days
 from support.spend_requests import spend_request
 
@@ -46,10 +47,6 @@ SYMPTOMS = ["Fever", "Cough", "Anosmia", "Headache"]
 # per-user-day search rates of the constructed symptoms: two common, one rare, one medium
 RATES = {"Fever": 0.05, "Cough": 0.04, "Anosmia": 0.002, "Headache": 0.01}
 START = date(2020, 1, 1)  # a Wednesday
-
-
-def _days(n: int) -> list[date]:
-    return [START + timedelta(days=i) for i in range(n)]
 
 
 def constructed_rows(regions: pd.DataFrame, days: list[date], key: int = 5) -> pd.DataFrame:
@@ -84,7 +81,7 @@ def regions() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def three_weeks(regions: pd.DataFrame) -> pd.DataFrame:
-    return constructed_rows(regions, _days(26))  # Wed 1 Jan .. Sun 26 Jan
+    return constructed_rows(regions, date_range(START, date(2020, 1, 26)))  # Wed 1 .. Sun 26 Jan
 
 
 def _empty_scaling() -> pd.DataFrame:
@@ -194,12 +191,12 @@ def test_the_wide_tables_are_the_pivot_of_the_published_values(
 
 
 def test_scaling_factor_is_reused_by_a_later_release(regions: pd.DataFrame) -> None:
-    first_rows = constructed_rows(regions, _days(14))
+    first_rows = constructed_rows(regions, date_range(START, date(2020, 1, 14)))
     first = build_candidate(first_rows, regions, SYMPTOMS, CFG, _empty_scaling())
     stored = first.scaling[first.scaling["new"]].drop(columns="new")
     assert len(stored) > 0
     # later days search twice as much Fever: values rise above 100 with the stored c
-    later_rows = constructed_rows(regions, _days(21), key=6)
+    later_rows = constructed_rows(regions, date_range(START, date(2020, 1, 21)), key=6)
     boost = (later_rows["symptom"] == "Fever") & (later_rows["date"] >= date(2020, 1, 15))
     later_rows.loc[boost, "a_noisy"] *= 2
     later_rows = with_reliability(later_rows.drop(columns=["ratio", "lower", "upper",
@@ -215,7 +212,7 @@ def test_scaling_factor_is_reused_by_a_later_release(regions: pd.DataFrame) -> N
 def test_gx_gate_passes_a_good_release_and_blocks_a_bad_one(
         regions: pd.DataFrame, three_weeks: pd.DataFrame, tmp_path: Path) -> None:
     candidate = build_candidate(three_weeks, regions, SYMPTOMS, CFG, _empty_scaling())
-    days = [d.isoformat() for d in _days(26)]
+    days = [d.isoformat() for d in date_range(START, date(2020, 1, 26))]
     mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
     kwargs = {"days": days, "mondays": mondays, "gx_dir": tmp_path / "gx", "cfg": CFG}
     good = validate_symptoms_release(candidate, regions, SYMPTOMS, run_name="good", **kwargs)
@@ -259,7 +256,7 @@ def _gate_at_the_thresholds(candidate: Candidate, regions: pd.DataFrame, gx_dir:
     moved = regions.copy()
     moved.loc[moved["region_id"] == values.at[row, "region_id"], "area_km2"] = (
         CFG.min_area_km2 - (0.01 if below else 0.0))
-    days = [d.isoformat() for d in _days(26)]
+    days = [d.isoformat() for d in date_range(START, date(2020, 1, 26))]
     mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
     result = validate_symptoms_release(
         type(candidate)(**{**candidate.__dict__, "values": values}), moved, SYMPTOMS,
@@ -318,7 +315,8 @@ def _publishable(regions: pd.DataFrame, tmp_path: Path) -> tuple[DataRoot, str, 
     root = DataRoot(tmp_path / "data")
     write_regions(regions, root.regions_csv)
     root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
-    return root, f"sqlite:///{tmp_path / 'ledger.sqlite'}", constructed_rows(regions, _days(14))
+    rows = constructed_rows(regions, date_range(START, date(2020, 1, 14)))
+    return root, f"sqlite:///{tmp_path / 'ledger.sqlite'}", rows
 
 
 def test_publish_stores_factors_and_a_racing_stage_adopts_them(
@@ -353,7 +351,7 @@ def test_a_release_with_nothing_published_yet_is_valid(regions: pd.DataFrame,
                                                        tmp_path: Path) -> None:
     """Day one of a small population: nothing passes the rule; the files are empty but
     well-formed and no scaling factor is fixed."""
-    rows = constructed_rows(regions, _days(1))
+    rows = constructed_rows(regions, date_range(START, date(2020, 1, 1)))
     rows["reliable"] = False
     candidate = build_candidate(rows, regions, SYMPTOMS, CFG, _empty_scaling())
     assert candidate.daily.empty and candidate.weekly.empty
@@ -389,12 +387,12 @@ def test_a_period_must_share_one_domain(regions: pd.DataFrame, tmp_path: Path) -
     from dp_ops.reports.symptoms.matrix import read_days
 
     root = DataRoot(tmp_path)
-    rows = constructed_rows(regions, _days(2))
+    rows = constructed_rows(regions, date_range(START, date(2020, 1, 2)))
     # the list changed overnight
     rows = rows[(rows["date"] != START + timedelta(days=1)) | (rows["symptom"] != "Anosmia")]
     write_days(root, rows)
     with pytest.raises(ValueError, match="date=2020-01-02.*differ from those of 2020-01-01"):
-        read_days(root, "symptoms", _days(2), digests(root))
+        read_days(root, "symptoms", date_range(START, date(2020, 1, 2)), digests(root))
 
 
 def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path: Path) -> None:
@@ -406,12 +404,12 @@ def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path:
     write_regions(regions, root.regions_csv)
     root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    rows = constructed_rows(regions, _days(2))
+    rows = constructed_rows(regions, date_range(START, date(2020, 1, 2)))
     _stage(root, rows, regions, "over-cap")
     ledger = Ledger(url)
     try:
         ledger.reserve([spend_request(Slot("symptoms", day, level, metric), eps)
-                        for day in _days(2) for level in CFG.levels
+                        for day in date_range(START, date(2020, 1, 2)) for level in CFG.levels
                         for metric, eps in CFG.ledger_epsilons.items()],
                        run_id="r", kind="noise", cap=CFG.cap, method_version="v1")
     finally:
@@ -622,7 +620,7 @@ def test_gx_gate_checks_each_published_cell_against_what_it_was_derived_from(
     weekly.loc[weekly["date"] == tuesday, "date"] = (
         date.fromisoformat(tuesday) + timedelta(days=1)).isoformat()
     tampered = type(candidate)(**{**candidate.__dict__, "daily": daily, "weekly": weekly})
-    days = [d.isoformat() for d in _days(26)]
+    days = [d.isoformat() for d in date_range(START, date(2020, 1, 26))]
     mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
     result = validate_symptoms_release(tampered, regions, SYMPTOMS, days=days,
                                        mondays=mondays, gx_dir=tmp_path / "gx", cfg=CFG,
@@ -650,7 +648,8 @@ def test_a_week_in_which_nothing_passes_leaves_an_empty_weekly_file_that_is_vali
     mondays = [d.isoformat() for d in complete_weeks(START, date(2020, 1, 26))]
     assert mondays and not quiet.daily.empty
     result = validate_symptoms_release(
-        quiet, regions, SYMPTOMS, days=[d.isoformat() for d in _days(26)], mondays=mondays,
+        quiet, regions, SYMPTOMS,
+        days=[d.isoformat() for d in date_range(START, date(2020, 1, 26))], mondays=mondays,
         gx_dir=tmp_path / "gx", cfg=CFG, run_name="quiet-week")
     assert result.success, result.failed
     names = {Path(p).stem for p in result.validation_pages}

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from support.dates import date_range
 
 from dp_ops.errors import BadRequest, MixedWeekLaws, Refusal
 from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest, terms_change_refusal
@@ -29,10 +30,6 @@ from dp_ops.steps.noise_request import NoiseRequest
 
 MONDAY = date(2020, 3, 2)
 A_TERM = "epsilon.symptom_searches"
-
-
-def span(first: date, last: date) -> list[date]:
-    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
 def noise_days(ledger: Ledger, cfg: SymptomsConfig, days: Sequence[date]) -> None:
@@ -63,7 +60,7 @@ def test_set_epsilon_for_symptoms_with_a_wednesday_effective_date_is_refused(
     cfg = SymptomsConfig()
     ledger = Ledger(url)
     try:
-        noise_days(ledger, cfg, span(MONDAY, MONDAY + timedelta(days=1)))  # Mon, Tue
+        noise_days(ledger, cfg, date_range(MONDAY, MONDAY + timedelta(days=1)))  # Mon, Tue
         before = ledger.policies()
     finally:
         ledger.dispose()
@@ -88,7 +85,7 @@ def test_set_epsilon_for_symptoms_on_a_monday_is_accepted(
     cfg = SymptomsConfig()
     ledger = Ledger(url)
     try:
-        noise_days(ledger, cfg, span(MONDAY, MONDAY + timedelta(days=6)))  # to Sunday
+        noise_days(ledger, cfg, date_range(MONDAY, MONDAY + timedelta(days=6)))  # to Sunday
     finally:
         ledger.dispose()
     done = set_epsilon(env, 0.3)
@@ -141,7 +138,7 @@ def test_the_effective_date_is_the_day_after_the_last_date_spent_on(
 
 def week_rows(a_epsilon: Sequence[float]) -> pd.DataFrame:
     """One cell over 14 days from MONDAY, noised with ``a_epsilon[i]`` on day i."""
-    days = span(MONDAY, MONDAY + timedelta(days=len(a_epsilon) - 1))
+    days = date_range(MONDAY, MONDAY + timedelta(days=len(a_epsilon) - 1))
     return pd.DataFrame({
         "level": 0, "region_id": "DM", "symptom": "Cough", "date": days,
         "a_noisy": np.arange(len(days)), "b_noisy": 100, "reliable": True,
@@ -181,7 +178,7 @@ def test_a_draw_that_would_mix_a_weeks_laws_is_refused_before_any_spend(
     ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
     try:
         gap = MONDAY + timedelta(days=3)
-        noise_days(ledger, old, [d for d in span(MONDAY, MONDAY + timedelta(days=6))
+        noise_days(ledger, old, [d for d in date_range(MONDAY, MONDAY + timedelta(days=6))
                                  if d != gap])
         for term in ("epsilon.symptom_searches", "epsilon.search_users"):
             ledger.set_policy(REPORT, terms={term: new.policy_terms[term]}, reason="r",
