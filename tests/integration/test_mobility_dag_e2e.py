@@ -97,13 +97,13 @@ def test_tasks_with_nothing_to_do_are_skipped(dags: dict, backfilled: Path) -> N
     noised = {"ingest": ("success", 1), "bound_contributions": ("success", 1),
               "noise": ("success", 1)}
     assert task_states(run) == {**noised, "baseline": ("skipped", 0),
-                                 "report": ("skipped", 0), "gate": ("skipped", 0),
-                                 "publish": ("skipped", 0)}
+                                "report": ("skipped", 0), "gate": ("skipped", 0),
+                                "publish": ("skipped", 0)}
     assert latest.resolve() == before
     run = run_dag_day(dags["mobility_report"], date(2020, 2, 15))
     assert task_states(run) == {**noised, "baseline": ("skipped", 0),
-                                 "report": ("success", 1), "gate": ("success", 1),
-                                 "publish": ("success", 1)}
+                                "report": ("success", 1), "gate": ("success", 1),
+                                "publish": ("success", 1)}
 
 
 def test_the_baseline_task_skips_the_rest_for_a_day_before_the_first_public_date(
@@ -116,7 +116,7 @@ def test_the_baseline_task_skips_the_rest_for_a_day_before_the_first_public_date
     delete_runs("mobility_report")
     run = run_dag_day(dag, date(2020, 2, 14))
     assert task_states(run) == {"baseline": ("success", 1), "report": ("skipped", 0),
-                                 "gate": ("skipped", 0), "publish": ("skipped", 0)}
+                                "gate": ("skipped", 0), "publish": ("skipped", 0)}
 
 
 def test_ledger_has_spends_for_every_day(backfilled: Path) -> None:
