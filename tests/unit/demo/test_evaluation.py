@@ -44,12 +44,10 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
     root = DataRoot(tmp_path_factory.mktemp("evaluation"))
     generate(root, START, MOBILITY_END, users=6000, seed=3)
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(mobility_steps, root, MobilityConfig(), date_range(START, MOBILITY_END), RunRequest(
-                                                                                           run_id="eval"),
-                                                                                           ledger_url=url)
-    run_days(symptoms_steps, root, SymptomsConfig(), date_range(START, SYMPTOMS_END), RunRequest(
-                                                                                           run_id="eval"),
-                                                                                           ledger_url=url)
+    run_days(mobility_steps, root, MobilityConfig(), date_range(START, MOBILITY_END),
+             RunRequest(run_id="eval"), ledger_url=url)
+    run_days(symptoms_steps, root, SymptomsConfig(), date_range(START, SYMPTOMS_END),
+             RunRequest(run_id="eval"), ledger_url=url)
     return root
 
 
@@ -72,7 +70,7 @@ def test_mobility_oracle_tables(root: DataRoot) -> None:
     release = root.latest_release("mobility")
     manifest = json.loads((release / "manifest.json").read_text())
     days = date_range(date.fromisoformat(manifest["first_date"]),
-                 date.fromisoformat(manifest["last_date"]))
+                      date.fromisoformat(manifest["last_date"]))
     rows = pd.concat([pq.read_table(root.report_file("mobility", d)).to_pandas() for d in days])
     eligible = rows[rows["row_reason"].isin(["published", "all_values_unreliable"])]
     per_level = eligible.groupby("level").size()
