@@ -106,7 +106,7 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
     release_dir = root.latest_release("mobility").resolve()
     run_days(steps, root, cfg, date_range(date(2020, 2, 14), END), RunRequest(run_id="second"),
-                                                                       ledger_url=url)
+             ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
     latest = root.latest_release("mobility")
     # the release id names the staged files' checksums, charts included: same release
