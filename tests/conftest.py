@@ -17,10 +17,18 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.cached_roots import GeneratedRoots
 from support.cached_roots import generated_roots as _generated_roots
+from support.worker_groups import (
+    GROUP_DIR,
+    WORKER_INPUT,
+    FileGroupScheduling,
+    group_dir,
+    write_groups,
+)
 
 from dp_ops.release_signing import generate_key_file as _generate_release_key
 
@@ -85,18 +93,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Fast tests are handed out one by one; every test of a module that has a slow test
     gets the module as its ``xdist_group`` (unless it names a group of its own, as the
     modules sharing ``previous`` do), so that its module-scoped fixtures (data roots,
-    Airflow deployments, Spark servers) are built once, on one worker. Runs before xdist's
-    own hook, which reads the groups."""
+    Airflow deployments, Spark servers) are built once, on one worker. A worker writes the
+    groups for the controller's scheduler (support/worker_groups.py)."""
     slow_modules = {item.nodeid.split("::", 1)[0] for item in items
                     if item.get_closest_marker("slow")}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
         if module in slow_modules and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(module))
+    write_groups(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Give each xdist worker the directory it writes its tests' groups to."""
+    node.workerinput[WORKER_INPUT] = str(group_dir(node.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the groups the workers wrote (support/worker_groups.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return FileGroupScheduling(config, log, group_dir(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+    if GROUP_DIR in config.stash:
+        shutil.rmtree(config.stash[GROUP_DIR], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
