@@ -143,10 +143,11 @@ def airflow_db(airflow_home: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def generated_roots(pytestconfig: pytest.Config) -> GeneratedRoots:
+def generated_roots(pytestconfig: pytest.Config,
+                    tmp_path_factory: pytest.TempPathFactory) -> GeneratedRoots:
     """The demo generator's input per (users, seed, start, end), generated once for all
     workers and copied to each caller (``generated_roots.copy(dst, users=..., ...)``)."""
-    return _generated_roots(pytestconfig)
+    return _generated_roots(pytestconfig, tmp_path_factory)
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ import pytest
 
 from support.pipeline_helpers import LAST_BEFORE, START, USERS, cli, ok
 
-# where the cached roots live: the same for every worker of a run (.pytest_cache, kept
-# between runs: the key changes with the generator's source)
+# where the cached roots live, the same for every worker of a run (in .pytest_cache they
+# are kept between runs: the key changes with the generator's source)
 CACHE_SUBDIR = "dp_generated_roots"
 # the libraries whose writers shape the generated files' bytes
 WRITERS = ("numpy", "pandas", "pyarrow", "duckdb")
@@ -105,10 +105,17 @@ class GeneratedRoots:
         return dst
 
 
-def generated_roots(config: pytest.Config) -> GeneratedRoots:
-    """The run's cache of generated roots (in the run's ``.pytest_cache``)."""
-    assert config.cache is not None, "the cache provider plugin is disabled (-p no:cacheprovider)"
-    return GeneratedRoots(config.cache.mkdir(CACHE_SUBDIR), generator_digest())
+def generated_roots(config: pytest.Config,
+                    tmp_path_factory: pytest.TempPathFactory) -> GeneratedRoots:
+    """The cache of generated roots: in ``.pytest_cache`` (kept between runs), or with
+    ``-p no:cacheprovider`` in the run's base temporary directory, which every xdist
+    worker's own is under."""
+    if config.cache is not None:
+        return GeneratedRoots(config.cache.mkdir(CACHE_SUBDIR), generator_digest())
+    base = tmp_path_factory.getbasetemp()
+    if hasattr(config, "workerinput"):  # <run's basetemp>/popen-gwN
+        base = base.parent
+    return GeneratedRoots(base / CACHE_SUBDIR, generator_digest())
 
 
 def build_previous(tmp_path_factory: pytest.TempPathFactory, roots: GeneratedRoots,
