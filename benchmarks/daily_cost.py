@@ -13,16 +13,15 @@ daily schedule leaves behind (the previous release, the period state); the other
 only build the per-day files, untimed. Heavy libraries are imported before timing, as the
 Airflow processes' warm imports do (``docker/airflow/airflow_local_settings.py``).
 
-Prints one line per timed day (seconds per step) and, for gate + publish, the ratio of
-the last timed day to the first; figures also go to
-``benchmarks/results/daily_cost_<report>.json``. A report whose cost does not grow has a
-ratio near 1.
+Prints one line per timed day (seconds per step) and, for the gate and for gate +
+publish, the ratio of the last timed day to the first; the figures go to the stamped
+results file ``benchmarks/results/daily_cost_<report>.md`` and ``.json``
+(``benchmarks/results_file.py``). A report whose cost does not grow has a ratio near 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -54,12 +53,46 @@ def fresh_root(input_dir: Path, prefix: str, workdir: Path | None = None
     return base, DataRoot(root_dir), f"sqlite:///{root_dir / 'ledger.sqlite'}"
 
 
+def time_validation(report: str) -> list[float]:
+    """Time the gate's validation (its GX run, and what lets it carry rows over: the
+    row digests, the look-up of the previous gate's record, the whole-table checks) by
+    wrapping the functions the gate calls; the returned list collects their seconds."""
+    import importlib
+
+    seconds: list[float] = []
+    wrapped = [(f"dp_ops.reports.{report}.suites", f"validate_{report}_release"),
+               ("dp_ops.gx.carried", "table_digests"),
+               ("dp_ops.steps.release_flow", "carried_gate_rows"),
+               ("dp_ops.steps.release_flow", "record_gate_rows")]
+    for module_name, name in wrapped:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue  # a version without carry-over
+        real = getattr(module, name, None)
+        if real is None:
+            continue
+
+        def timed(*a: Any, _real: Any = real, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _real(*a, **k)
+            finally:
+                seconds.append(time.perf_counter() - t0)
+
+        setattr(module, name, timed)
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", type=Path, required=True)
     p.add_argument("--report", choices=("symptoms", "mobility"), default="symptoms")
     p.add_argument("--at", default="10,360", help="days of the year to time (default 10,360)")
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--users-note", default="users not stated",
+                   help="how the input was generated, for the results file (e.g. "
+                        "'--users 20000')")
     p.add_argument("--profile", action="store_true",
                    help="profile gate and publish on the last timed day (cProfile, top 40 "
                         "by cumulative time, dp_ops functions)")
@@ -81,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from dp_ops.steps.noise_request import NoiseRequest
 
+    validation = time_validation(args.report)
+
     if args.report == "symptoms":
         from dp_ops.reports.symptoms import steps
     else:
@@ -90,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = steps.load_config()
     gate_days = {YEAR_START + timedelta(days=d - 1) for d in at}
     gate_days |= {d - timedelta(days=1) for d in gate_days}
-    rows = []
+    rows: list[dict[str, Any]] = []
     t_all = time.monotonic()
     day = YEAR_START
     try:
@@ -110,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                           ("publish", lambda d=day: steps.publish(root, cfg, run_id=f"day-{d}",
                                                                   ledger_url=url))]
             times: dict[str, float] = {}
+            validation.clear()
             profile = args.profile and day == last
             for name, fn in chain:
                 t0 = time.perf_counter()
@@ -123,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     fn()
                 times[name] = round(time.perf_counter() - t0, 3)
+            if day in gate_days:
+                times["gate validation"] = round(sum(validation), 3)
             if timed:
                 n = (day - YEAR_START).days + 1
                 rows.append({"day_of_year": n, "date": day.isoformat(), **times})
@@ -134,18 +172,57 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     first, final = rows[0], rows[-1]
+    gate = {r["day_of_year"]: r.get("gate", 0.0) for r in rows}
+    checked = {r["day_of_year"]: r.get("gate validation", 0.0) for r in rows}
     release = {r["day_of_year"]: round(r.get("gate", 0) + r.get("publish", 0), 3) for r in rows}
     whole = {r["day_of_year"]: round(sum(v for k, v in r.items()
-                                         if k not in ("day_of_year", "date")), 3) for r in rows}
-    ratio = release[final["day_of_year"]] / release[first["day_of_year"]]
-    log(f"{args.report}: gate + publish {release}; whole daily run {whole}; day "
-        f"{final['day_of_year']} / day {first['day_of_year']} = {ratio:.2f}x (gate + publish)")
-    out = REPO / "benchmarks" / "results" / f"daily_cost_{args.report}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"report": args.report, "days": rows,
-                               "gate_plus_publish": release, "whole_run": whole,
-                               "ratio_last_first": round(ratio, 3)}, indent=2))
-    log(f"figures in {out}")
+                                         if k not in ("day_of_year", "date", "gate validation")),
+                                     3) for r in rows}
+    a, b = first["day_of_year"], final["day_of_year"]
+    gate_ratio = gate[b] / gate[a] if gate[a] else float("nan")
+    check_ratio = checked[b] / checked[a] if checked[a] else float("nan")
+    ratio = release[b] / release[a]
+    log(f"{args.report}: gate {gate}; gate + publish {release}; whole daily run {whole}; "
+        f"day {b} / day {a} = {check_ratio:.2f}x (gate validation), {gate_ratio:.2f}x "
+        f"(gate), {ratio:.2f}x (gate + publish)")
+    out = write_results(args, rows, (check_ratio, gate_ratio, ratio), release, whole)
+    log(f"figures in {out} and its .json")
+    return 0
+
+
+def write_results(args: argparse.Namespace, rows: list[dict[str, Any]],
+                  ratios: tuple[float, float, float], release: dict[Any, Any],
+                  whole: dict[Any, Any]) -> Path:
+    """``benchmarks/results/daily_cost_<report>.md`` and ``.json``, stamped
+    (:mod:`results_file`)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import results_file
+
+    check_ratio, gate_ratio, ratio = ratios
+    steps = [k for k in rows[0] if k not in ("day_of_year", "date")]
+    table = ["| day of year | date | " + " | ".join(steps) + " |",
+             "|---|---|" + "---|" * len(steps)]
+    table += [f"| {r['day_of_year']} | {r['date']} | "
+              + " | ".join(f"{r.get(k, 0.0):.2f}" for k in steps) + " |" for r in rows]
+    a, b = rows[0]["day_of_year"], rows[-1]["day_of_year"]
+    body = "\n".join([
+        f"`python benchmarks/daily_cost.py --input DIR --report {args.report} --at "
+        f"{args.at}`, on a data root generated for 2020 ({args.users_note}). Seconds per "
+        "step of one daily run, in-process; the machine may have been shared, so read "
+        "the ratios.", "", *table, "",
+        "`gate validation` is the part of the gate step spent validating (its Great "
+        "Expectations run, the row digests, the look-up of what the previous release's "
+        "gate validated, the whole-table checks).", "",
+        f"Day {b} / day {a}: gate validation {check_ratio:.2f}x, gate {gate_ratio:.2f}x, "
+        f"gate + publish {ratio:.2f}x."])
+    return Path(results_file.write(
+        f"daily_cost_{args.report}", f"Daily cost of a {args.report} run, early and late "
+        "in the year", body,
+        {"report": args.report, "input_users": args.users_note, "days": rows,
+         "gate_validation_ratio_last_first": round(check_ratio, 3),
+         "gate_ratio_last_first": round(gate_ratio, 3),
+         "gate_plus_publish": release, "whole_run": whole,
+         "ratio_last_first": round(ratio, 3)}))
     return 0
 
 

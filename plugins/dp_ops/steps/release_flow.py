@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import dp_ops
 from dp_ops.errors import PublishRefused
@@ -55,9 +55,12 @@ from dp_ops.steps.release_contract import SCHEMA_VERSION, require_contract, requ
 from dp_ops.steps.release_values import GateOutcome, Manifest, Staged
 from dp_ops.steps.result import StepResult
 
+if TYPE_CHECKING:  # GX takes seconds to import: only a gate that validates does
+    from dp_ops.gx.carried import Tables
+
 __all__ = ["Built", "GateOutcome", "Manifest", "ReleaseConfig", "ReleaseParts",
-           "ReleasePlan", "Staged", "holds_current_inputs", "publish_staged",
-           "stage_and_validate"]
+           "ReleasePlan", "Staged", "carried_gate_rows", "holds_current_inputs",
+           "publish_staged", "record_gate_rows", "stage_and_validate"]
 
 
 
@@ -213,6 +216,53 @@ def _build(parts: ReleaseParts[C], plan: ReleasePlan, stage: Path, days: list[da
         charts=built.charts, uncharted_levels=built.uncharted_levels, extras=built.extras))
     return StepResult(f"{plan.label} passed the gate ({built.gate.evaluated} expectations); "
                       f"staged in {stage}; Data Docs: {built.gate.data_docs}", (str(stage),))
+
+
+# -- what a gate carries over from the release now published -------------------------------
+def carried_gate_rows(root: DataRoot, ledger: Ledger, report: str, rules: str, *,
+                      method_version: str, first_date: date) -> Tables | None:
+    """The row digests the gate of the release ``latest`` points to recorded under
+    ``rules`` (:func:`dp_ops.gx.carried.recorded_rows`), when that release is one this gate
+    can build on: its manifest is the one the ledger recorded and every file of it has the
+    sha256 the manifest lists (:func:`current_release`), it passed its gate, and it was
+    made by this software version and method from the same first date. None otherwise
+    (first release, a release that does not verify, another method or version): then the
+    gate validates every row."""
+    import logging
+
+    from dp_ops.gx.carried import recorded_rows
+
+    try:
+        found = current_release(root, report, ledger)
+    except PublishRefused as exc:
+        # publish refuses it too; the gate validates everything rather than build on it
+        logging.getLogger(__name__).warning("%s: the published release does not verify "
+                                            "(%s); every row is validated", report, exc)
+        return None
+    if found is None:
+        return None
+    try:
+        previous = Manifest.from_dict(found)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if (not previous.gate.success or previous.method_version != method_version
+            or previous.software_version != dp_ops.__version__
+            or previous.first_date != first_date):
+        return None
+    return recorded_rows(root.gx_dir, report, rules, previous.files, key=ledger.key())
+
+
+def record_gate_rows(root: DataRoot, ledger: Ledger, report: str, rules: str, target: Path,
+                     tables: Tables | None) -> None:
+    """Record the digests of the rows this gate validated (``tables``; None: nothing) for
+    the release written in ``target`` (:func:`dp_ops.gx.carried.record_rows`); call after
+    its gate passed and its files are written."""
+    from dp_ops.gx.carried import record_rows
+
+    if tables is None:
+        return
+    files = {name: str(meta["sha256"]) for name, meta in checksums(target).items()}
+    record_rows(root.gx_dir, report, rules, files, tables, key=ledger.key())
 
 
 def publish_staged(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id: str,

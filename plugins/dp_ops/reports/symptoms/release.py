@@ -179,13 +179,18 @@ def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
         region=region)
 
 
-def _build(root: DataRoot, cfg: SymptomsConfig, target: Path, *, run_id: str,
-           region: str | None, days: list[date], digests: dict[date, str], inputs: str,
-           scaling: pd.DataFrame, used_scaling: str | None, frozen: pd.DataFrame | None,
-           key: str) -> Built:
+def _build(root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, target: Path, *,
+           run_id: str, region: str | None, days: list[date], digests: dict[date, str],
+           inputs: str, scaling: pd.DataFrame, used_scaling: str | None,
+           frozen: pd.DataFrame | None, key: str) -> Built:
+    from dp_ops.gx.carried import table_digests
     from dp_ops.gx.result import require_pass
     from dp_ops.regions import read_regions
-    from dp_ops.reports.symptoms.suites import validate_symptoms_release
+    from dp_ops.reports.symptoms.suites import (
+        gate_rules,
+        gate_tables,
+        validate_symptoms_release,
+    )
 
     regions = read_regions(root.regions_csv)
     symptoms = read_symptoms(root.symptoms_txt)
@@ -198,9 +203,17 @@ def _build(root: DataRoot, cfg: SymptomsConfig, target: Path, *, run_id: str,
                                 scaling, frozen, recompute)
     day_labels = [d.isoformat() for d in days]
     mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
-    result = validate_symptoms_release(candidate, regions, symptoms, days=day_labels,
-                                       mondays=mondays, gx_dir=root.gx_dir, cfg=cfg,
-                                       run_name=f"symptoms-{run_id}")
+    # every file is built from the recorded inputs; GX sees the rows the gate of the
+    # release now published did not validate (all of them for an on-call rerun)
+    rules = gate_rules(cfg, symptoms)
+    carried = None if region is not None else release_flow.carried_gate_rows(
+        root, ledger, REPORT, rules, method_version=cfg.method_version, first_date=days[0])
+    tables = gate_tables(candidate, regions, symptoms, cfg)
+    validated = table_digests(tables)
+    result = validate_symptoms_release(
+        candidate, regions, symptoms, days=day_labels, mondays=mondays, gx_dir=root.gx_dir,
+        cfg=cfg, run_name=f"symptoms-{run_id}", tables=tables, digests=validated,
+        carried=carried)
     require_pass(result)  # raises GateFailed naming the failures and the Data Docs
     codes = regions.loc[regions["level"] == 0, "country_region_code"].astype(str).tolist()
     # charts first: they are part of the staged files and their checksums
@@ -209,6 +222,7 @@ def _build(root: DataRoot, cfg: SymptomsConfig, target: Path, *, run_id: str,
                                   target, intervals=(candidate.daily_intervals,
                                                      candidate.weekly_intervals))
     write_release_files(candidate, codes[0] if codes else "XX", target)
+    release_flow.record_gate_rows(root, ledger, REPORT, rules, target, validated)
     new = candidate.scaling[candidate.scaling["new"]]
     return Built(
         rows={"daily": len(candidate.daily), "weekly": len(candidate.weekly)},
@@ -272,7 +286,8 @@ class SymptomsRelease:
                                  frozen=frozen_sha, region=region)
         return ReleasePlan(key, f"symptoms release candidate {days[0]}..{days[-1]}",
                            lambda target: _build(
-                               root, cfg, target, run_id=run_id, region=region, days=days,
+                               root, cfg, ledger, target, run_id=run_id, region=region,
+                               days=days,
                                digests=digests, inputs=inputs, scaling=scaling,
                                used_scaling=used_scaling, frozen=frozen, key=key))
 

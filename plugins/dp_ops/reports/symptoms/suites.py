@@ -29,9 +29,10 @@ import numpy as np
 import pandas as pd
 from great_expectations.expectations.row_conditions import Column
 
+from dp_ops.gx.carried import Tables, validate_carrying
 from dp_ops.gx.result import GateResult
 from dp_ops.gx.runner import run_suites
-from dp_ops.gx.suites import suite
+from dp_ops.gx.suites import rules_digest, suite
 from dp_ops.reports.symptoms.assemble import KEY_COLUMNS, Candidate, header
 from dp_ops.reports.symptoms.config import SymptomsConfig
 
@@ -127,12 +128,45 @@ def parameters(candidate: Candidate, days: list[str], mondays: list[str]) -> dic
     }
 
 
+def suites(cfg: SymptomsConfig, symptoms: list[str]) -> list[gx.ExpectationSuite]:
+    """The gate's suites: the daily and weekly wide tables', then the values'."""
+    return [wide_suite("daily", symptoms), wide_suite("weekly", symptoms),
+            values_suite(cfg, symptoms)]
+
+
+def gate_rules(cfg: SymptomsConfig, symptoms: list[str]) -> str:
+    """The digest of what the gate checks (:func:`dp_ops.gx.suites.rules_digest`): rows a
+    gate under other rules validated are validated again."""
+    return rules_digest(suites(cfg, symptoms))
+
+
 def validate_symptoms_release(candidate: Candidate, regions: pd.DataFrame,
                               symptoms: list[str], *, days: list[str], mondays: list[str],
-                              gx_dir: Path, cfg: SymptomsConfig, run_name: str) -> GateResult:
-    """Validate the candidate's two wide tables and its published values with GX."""
-    return run_suites(
-        [(wide_suite("daily", symptoms), "symptoms_daily", candidate.daily),
-         (wide_suite("weekly", symptoms), "symptoms_weekly", candidate.weekly),
-         (values_suite(cfg, symptoms), "symptoms_values", published_values(candidate, regions))],
-        gx_dir=gx_dir, parameters=parameters(candidate, days, mondays), run_name=run_name)
+                              gx_dir: Path, cfg: SymptomsConfig, run_name: str,
+                              tables: GateTables | None = None, digests: Tables | None = None,
+                              carried: Tables | None = None) -> GateResult:
+    """Validate the candidate's two wide tables and its published values with GX
+    (``tables``: :func:`gate_tables` of the candidate, when the caller has them). With
+    ``carried`` (what the gate of the release now published validated) and ``digests``
+    (the tables' row digests), GX sees only the rows not carried and the whole-table
+    rules are checked in pandas (:func:`dp_ops.gx.carried.validate_carrying`)."""
+    runs = tables if tables is not None else gate_tables(candidate, regions, symptoms, cfg)
+    params = parameters(candidate, days, mondays)
+    if carried is None:
+        return run_suites(runs, gx_dir=gx_dir, parameters=params, run_name=run_name)
+    result: GateResult = validate_carrying(runs, gx_dir=gx_dir, parameters=params,
+                                           run_name=run_name, digests=digests,
+                                           carried=carried)
+    return result
+
+
+GateTables = list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
+
+
+def gate_tables(candidate: Candidate, regions: pd.DataFrame, symptoms: list[str],
+                cfg: SymptomsConfig) -> GateTables:
+    """(suite, asset name, table) of each table the gate validates."""
+    daily, weekly, values = suites(cfg, symptoms)
+    return [(daily, "symptoms_daily", candidate.daily),
+            (weekly, "symptoms_weekly", candidate.weekly),
+            (values, "symptoms_values", published_values(candidate, regions))]

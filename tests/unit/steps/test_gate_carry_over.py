@@ -1,0 +1,268 @@
+"""The gate carries over what the gate of the release now published validated
+(:mod:`dp_ops.gx.carried`): the same release bytes and the same expectations as a gate
+that validates every row, GX on the new and changed rows only, and nothing carried from
+a published release or a record that does not verify. Constructed noisy rows (fixed
+seeds); nothing here is statistical."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+import json  # noqa: E402
+from datetime import date  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import great_expectations.expectations as gxe  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from dp_demo.geography import demo_regions  # noqa: E402
+from support.dates import date_range  # noqa: E402
+from support.day_records import write_days  # noqa: E402
+
+from dp_ops.errors import GateFailed, PublishRefused  # noqa: E402
+from dp_ops.gx import carried, runner  # noqa: E402
+from dp_ops.gx.result import require_pass  # noqa: E402
+from dp_ops.gx.suites import suite  # noqa: E402
+from dp_ops.layout import DataRoot  # noqa: E402
+from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace  # noqa: E402
+from dp_ops.regions import write_regions  # noqa: E402
+from dp_ops.reports.symptoms import release  # noqa: E402
+from dp_ops.reports.symptoms.config import SymptomsConfig  # noqa: E402
+from dp_ops.reports.symptoms.daily import with_reliability  # noqa: E402
+from dp_ops.steps import release_flow  # noqa: E402
+from dp_ops.steps.day_files import release_days  # noqa: E402
+from dp_ops.steps.ledger_binding import closing_ledger, open_ledger  # noqa: E402
+from dp_ops.steps.release import checksums, read_staged, staging_dir  # noqa: E402
+
+CFG = SymptomsConfig()
+SYMPTOMS = ["Fever", "Cough", "Anosmia", "Headache"]
+RATES = {"Fever": 0.05, "Cough": 0.04, "Anosmia": 0.002, "Headache": 0.01}
+START = date(2020, 1, 1)
+LAST = date(2020, 1, 13)  # the published release's last day; the gate adds the 14th
+
+
+def _rows(regions: pd.DataFrame, days: list[date]) -> pd.DataFrame:
+    """Per-day rows as the report step writes them: B from the region's share of a
+    60,000-searcher country, A = rate x B, both with the config's noise (fixed seed)."""
+    rng = noise_generator(key=11)
+    a_cell, b_cell = CFG.budget("symptom_searches"), CFG.budget("search_users")
+    rows = []
+    for day in days:
+        for region in regions[regions["level"].isin(CFG.levels)].itertuples():
+            share = 1.0 if region.level == 0 else min(1.0, float(region.area_km2) / 28889.0)
+            b_true = int(60000 * share)
+            b = b_true + int(sample_discrete_laplace(1, epsilon=b_cell.cell_epsilon,
+                                                     sensitivity=1, rng=rng)[0])
+            for symptom in SYMPTOMS:
+                a = int(RATES[symptom] * b_true) + int(sample_discrete_laplace(
+                    1, epsilon=a_cell.cell_epsilon, sensitivity=1, rng=rng)[0])
+                rows.append((region.level, region.region_id, symptom, day, a,
+                             a_cell.cell_epsilon, 1, b, b_cell.cell_epsilon, 1))
+    frame = pd.DataFrame(rows, columns=["level", "region_id", "symptom", "date", "a_noisy",
+                                        "a_epsilon", "a_sensitivity", "b_noisy", "b_epsilon",
+                                        "b_sensitivity"])
+    return with_reliability(frame, CFG, n_days=1)
+
+
+@pytest.fixture(scope="module")
+def two_weeks() -> tuple[pd.DataFrame, pd.DataFrame]:
+    regions = demo_regions()
+    return regions, _rows(regions, date_range(START, date(2020, 1, 14)))
+
+
+def _published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame]
+                    ) -> tuple[DataRoot, str]:
+    """A data root whose release of 1..13 January is published (its gate recorded its
+    rows), with the 14th reported since."""
+    regions, rows = two_weeks
+    root = DataRoot(tmp_path / "data")
+    write_regions(regions, root.regions_csv)
+    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    write_days(root, rows[rows["date"] <= LAST], url=url)
+    release.stage_and_validate(root, CFG, run_id="day-13", ledger_url=url)
+    release.publish_staged(root, CFG, run_id="day-13", ledger_url=url)
+    write_days(root, rows[rows["date"] == date(2020, 1, 14)], url=url)
+    return root, url
+
+
+def _gx_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many rows each gate handed to GX (summed over its tables)."""
+    from dp_ops.reports.symptoms import suites
+
+    seen: list[int] = []
+    real = runner.run_suites
+
+    def counting(runs: Any, **kwargs: Any) -> Any:
+        seen.append(sum(len(frame) for _, _, frame in runs))
+        return real(runs, **kwargs)
+
+    monkeypatch.setattr(runner, "run_suites", counting)
+    monkeypatch.setattr(suites, "run_suites", counting)
+    return seen
+
+
+def _build(root: DataRoot, url: str, target: Path) -> release_flow.Built:
+    """The build of the release of every recorded day into ``target`` (the gate's own
+    build, without its staging)."""
+    with closing_ledger(open_ledger(root, url)) as ledger:
+        days, digests = release_days(ledger, "symptoms", CFG.first_public_date)
+        plan = release.PARTS.plan(root, CFG, ledger, days, digests, run_id=target.name,
+                                  region=None)
+        return plan.build(target)
+
+
+def test_a_carried_gate_writes_the_bytes_of_a_full_gate(
+        tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the same ledger and stored noise, the release built on the published one (GX on
+    the new and changed rows) and the release validated whole are the same files, byte for
+    byte, under the same count of expectations; GX saw fewer rows."""
+    root, url = _published_root(tmp_path, two_weeks)
+    gx_rows = _gx_rows(monkeypatch)
+    carried_built = _build(root, url, tmp_path / "carried")
+    with monkeypatch.context() as m:
+        m.setattr(release_flow, "carried_gate_rows", lambda *a, **k: None)
+        full_built = _build(root, url, tmp_path / "full")
+    assert checksums(tmp_path / "carried") == checksums(tmp_path / "full")
+    assert carried_built.gate == full_built.gate  # passed, the same count, the same site
+    assert (carried_built.rows, carried_built.suppression, carried_built.charts) == (
+        full_built.rows, full_built.suppression, full_built.charts)
+    carried_rows, full_rows = gx_rows
+    assert 0 < carried_rows < full_rows / 3, (carried_rows, full_rows)
+    # and the staged release of the day's gate is the same files again
+    release.stage_and_validate(root, CFG, run_id="day-14", ledger_url=url)
+    staged = read_staged(staging_dir(root, "symptoms", "day-14"))
+    assert staged is not None and staged.files == checksums(tmp_path / "full")
+
+
+@pytest.mark.parametrize("planted", ["csv", "parquet", "chart", "digests", "record"])
+def test_a_planted_edit_is_never_carried(
+        tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame],
+        monkeypatch: pytest.MonkeyPatch, planted: str) -> None:
+    """An edit to the published release (a data file, a chart) or to the record of what its
+    gate validated: the next gate validates every row with GX and stages the files built
+    from the recorded inputs; an edited release is refused at publish."""
+    root, url = _published_root(tmp_path, two_weeks)
+    with monkeypatch.context() as m:
+        m.setattr(release_flow, "carried_gate_rows", lambda *a, **k: None)
+        _build(root, url, tmp_path / "full")
+    latest = root.latest_release("symptoms")
+    records = root.gx_dir / carried.ROWS_DIR / "symptoms-rows"
+    if planted == "csv":
+        path = latest / "2020_DM_daily_symptoms_dataset.csv"
+        text = path.read_text()
+        first = text.splitlines()[1]
+        path.write_text(text.replace(first, first.rstrip("0123456789.") + "99.5", 1))
+    elif planted == "parquet":
+        path = latest / "2020_DM_weekly_symptoms_dataset.parquet"
+        path.write_bytes(path.read_bytes() + b"\0")
+    elif planted == "chart":
+        path = next((latest / "charts").glob("*.png"))
+        path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
+    elif planted == "digests":
+        (path,) = records.glob("*.parquet")
+        stacked = pd.read_parquet(path)
+        stacked["d0"] = stacked["d0"] ^ np.uint64(1)  # "validated" rows that never were
+        stacked.to_parquet(path)
+    else:
+        (path,) = records.glob("*.json")
+        record = json.loads(path.read_text())
+        record["rules"] = record["rules"][::-1]
+        path.write_text(json.dumps(record))
+    gx_rows = _gx_rows(monkeypatch)
+    release.stage_and_validate(root, CFG, run_id="day-14", ledger_url=url)
+    staged = read_staged(staging_dir(root, "symptoms", "day-14"))
+    assert staged is not None and staged.files == checksums(tmp_path / "full")
+    # every row went through GX: as many as a full gate hands it
+    with monkeypatch.context() as m:
+        m.setattr(release_flow, "carried_gate_rows", lambda *a, **k: None)
+        _build(root, url, tmp_path / "full-again")
+    assert gx_rows[0] == gx_rows[1]
+    if planted in ("csv", "parquet", "chart"):
+        with pytest.raises(PublishRefused, match="does not match the release's manifest"):
+            release.publish_staged(root, CFG, run_id="day-14", ledger_url=url)
+    else:
+        release.publish_staged(root, CFG, run_id="day-14", ledger_url=url)
+
+
+def test_a_bad_new_row_fails_and_a_carried_row_is_not_revalidated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row rules run on the rows not carried (an identical row carried is not handed
+    to GX), the whole-table rules on the whole table in pandas, with the same failures
+    named and the same count of expectations as a gate without carry-over."""
+    def table() -> Any:
+        return suite("carry_test", [
+            gxe.ExpectTableColumnsToMatchOrderedList(column_list=["key", "day", "value"]),
+            gxe.ExpectTableRowCountToEqual(value={"$PARAMETER": "rows"}),
+            gxe.ExpectColumnValuesToNotBeNull(column="key"),
+            gxe.ExpectColumnValuesToBeBetween(column="value", min_value=0),
+            gxe.ExpectCompoundColumnsToBeUnique(column_list=["key", "day"]),
+            gxe.ExpectColumnValuesToBeInSet(column="day", value_set={"$PARAMETER": "days"}),
+            gxe.ExpectColumnUniqueValueCountToBeBetween(
+                column="day", min_value={"$PARAMETER": "n"}, max_value={"$PARAMETER": "n"}),
+        ])
+    old = pd.DataFrame({"key": ["AA", "BB"], "day": ["2020-01-01"] * 2, "value": [1.0, 2.0]})
+    previous = carried.table_digests([(table(), "t", old)])
+    assert previous is not None
+    days = ["2020-01-01", "2020-01-02"]
+
+    def gate(frame: pd.DataFrame, name: str) -> Any:
+        runs = [(table(), "t", frame)]
+        return carried.validate_carrying(
+            runs, gx_dir=tmp_path / "gx", run_name=name, digests=carried.table_digests(runs),
+            carried=previous, parameters={"rows": len(frame), "days": days,
+                                          "n": frame["day"].nunique()})
+
+    good = pd.concat([old, pd.DataFrame({"key": ["AA"], "day": ["2020-01-02"],
+                                         "value": [3.0]})], ignore_index=True)
+    seen = _gx_rows(monkeypatch)
+    passed = gate(good, "good")
+    negative = good.assign(value=[1.0, -2.0, 3.0])  # a carried row changed: checked again
+    failed = gate(negative, "negative")
+    twice = pd.concat([good, good.iloc[[2]]], ignore_index=True)
+    duplicated = gate(twice, "duplicated")
+    outside = good.assign(day=["2020-01-01", "2020-01-01", "2020-01-09"])
+    undated = gate(outside, "outside")
+    assert passed.success and passed.evaluated == len(table().expectations), passed.failed
+    assert seen[0] == 1  # the new row alone
+    assert not failed.success and seen[1] == 2
+    assert any("expect_column_values_to_be_between [value]" in f for f in failed.failed)
+    assert not duplicated.success
+    assert any("expect_compound_columns_to_be_unique [(key, day)]" in f
+               for f in duplicated.failed)
+    assert not undated.success
+    assert any("expect_column_values_to_be_in_set [day]" in f for f in undated.failed)
+    with pytest.raises(GateFailed, match="expect_column_values_to_be_in_set"):
+        require_pass(undated)
+
+
+def test_a_record_under_another_key_or_for_other_files_is_not_carried(tmp_path: Path) -> None:
+    """The record is found only for the release's files with their sha256, and only under
+    the ledger key that sealed it."""
+    frame = pd.DataFrame({"key": ["AA"], "value": [1.0]})
+    digests = carried.row_digests(frame)
+    assert digests is not None
+    key = b"the ledger key of this test, 32b"
+    files = {"a.csv": "0" * 64}
+    carried.record_rows(tmp_path, "r", "rules", files,
+                        {"t": (digests, carried.schema_of(frame))}, key=key)
+    release_files = {"a.csv": {"sha256": "0" * 64}, "index.html": {"sha256": "1" * 64}}
+    found = carried.recorded_rows(tmp_path, "r", "rules", release_files, key=key)
+    assert found is not None and found["t"][0].equals(digests)
+    assert carried.recorded_rows(tmp_path, "r", "rules", release_files,
+                                 key=b"another key of 32 bytes, not it!") is None
+    assert carried.recorded_rows(tmp_path, "r", "other rules", release_files, key=key) is None
+    assert carried.recorded_rows(tmp_path, "r", "rules", {"a.csv": {"sha256": "2" * 64}},
+                                 key=key) is None
+
+
+def test_rows_that_could_hash_alike_are_not_digested() -> None:
+    """An object column mixing kinds (1 and True hash alike) is not digested: its table is
+    validated whole."""
+    assert carried.row_digests(pd.DataFrame({"x": ["a", None]})) is not None
+    assert carried.row_digests(pd.DataFrame({"x": pd.Series([1, True], dtype=object)})) is None
