@@ -87,7 +87,8 @@ def symptom_series(daily: pd.DataFrame, weekly: pd.DataFrame, regions: pd.DataFr
         raise ValueError("weekly symptom rows dated outside the release")
     week_x = np.append(monday_at, monday_at[-1] + 7 if len(monday_at) else 0) - 0.5
     day_x = np.arange(n_days, dtype=np.float64)
-    bands = (_by_series(intervals[0]), _by_series(intervals[1])) if intervals else ({}, {})
+    bands: tuple[_Bands | None, _Bands | None] = (
+        (_by_series(intervals[0]), _by_series(intervals[1])) if intervals else (None, None))
     no_daily = np.full((n_days, len(columns)), np.nan)
     no_weekly = np.full((len(mondays), len(columns)), np.nan)
     out = []
@@ -115,29 +116,39 @@ def symptom_series(daily: pd.DataFrame, weekly: pd.DataFrame, regions: pd.DataFr
     return out
 
 
-_Bands = dict[tuple[str, str], pd.DataFrame]
+@dataclass(frozen=True)
+class _Bands:
+    """An interval table's rows per (region code, symptom), as positions into its date,
+    low and high columns (no frame per series: a year holds tens of thousands)."""
+
+    rows: dict[tuple[str, str], NDArray[np.intp]]
+    date: NDArray[np.object_]
+    low: NDArray[np.float64]
+    high: NDArray[np.float64]
 
 
 def _by_series(table: pd.DataFrame) -> _Bands:
     """An interval table split per (region code, symptom)."""
-    return {(str(code), str(symptom)): part for (code, symptom), part in table.groupby(
-        ["open_covid_region_code", "symptom"], sort=False)}
+    groups = table.groupby(["open_covid_region_code", "symptom"], sort=False).indices
+    return _Bands({(str(code), str(symptom)): rows for (code, symptom), rows in groups.items()},
+                  table["date"].to_numpy(object), table["low"].to_numpy(np.float64),
+                  table["high"].to_numpy(np.float64))
 
 
-def _band(bands: _Bands, code: str, symptom: str, dates: pd.Index, extra: int
+def _band(bands: _Bands | None, code: str, symptom: str, dates: pd.Index, extra: int
           ) -> tuple[NDArray[np.float64] | None, NDArray[np.float64] | None]:
     """A line's (low, high) over ``dates`` plus ``extra`` trailing NaN (the end of the last
-    week), or (None, None) without interval tables."""
-    if not bands:
+    week), or (None, None) without interval tables (or with empty ones)."""
+    if bands is None or not bands.rows:
         return None, None
     low = np.full(len(dates) + extra, np.nan)
     high = np.full(len(dates) + extra, np.nan)
-    part = bands.get((code, symptom))
-    if part is not None:
-        at = dates.get_indexer(part["date"])
+    rows = bands.rows.get((code, symptom))
+    if rows is not None:
+        at = dates.get_indexer(bands.date[rows])
         keep = at >= 0
-        low[at[keep]] = part["low"].to_numpy(np.float64)[keep]
-        high[at[keep]] = part["high"].to_numpy(np.float64)[keep]
+        low[at[keep]] = bands.low[rows][keep]
+        high[at[keep]] = bands.high[rows][keep]
     return low, high
 
 
