@@ -15,7 +15,7 @@ import pytest
 from dp_demo.geography import demo_regions
 from support.dates import date_range
 from support.day_records import digests, write_days
-from test_symptoms_release import CFG, SYMPTOMS, constructed_rows
+from support.symptoms_rows import CFG, SYMPTOMS, constructed_rows
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms import period
