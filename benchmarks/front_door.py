@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""The first two commands as a newcomer runs them: ``make demo`` and ``make test`` (and the
+inner loop, ``make test-fast``) on a fresh clone of this checkout's commit, timed whole.
+
+    python benchmarks/front_door.py [--only demo,test-fast,test] [--cold-cache]
+
+Each command runs in its own new clone (``git clone`` of HEAD into a temporary directory),
+so each one builds ``.venv`` from the pinned files first, as on a fresh machine: the wall
+time includes the environment build. The installer's download cache is the machine's
+(``~/.cache/uv``, pip's) unless ``--cold-cache`` gives the clone an empty one, as on a
+machine that never installed these packages. For ``make demo`` the clone's own results
+file (``benchmarks/results/demo.json``) gives the backfills' part.
+
+Writes ``benchmarks/results/front_door_<command>.{md,json}`` per command measured, stamped
+with the commit, date and machine; prints one line per command. Exit status: 1 when a
+command failed (its figures are then not written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import results_file  # noqa: E402
+
+COMMANDS = ("demo", "test-fast", "test")
+# what each acceptance point allows, in seconds (issue targets, not measurements)
+LIMITS = {"demo": 300, "test-fast": 120, "test": 1200}
+
+
+def log(msg: str) -> None:
+    print(f"[front-door {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def venv_seconds(clone: Path, started: float) -> float | None:
+    """Seconds from the command's start until ``make venv`` finished (the mtime of
+    ``.venv/.installed``, which it touches last)."""
+    marker = clone / ".venv" / ".installed"
+    return marker.stat().st_mtime - started if marker.exists() else None
+
+
+def demo_parts(clone: Path) -> dict[str, Any]:
+    """What the clone's ``make demo`` wrote of its own run: end to end (after the
+    environment) and each DAG's backfill."""
+    path = clone / "benchmarks" / "results" / "demo.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return {"demo_s": data.get("seconds"),
+            "backfill_done_after_s": data.get("backfill_done_after_seconds", {})}
+
+
+def measure(command: str, workdir: Path, cold_cache: bool) -> dict[str, Any]:
+    clone = workdir / command
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if "/.venv/" not in p)
+    if cold_cache:
+        env["UV_CACHE_DIR"] = str(workdir / f"uv-cache-{command}")
+        env["PIP_NO_CACHE_DIR"] = "1"
+    log_path = workdir / f"{command}.log"
+    log(f"make {command} in {clone} (log {log_path})")
+    started = time.time()
+    t0 = time.monotonic()
+    with log_path.open("w") as out:
+        status = subprocess.run(["make", command], cwd=clone, env=env, stdout=out,
+                                stderr=subprocess.STDOUT).returncode
+    wall = time.monotonic() - t0
+    figures: dict[str, Any] = {"command": f"make {command}", "exit_status": status,
+                               "wall_s": round(wall, 1),
+                               "venv_build_s": _rounded(venv_seconds(clone, started)),
+                               "cold_cache": cold_cache, "limit_s": LIMITS[command]}
+    if command == "demo":
+        figures.update(demo_parts(clone))
+    if status != 0:
+        figures["log_tail"] = log_path.read_text().splitlines()[-40:]
+    return figures
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+def report(figures: dict[str, Any]) -> str:
+    lines = ["| what | seconds |", "|---|---:|",
+             f"| `{figures['command']}` on a fresh clone (wall, environment included) "
+             f"| {figures['wall_s']:.0f} |"]
+    if figures.get("venv_build_s") is not None:
+        lines.append(f"| of which building `.venv` | {figures['venv_build_s']:.0f} |")
+    if figures.get("demo_s") is not None:
+        lines.append(f"| of which the demo after the environment (its `demo.md`) | "
+                     f"{figures['demo_s']:.0f} |")
+    for dag, seconds in sorted(figures.get("backfill_done_after_s", {}).items()):
+        lines.append(f"| {dag} backfill done, from the demo's start | {seconds:.0f} |")
+    cache = ("an empty download cache" if figures["cold_cache"]
+             else "this machine's download cache")
+    lines += ["", f"Installer cache: {cache}. The issue's target for this command: "
+              f"at most {figures['limit_s']} s."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default=",".join(COMMANDS),
+                   help=f"commands to measure, comma separated (default {','.join(COMMANDS)})")
+    p.add_argument("--cold-cache", action="store_true",
+                   help="give each clone an empty uv/pip download cache")
+    p.add_argument("--keep", action="store_true", help="keep the clones afterwards")
+    args = p.parse_args(argv)
+    commands = [c.strip() for c in args.only.split(",") if c.strip()]
+    unknown = sorted(set(commands) - set(COMMANDS))
+    if unknown:
+        raise SystemExit(f"--only: unknown command(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(COMMANDS)}")
+    workdir = Path(tempfile.mkdtemp(prefix="dp_front_door-"))
+    failed = False
+    try:
+        for command in commands:
+            figures = measure(command, workdir, args.cold_cache)
+            verdict = "ok" if figures["exit_status"] == 0 else "FAILED"
+            log(f"make {command}: {verdict}, {figures['wall_s']:.0f} s wall "
+                f"(environment {figures['venv_build_s']} s)")
+            if figures["exit_status"] != 0:
+                failed = True
+                print("\n".join(figures.get("log_tail", [])), file=sys.stderr)
+                continue
+            name = "front_door_" + command.replace("-", "_")
+            path = results_file.write(name, f"make {command} on a fresh clone",
+                                      report(figures), figures)
+            log(f"wrote {path}")
+    finally:
+        if args.keep:
+            log(f"clones kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
