@@ -54,6 +54,19 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
 
     _warm_dp_ops()
 
+    # What Airflow's task runner imports in every task process after the fork (the DAG
+    # bundle, the execution timeout, the standard provider's EmptyOperator); a module
+    # another Airflow version lacks is left to the tasks
+    import importlib
+
+    for _module in ("airflow.dag_processing.bundles.local", "airflow.sdk.execution_time.cache",
+                    "airflow.sdk.execution_time.timeout",
+                    "airflow.providers.standard.operators.empty"):
+        try:
+            importlib.import_module(_module)
+        except ImportError:
+            pass
+
     def _warm(prepare: Callable[[], object], what: str, otherwise: str) -> None:
         """Run ``prepare`` once here. On any error (a config that does not load, say) the
         process starts all the same and each task does it itself (``otherwise``) and
@@ -65,11 +78,15 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
                   f"{otherwise}", file=sys.stderr)
 
     from dp_ops.gx.runner import warm_up
+    from dp_ops.privacy.ledger_schema import prepare_checks
     from dp_ops.reports.registry import prepare_noise_samplers
 
     # The exact noise sampler's tables for the configured epsilons (each noise task would
     # build them otherwise).
     _warm(prepare_noise_samplers, "noise samplers", "each noise task builds its own")
+    # The ledger's newest migration and the schema it must have (every task that opens or
+    # verifies the ledger compares with them)
+    _warm(prepare_checks, "ledger checks", "each task that opens the ledger builds them")
     # One throwaway Great Expectations validation of a made-up two-row frame in a
     # temporary project: a forked gate task then skips GX's first-validation set-up.
     _warm(warm_up, "release gate", "each gate task sets Great Expectations up itself")

@@ -45,29 +45,53 @@ def ledger_url_from_connection() -> str | None:
     return LedgerHook(LEDGER_CONN_ID).get_url()
 
 
-def _in_task() -> bool:
-    """Whether a task is executing in this process now: the providers below are registered
-    process-wide by :func:`load`, and must do nothing once the task is over (``dag.test()``
-    runs tasks inside the test process; the steps that test runs afterwards are no task)."""
+def _current_task_instance() -> str | None:
+    """The id of the task instance executing in this process now, or None outside a task:
+    the providers below are registered process-wide by :func:`load`, and must do nothing
+    once the task is over (``dag.test()`` runs tasks inside the test process; the steps
+    that test runs afterwards are no task)."""
     from airflow.sdk import get_current_context
 
     try:
-        get_current_context()
+        context = get_current_context()
     except Exception:  # the SDK raises AirflowException when no task context is active
-        return False
-    return True
+        return None
+    return str(context["ti"].id)
+
+
+def _in_task() -> bool:
+    return _current_task_instance() is not None
+
+
+# The secrets the running task instance read, by connection id: a step asks for the ledger
+# key each time it opens or verifies the ledger (several times per noise or publish task),
+# and each lookup is an Execution API call. One lookup per connection and task instance;
+# another task instance in this process (dag.test()) looks them up afresh.
+_task_secrets: tuple[str, dict[str, str | None]] | None = None
 
 
 def _secret_from_connection(conn_id: str) -> str | None:
     """The password of the Airflow Connection ``conn_id`` inside a task (served by the
-    secrets backend, masked in every log from here on), or None outside a task or when
-    there is no such connection; an empty password is refused."""
+    secrets backend, masked in every log from here on; looked up once per task instance),
+    or None outside a task or when there is no such connection; an empty password is
+    refused."""
+    global _task_secrets
+    ti = _current_task_instance()
+    if ti is None:
+        return None
+    if _task_secrets is None or _task_secrets[0] != ti:
+        _task_secrets = (ti, {})
+    known = _task_secrets[1]
+    if conn_id not in known:
+        known[conn_id] = _look_up_secret(conn_id)
+    return known[conn_id]
+
+
+def _look_up_secret(conn_id: str) -> str | None:
     from airflow.sdk import Connection
     from airflow.sdk.exceptions import AirflowNotFoundException
     from airflow.sdk.log import mask_secret
 
-    if not _in_task():
-        return None
     try:
         conn = Connection.get(conn_id)
     except AirflowNotFoundException:

@@ -12,6 +12,7 @@ append-only, and so is its schema.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -38,8 +39,10 @@ def _config(conn: Connection | None = None) -> Config:
     return cfg
 
 
+@functools.cache
 def head() -> str:
-    """The newest revision this version of dp_ops knows."""
+    """The newest revision this version of dp_ops knows (read once per process: every
+    ledger opened compares with it)."""
     rev = ScriptDirectory.from_config(_config()).get_current_head()
     if rev is None:
         raise RuntimeError(f"no ledger migrations under {MIGRATIONS}")

@@ -564,6 +564,17 @@ def _sqlite_expected() -> SqliteObjects:
         engine.dispose()
 
 
+def prepare_checks() -> None:
+    """Compute once what every opening and every check of a ledger compares with: the
+    newest schema migration and the schema a SQLite ledger must have. A process that forks
+    task processes calls this first (``airflow_local_settings.py``), so that no task builds
+    them again; no ledger is read."""
+    from dp_ops.privacy import ledger_migrations
+
+    ledger_migrations.head()
+    _sqlite_expected()
+
+
 def _compared(expected: Mapping[tuple[str, str], Any], have: Mapping[tuple[str, str], Any],
               where: Callable[[tuple[str, str]], str]) -> list[str]:
     out = []
