@@ -114,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from dp_ops.steps.noise_request import NoiseRequest
 
+    # the tree measured is the one imported now: stamp it before the run, not after
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import results_file
+
+    measured = results_file.stamp()
+    results_file.stamp = lambda: measured
     validation = time_validation(args.report)
 
     if args.report == "symptoms":
@@ -195,7 +201,6 @@ def write_results(args: argparse.Namespace, rows: list[dict[str, Any]],
                   whole: dict[Any, Any]) -> Path:
     """``benchmarks/results/daily_cost_<report>.md`` and ``.json``, stamped
     (:mod:`results_file`)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
     import results_file
 
     check_ratio, gate_ratio, ratio = ratios
