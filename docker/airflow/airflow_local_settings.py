@@ -7,8 +7,9 @@ pool processes (CeleryExecutor: ``docker-compose.yaml``, ``scripts/topology.py``
 the scheduler (LocalExecutor: ``make demo``), so importing pandas, pyarrow, DuckDB,
 matplotlib, Great Expectations and dp_ops there once saves every task those imports
 (Great Expectations' the slowest; DuckDB and its engine not when ``DP_ENGINE=spark``);
-it also builds the noise samplers' tables and runs one throwaway validation, whose set-up
-the gate tasks then skip. Other processes import nothing more.
+it also builds the noise samplers' tables, compiles the SQL templates, computes what every
+ledger check compares with, reads the public region table and runs one throwaway
+validation, whose set-up the gate tasks then skip. Other processes import nothing more.
 
 Mounted at /opt/airflow/config by docker-compose.yaml; ``scripts/airflow_demo.py`` links
 it into its Airflow home.
@@ -77,9 +78,19 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
             print(f"dp_ops: {what} not prepared at start ({type(exc).__name__}); "
                   f"{otherwise}", file=sys.stderr)
 
+    from dp_ops.engine.sql import prepare_templates
     from dp_ops.gx.runner import warm_up
     from dp_ops.privacy.ledger_schema import prepare_checks
+    from dp_ops.regions import read_regions
     from dp_ops.reports.registry import prepare_noise_samplers
+    from dp_ops.settings import data_root
+
+    def _read_region_table() -> None:
+        """The data root's public region table, validated (every task reads it; a task
+        reads it again when the file changed since: :func:`read_regions`)."""
+        path = data_root().regions_csv
+        if path.is_file():
+            read_regions(path)
 
     # The exact noise sampler's tables for the configured epsilons (each noise task would
     # build them otherwise).
@@ -87,6 +98,10 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     # The ledger's newest migration and the schema it must have (every task that opens or
     # verifies the ledger compares with them)
     _warm(prepare_checks, "ledger checks", "each task that opens the ledger builds them")
+    # The SQL templates the engines render, compiled
+    _warm(prepare_templates, "SQL templates", "each task compiles the ones it runs")
+    # The public region table (no private data)
+    _warm(_read_region_table, "region table", "each task reads and validates it")
     # One throwaway Great Expectations validation of a made-up two-row frame in a
     # temporary project: a forked gate task then skips GX's first-validation set-up.
     _warm(warm_up, "release gate", "each gate task sets Great Expectations up itself")

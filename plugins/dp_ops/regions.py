@@ -61,15 +61,18 @@ def read_regions(path: str | Path) -> pd.DataFrame:
     Text columns come back as ``str`` with empty strings (never NaN), ``level`` as int64,
     ``area_km2`` as float64, columns in ``REGION_COLUMNS`` order. The table is public and
     read by several steps of a run: a process keeps the last one it validated and gives a
-    copy of it while the file's size, modification time and inode are unchanged (a file
-    changed within 2 s of being read is read again: the racy-file rule of git).
+    copy of it while the file's size, modification time, inode and change time are
+    unchanged (a file changed within 2 s of being read is read again: the racy-file rule
+    of git). The processes that fork Airflow tasks read it once at start
+    (``airflow_local_settings.py``), so each task gets it from there.
     """
     path = Path(path)
     try:
         st = path.stat()
     except OSError:
         st = None
-    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino) if st else None
+    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino,
+             st.st_ctime_ns) if st else None
     cached = _LAST_READ.get("table")
     if stamp is not None and cached is not None and cached[0] == stamp:
         return cached[1].copy()
@@ -81,7 +84,7 @@ def read_regions(path: str | Path) -> pd.DataFrame:
 
 
 # The last region table this process read and validated, with its file's stamp.
-_LAST_READ: dict[str, tuple[tuple[str, int, int, int], pd.DataFrame]] = {}
+_LAST_READ: dict[str, tuple[tuple[str, int, int, int, int], pd.DataFrame]] = {}
 
 
 def _read_regions(path: Path) -> pd.DataFrame:

@@ -41,3 +41,11 @@ def render_sql_file(path: Path, **identifiers: Any) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"SQL file {path} not found")
     return _template(str(path)).render(**identifiers)
+
+
+def prepare_templates() -> None:
+    """Compile every SQL template of :func:`sql_dir` once. A process that forks task
+    processes calls this first (``airflow_local_settings.py``), so that no task compiles
+    them again."""
+    for path in sorted(sql_dir().glob("*.sql")):
+        _template(str(path))
