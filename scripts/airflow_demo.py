@@ -14,9 +14,10 @@ What it does, in order:
 4. for the DAGs (``--dag-id``, repeatable; default ``mobility_report`` and
    ``symptoms_dataset``), all at once (``--no-together``: one after the other):
    a. waits until each DAG is parsed (fails loudly on import errors), unpauses it;
-   b. ``airflow backfill create`` for the date range (forwards, ``--max-active-runs``
-      per DAG), retried when SQLite says "database is locked", then starts ``airflow
-      scheduler`` (which executes the backfill runs);
+   b. stops the dag-processor (the DAGs are parsed; with ``--keep-running`` it starts
+      again afterwards), ``airflow backfill create`` for the date range (forwards,
+      ``--max-active-runs`` per DAG), retried when SQLite says "database is locked", then
+      starts ``airflow scheduler`` (which executes the backfill runs);
    c. follows the runs until all succeed, or stops at the first failed run and prints
       the failed task and the path of its log;
 5. stops the background processes (also on Ctrl-C or failure), prints where the releases
@@ -51,7 +52,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -439,11 +440,9 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
                 raise DemoError("backfill keeps missing days: " + ", ".join(
                     d for d, s in zip(days, states, strict=True) if s == "missing"))
             creations += 1
-            services.stop("scheduler", "dag-processor")
-            try:
+            services.stop("scheduler")
+            with dag_processor_stopped(services, restart=args.keep_running):
                 create_backfill(services.env, services.log_dir, args, meta)
-            finally:
-                services.start("dag-processor", *services.commands["dag-processor"])
             services.start("scheduler", *services.commands["scheduler"])
             continue
         if time.monotonic() > deadline:
@@ -460,8 +459,8 @@ def follow_backfill(services: Services, meta: Metadata, args: argparse.Namespace
 def prepare_backfills(services: Services, meta: Metadata,
                       group: list[argparse.Namespace]) -> None:
     """Unpause each DAG of ``group`` and create its backfill over the date range (unless
-    one is open or every day succeeded already), with the scheduler stopped and the
-    dag-processor paused once for all of them."""
+    one is open or every day succeeded already), with the scheduler and the
+    dag-processor stopped (:func:`dag_processor_stopped`)."""
     env, log_dir = services.env, services.log_dir
     for args in group:
         wait_for_dag(services, meta, args.dag_id, timeout=300)
@@ -482,16 +481,29 @@ def prepare_backfills(services: Services, meta: Metadata,
         return
     # The dag-processor's writes are the other lock holder on SQLite: creating a long
     # backfill (a year of runs) failed repeatedly with "database is locked" while it ran.
-    # The DAGs are serialized already, so pause the dag-processor while the runs are
+    # The DAGs are serialized already, so stop the dag-processor while the runs are
     # created.
-    services.stop("dag-processor")
-    try:
+    with dag_processor_stopped(services, restart=group[0].keep_running):
         for args in todo:
             t_backfill = time.monotonic()
             create_backfill(env, log_dir, args, meta)
             log(f"{args.dag_id}: backfill created ({time.monotonic() - t_backfill:.0f} s)")
+
+
+@contextlib.contextmanager
+def dag_processor_stopped(services: Services, *, restart: bool) -> Iterator[None]:
+    """Run the block with the dag-processor stopped; start it again afterwards only with
+    ``restart`` (``--keep-running``: the deployment stays up as a real one would).
+    The backfill runs do not need it: the DAGs are serialized already, the task processes
+    parse their own DAG file, and the DAGs declare no DAG-level callback (what the
+    scheduler hands to it). Started again, it re-parsed every DAG file at once and every
+    ``min_file_process_interval`` after, CPU the backfill could use."""
+    services.stop("dag-processor")
+    try:
+        yield
     finally:
-        services.start("dag-processor", *services.commands["dag-processor"])
+        if restart:
+            services.start("dag-processor", *services.commands["dag-processor"])
 
 
 def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, home: Path,
