@@ -10,6 +10,7 @@ import os
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
+import hashlib  # noqa: E402
 import json  # noqa: E402
 from datetime import date  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -165,15 +166,19 @@ def test_a_planted_edit_is_never_carried(
         path = next((latest / "charts").glob("*.png"))
         path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
     elif planted == "digests":
-        (path,) = records.glob("*.parquet")
-        stacked = pd.read_parquet(path)
-        stacked["d0"] = stacked["d0"] ^ np.uint64(1)  # "validated" rows that never were
-        stacked.to_parquet(path)
-    else:
-        (path,) = records.glob("*.json")
-        record = json.loads(path.read_text())
-        record["rules"] = record["rules"][::-1]
-        path.write_text(json.dumps(record))
+        for path in records.glob("*.parquet"):  # the published release's and the "full"'s
+            stacked = pd.read_parquet(path)
+            stacked["d0"] = stacked["d0"] ^ np.uint64(1)  # "validated" rows that never were
+            stacked.to_parquet(path)
+    else:  # new digests, and the record rewritten to name them: its MAC fails
+        for path in records.glob("*.json"):
+            digests_file = path.with_suffix(".parquet")
+            stacked = pd.read_parquet(digests_file)
+            stacked["d0"] = stacked["d0"] ^ np.uint64(1)
+            stacked.to_parquet(digests_file)
+            record = json.loads(path.read_text())
+            record["digests_sha256"] = hashlib.sha256(digests_file.read_bytes()).hexdigest()
+            path.write_text(json.dumps(record))
     gx_rows = _gx_rows(monkeypatch)
     release.stage_and_validate(root, CFG, run_id="day-14", ledger_url=url)
     staged = read_staged(staging_dir(root, "symptoms", "day-14"))
