@@ -6,6 +6,8 @@
 #               tests on SQLite and on a throwaway PostgreSQL server
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# pytest-xdist workers (make test, make test-fast): one per core by default
+PYTEST_WORKERS ?= auto
 PYTHON := $(PYTHON)
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -82,8 +84,10 @@ mutation: venv
 	$(PY) -m pip install -q -r requirements-mutation.txt -c constraints.txt
 	$(PY) scripts/mutation.py
 
+# The inner loop: the fast tier (every test not marked slow: the unit tests, the critical
+# mutants' tests among them, and the DAG checks), on one pytest-xdist worker per core.
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check plugins dags tests scripts benchmarks
