@@ -80,7 +80,7 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
 
     from dp_ops.engine.sql import prepare_templates
     from dp_ops.gx.runner import warm_up
-    from dp_ops.privacy.ledger_schema import prepare_checks
+    from dp_ops.privacy.ledger_migrations import prepare_checks
     from dp_ops.regions import read_regions
     from dp_ops.reports.registry import prepare_noise_samplers
     from dp_ops.settings import data_root

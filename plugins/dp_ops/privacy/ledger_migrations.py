@@ -21,7 +21,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from dp_ops.privacy.ledger_schema import VERSION_TABLE
+from dp_ops.privacy.ledger_schema import VERSION_TABLE, prepare_expected_schema
 
 FIRST = "0001"
 # the tables of revision 0001, which a ledger from before the migrations has (later
@@ -72,3 +72,12 @@ def upgrade(conn: Connection) -> str:
         before = FIRST
     command.upgrade(cfg, "head")
     return before or "none"
+
+
+def prepare_checks() -> None:
+    """Compute once what every opening and every check of a ledger compares with: the
+    newest schema migration and the schema a SQLite ledger must have. A process that forks
+    task processes calls this first (``airflow_local_settings.py``), so that no task builds
+    them again; no ledger is read."""
+    head()
+    prepare_expected_schema()

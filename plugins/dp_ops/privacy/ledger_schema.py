@@ -564,14 +564,9 @@ def _sqlite_expected() -> SqliteObjects:
         engine.dispose()
 
 
-def prepare_checks() -> None:
-    """Compute once what every opening and every check of a ledger compares with: the
-    newest schema migration and the schema a SQLite ledger must have. A process that forks
-    task processes calls this first (``airflow_local_settings.py``), so that no task builds
-    them again; no ledger is read."""
-    from dp_ops.privacy import ledger_migrations
-
-    ledger_migrations.head()
+def prepare_expected_schema() -> None:
+    """Build once the schema a SQLite ledger must have (what every check compares with);
+    no ledger is read. See ``ledger_migrations.prepare_checks``."""
     _sqlite_expected()
 
 
