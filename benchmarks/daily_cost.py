@@ -112,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
 
+    from dp_ops.gx.runner import warm_up
     from dp_ops.steps.noise_request import NoiseRequest
+
+    warm_up()  # as airflow_local_settings does before forking tasks
 
     # the tree measured is the one imported now: stamp it before the run, not after
     sys.path.insert(0, str(REPO / "benchmarks"))
