@@ -66,7 +66,8 @@ run: generate
 test: venv
 	$(VENV)/bin/mypy --config-file mypy.ini
 	bash scripts/install_test_browser.sh
-	bash scripts/with_test_postgres.sh $(PY) -m pytest -q --durations=15
+	bash scripts/with_test_postgres.sh $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup \
+		--durations=15
 	$(PY) scripts/critical_mutants.py
 
 # docker-compose.yaml's stack (PostgreSQL with its roles, Redis, airflow-init, api-server,
