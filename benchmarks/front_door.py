@@ -64,6 +64,8 @@ def demo_parts(clone: Path) -> dict[str, Any]:
 def measure(command: str, workdir: Path, cold_cache: bool) -> dict[str, Any]:
     clone = workdir / command
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, check=True,
+                            capture_output=True, text=True).stdout.strip()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if "/.venv/" not in p)
@@ -78,7 +80,8 @@ def measure(command: str, workdir: Path, cold_cache: bool) -> dict[str, Any]:
         status = subprocess.run(["make", command], cwd=clone, env=env, stdout=out,
                                 stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - t0
-    figures: dict[str, Any] = {"command": f"make {command}", "exit_status": status,
+    figures: dict[str, Any] = {"command": f"make {command}", "commit": commit,
+                               "exit_status": status,
                                "wall_s": round(wall, 1),
                                "venv_build_s": _rounded(venv_seconds(clone, started)),
                                "cold_cache": cold_cache, "limit_s": LIMITS[command]}
@@ -137,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(figures.get("log_tail", [])), file=sys.stderr)
                 continue
             name = "front_door_" + command.replace("-", "_")
+            # the stamp names the commit the clone measured, not the checkout's HEAD now
+            measured = {**results_file.stamp(), "commit": figures["commit"], "uncommitted": []}
+            results_file.stamp = lambda measured=measured: measured
             path = results_file.write(name, f"make {command} on a fresh clone",
                                       report(figures), figures)
             log(f"wrote {path}")
