@@ -23,56 +23,28 @@ import pytest  # noqa: E402
 from dp_demo.geography import demo_regions  # noqa: E402
 from support.dates import date_range  # noqa: E402
 from support.day_records import write_days  # noqa: E402
+from support.symptoms_rows import CFG, SYMPTOMS, constructed_rows  # noqa: E402
 
 from dp_ops.errors import GateFailed, PublishRefused  # noqa: E402
 from dp_ops.gx import carried, runner  # noqa: E402
 from dp_ops.gx.result import require_pass  # noqa: E402
 from dp_ops.gx.suites import suite  # noqa: E402
 from dp_ops.layout import DataRoot  # noqa: E402
-from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace  # noqa: E402
 from dp_ops.regions import write_regions  # noqa: E402
 from dp_ops.reports.symptoms import release  # noqa: E402
-from dp_ops.reports.symptoms.config import SymptomsConfig  # noqa: E402
-from dp_ops.reports.symptoms.daily import with_reliability  # noqa: E402
 from dp_ops.steps import release_flow  # noqa: E402
 from dp_ops.steps.day_files import release_days  # noqa: E402
 from dp_ops.steps.ledger_binding import closing_ledger, open_ledger  # noqa: E402
 from dp_ops.steps.release import checksums, read_staged, staging_dir  # noqa: E402
 
-CFG = SymptomsConfig()
-SYMPTOMS = ["Fever", "Cough", "Anosmia", "Headache"]
-RATES = {"Fever": 0.05, "Cough": 0.04, "Anosmia": 0.002, "Headache": 0.01}
 START = date(2020, 1, 1)
 LAST = date(2020, 1, 13)  # the published release's last day; the gate adds the 14th
-
-
-def _rows(regions: pd.DataFrame, days: list[date]) -> pd.DataFrame:
-    """Per-day rows as the report step writes them: B from the region's share of a
-    60,000-searcher country, A = rate x B, both with the config's noise (fixed seed)."""
-    rng = noise_generator(key=11)
-    a_cell, b_cell = CFG.budget("symptom_searches"), CFG.budget("search_users")
-    rows = []
-    for day in days:
-        for region in regions[regions["level"].isin(CFG.levels)].itertuples():
-            share = 1.0 if region.level == 0 else min(1.0, float(region.area_km2) / 28889.0)
-            b_true = int(60000 * share)
-            b = b_true + int(sample_discrete_laplace(1, epsilon=b_cell.cell_epsilon,
-                                                     sensitivity=1, rng=rng)[0])
-            for symptom in SYMPTOMS:
-                a = int(RATES[symptom] * b_true) + int(sample_discrete_laplace(
-                    1, epsilon=a_cell.cell_epsilon, sensitivity=1, rng=rng)[0])
-                rows.append((region.level, region.region_id, symptom, day, a,
-                             a_cell.cell_epsilon, 1, b, b_cell.cell_epsilon, 1))
-    frame = pd.DataFrame(rows, columns=["level", "region_id", "symptom", "date", "a_noisy",
-                                        "a_epsilon", "a_sensitivity", "b_noisy", "b_epsilon",
-                                        "b_sensitivity"])
-    return with_reliability(frame, CFG, n_days=1)
 
 
 @pytest.fixture(scope="module")
 def two_weeks() -> tuple[pd.DataFrame, pd.DataFrame]:
     regions = demo_regions()
-    return regions, _rows(regions, date_range(START, date(2020, 1, 14)))
+    return regions, constructed_rows(regions, date_range(START, date(2020, 1, 14)), key=11)
 
 
 def _published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame]
