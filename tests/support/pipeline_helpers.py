@@ -10,13 +10,10 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import pytest
-from dp_demo.generator import generate
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
@@ -74,23 +71,6 @@ def run_day(root: Path, report: str, day: date, *more: str, fault: str | None = 
 
 def ok(res: subprocess.CompletedProcess[str]) -> None:
     assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
-
-
-def build_previous(tmp_path_factory: pytest.TempPathFactory,
-                   reports: tuple[str, ...] = ("mobility", "symptoms"),
-                   extra_env: dict[str, str] | None = None) -> dict[str, Path]:
-    """Per report, a data root with a release through ``LAST_BEFORE`` and the input of
-    the next three days (built once, copied by every test). ``extra_env`` is the CLI's
-    (``DP_LEDGER_URL`` for a ledger outside the data root)."""
-    bases = {}
-    for report in reports:
-        last = LAST_BEFORE[report]
-        path = tmp_path_factory.mktemp(f"previous-{report}") / "data"
-        generate(DataRoot(path), START, last + timedelta(days=3), users=USERS[report], seed=7)
-        ok(cli(path, "run", report, "--start", START.isoformat(), "--end", last.isoformat(),
-               "--run-id", "previous", extra_env=extra_env))
-        bases[report] = path
-    return bases
 
 
 def copy_root(src: Path, dst: Path) -> Path:
