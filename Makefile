@@ -17,6 +17,10 @@ DEMO_USERS ?= 100000
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export GX_ANALYTICS_ENABLED := false
+# Python caches compiled modules (the venv's are compiled when it is built): an inherited
+# PYTHONDONTWRITEBYTECODE would make every process, task and test worker compile the
+# project's modules and pytest rewrite every test file again
+export PYTHONDONTWRITEBYTECODE :=
 export DP_DATA_ROOT ?= $(CURDIR)/data
 
 .PHONY: venv demo generate run test test-fast lint constraints clean topology mutation hooks

@@ -9,6 +9,8 @@
 # it resolves and downloads in parallel and links from its cache. pip is the fallback when
 # uv cannot be installed here or fails, and DP_INSTALLER=pip asks for pip outright.
 # uv reads no pip.conf: an index other than PyPI is given to it as UV_INDEX_URL.
+# Both compile the installed modules to bytecode (uv only when asked: --compile-bytecode),
+# so no process compiles them again at import.
 set -euo pipefail
 
 PYTHON=${1:?usage: build_venv.sh PYTHON VENV}
@@ -27,7 +29,7 @@ install_with() {  # install_with <installer words...>: the project's three insta
 installer=${DP_INSTALLER:-uv}
 if [ "$installer" = uv ]; then
     if "$PY" -m pip install --quiet "$UV_PIN" &&
-        install_with "$VENV/bin/uv" pip install --quiet --python "$PY"; then
+        install_with "$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$PY"; then
         echo "build_venv: installed with $UV_PIN"
         exit 0
     fi

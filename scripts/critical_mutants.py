@@ -119,7 +119,9 @@ def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[int, float, str]:
     """pytest's exit status on ``tests`` in ``copy`` (fast tier, stop at the first failure),
     its wall time, and the failing test (``FAILED ...``) or else the last lines of its
     output."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    # no bytecode cache: a mutant and the original it replaces may have the same size and
+    # the same modification second, which is all a .pyc is checked against
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join(
         [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     started = time.perf_counter()
     # each copy its own pytest temporary root: workers run side by side
