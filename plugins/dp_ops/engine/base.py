@@ -208,12 +208,13 @@ def ancestors_table(ancestors: pd.DataFrame) -> pa.Table:
 
     Refuses a region table with too many regions for the packed keys."""
     region_ids = ancestors["region_id"].astype(str)
-    names = pd.Index(sorted(set(region_ids)))
-    if len(names) >= MAX_REGIONS:
+    count = region_ids.nunique()
+    if count >= MAX_REGIONS:
         raise RegionTableError(
-            f"the region table has {len(names):,} regions: the bounding queries pack "
+            f"the region table has {count:,} regions: the bounding queries pack "
             f"region numbers in 21 bits, so at most {MAX_REGIONS - 1:,} (split the country "
             "into several region tables)")
+    names = pd.Index(sorted(set(region_ids)))
     return pa.table({
         "finest_region_id": pa.array(ancestors["finest_region_id"].astype(str), pa.string()),
         "level": pa.array(ancestors["level"].astype("int64"), pa.int64()),

@@ -55,10 +55,23 @@ def _stays_table(stays: list[tuple[str, str, str, float]]) -> pa.Table:
     })
 
 
+_CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
+
+
+def _connection(ancestors: pd.DataFrame) -> duckdb.DuckDBPyConnection:
+    """One DuckDB connection per ancestors table of this module, shared by the property
+    tests' examples (connecting and registering the table cost more than a small query);
+    each query registers its own ``stays`` first."""
+    con = _CONNECTIONS.get(id(ancestors))
+    if con is None:
+        con = _CONNECTIONS[id(ancestors)] = duckdb.connect()
+        register_ancestors(con, ancestors)
+    return con
+
+
 def run_bounding(stays: list[tuple[str, str, str, float]], cfg: MobilityConfig = CFG,
                  aggregate: bool = False) -> pd.DataFrame:
-    con = duckdb.connect()
-    register_ancestors(con, ANCESTORS)
+    con = _connection(ANCESTORS)
     con.register("stays", _stays_table(stays))
     sql = cell_aggregates_sql("stays") if aggregate else bounded_contributions_sql("stays")
     return con.execute(sql, bounding_params(cfg, DAY)).df()
@@ -129,8 +142,7 @@ def test_fast_query_equals_the_plain_reference(stays: list[tuple[str, str, str, 
     exactly the same contributions."""
     template = jinja2.Template(REFERENCE_SQL.read_text())
     fast = run_bounding(stays)
-    con = duckdb.connect()
-    register_ancestors(con, ANCESTORS)
+    con = _connection(ANCESTORS)
     con.register("stays", _stays_table(stays))
     plain = con.execute(template.render(stays="stays"), bounding_params(CFG, DAY)).df()
     keys = ["user_id", "level", "region_id", "metric"]
@@ -155,8 +167,7 @@ cell_stay = st.tuples(
 
 def cell_sums(stays: list[tuple[str, str, str, float]], sql: str,
               cfg: MobilityConfig = CFG) -> pd.DataFrame:
-    con = duckdb.connect()
-    register_ancestors(con, ANCESTORS_WITH_SHALLOW)
+    con = _connection(ANCESTORS_WITH_SHALLOW)
     con.register("stays", _stays_table(stays))
     return con.execute(sql, bounding_params(cfg, DAY)).df()
 
