@@ -12,12 +12,12 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
 from datetime import date  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import great_expectations.expectations as gxe  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from dp_demo.geography import demo_regions  # noqa: E402
@@ -47,8 +47,8 @@ def two_weeks() -> tuple[pd.DataFrame, pd.DataFrame]:
     return regions, constructed_rows(regions, date_range(START, date(2020, 1, 14)), key=11)
 
 
-def _published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame]
-                    ) -> tuple[DataRoot, str]:
+def _build_published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame]
+                          ) -> tuple[DataRoot, str]:
     """A data root whose release of 1..13 January is published (its gate recorded its
     rows), with the 14th reported since."""
     regions, rows = two_weeks
@@ -61,6 +61,35 @@ def _published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame]
     release.publish_staged(root, CFG, run_id="day-13", ledger_url=url)
     write_days(root, rows[rows["date"] == date(2020, 1, 14)], url=url)
     return root, url
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory,
+              two_weeks: tuple[pd.DataFrame, pd.DataFrame]) -> Path:
+    """Built once for the module (tests take copies: :func:`_published_root`): the data
+    root and ledger of :func:`_build_published_root`."""
+    base = tmp_path_factory.mktemp("published")
+    _build_published_root(base, two_weeks)
+    return base
+
+
+@pytest.fixture(scope="module")
+def published_and_full(tmp_path_factory: pytest.TempPathFactory, published: Path) -> Path:
+    """The same, then the release of every recorded day built into ``full`` by a gate that
+    validates every row (which records its rows too)."""
+    base = tmp_path_factory.mktemp("published-and-full")
+    root, url = _published_root(base, published)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(release_flow, "carried_gate_rows", lambda *a, **k: None)
+        _build(root, url, base / "full")
+    return base
+
+
+def _published_root(tmp_path: Path, template: Path) -> tuple[DataRoot, str]:
+    """A copy of a module-built ``template`` (data root, ledger, builds) in ``tmp_path``;
+    ``latest`` is a relative link, so the copy's points into the copy."""
+    shutil.copytree(template, tmp_path, symlinks=True, dirs_exist_ok=True)
+    return DataRoot(tmp_path / "data"), f"sqlite:///{tmp_path / 'ledger.sqlite'}"
 
 
 def _gx_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -90,12 +119,11 @@ def _build(root: DataRoot, url: str, target: Path) -> release_flow.Built:
 
 
 def test_a_carried_gate_writes_the_bytes_of_a_full_gate(
-        tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, published: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the same ledger and stored noise, the release built on the published one (GX on
     the new and changed rows) and the release validated whole are the same files, byte for
     byte, under the same count of expectations; GX saw fewer rows."""
-    root, url = _published_root(tmp_path, two_weeks)
+    root, url = _published_root(tmp_path, published)
     gx_rows = _gx_rows(monkeypatch)
     carried_built = _build(root, url, tmp_path / "carried")
     with monkeypatch.context() as m:
@@ -115,15 +143,12 @@ def test_a_carried_gate_writes_the_bytes_of_a_full_gate(
 
 @pytest.mark.parametrize("planted", ["csv", "parquet", "chart", "digests", "record"])
 def test_a_planted_edit_is_never_carried(
-        tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.DataFrame],
-        monkeypatch: pytest.MonkeyPatch, planted: str) -> None:
+        tmp_path: Path, published_and_full: Path, monkeypatch: pytest.MonkeyPatch,
+        planted: str) -> None:
     """An edit to the published release (a data file, a chart) or to the record of what its
     gate validated: the next gate validates every row with GX and stages the files built
     from the recorded inputs; an edited release is refused at publish."""
-    root, url = _published_root(tmp_path, two_weeks)
-    with monkeypatch.context() as m:
-        m.setattr(release_flow, "carried_gate_rows", lambda *a, **k: None)
-        _build(root, url, tmp_path / "full")
+    root, url = _published_root(tmp_path, published_and_full)  # "full" built already
     latest = root.latest_release("symptoms")
     records = root.gx_dir / carried.ROWS_DIR / "symptoms-rows"
     if planted == "csv":
@@ -137,19 +162,16 @@ def test_a_planted_edit_is_never_carried(
     elif planted == "chart":
         path = next((latest / "charts").glob("*.png"))
         path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
-    elif planted == "digests":
-        for path in records.glob("*.parquet"):  # the published release's and the "full"'s
-            stacked = pd.read_parquet(path)
-            stacked["d0"] = stacked["d0"] ^ np.uint64(1)  # "validated" rows that never were
-            stacked.to_parquet(path)
-    else:  # new digests, and the record rewritten to name them: its MAC fails
-        for path in records.glob("*.json"):
-            digests_file = path.with_suffix(".parquet")
-            stacked = pd.read_parquet(digests_file)
-            stacked["d0"] = stacked["d0"] ^ np.uint64(1)
-            stacked.to_parquet(digests_file)
+    else:
+        # the published release's record made to name digests that cover the 14th's rows
+        # too (those of the "full" build): a gate that trusted it would hand GX nothing
+        published_rows, full_rows = sorted(records.glob("*.parquet"),
+                                           key=lambda p: len(pd.read_parquet(p)))
+        published_rows.write_bytes(full_rows.read_bytes())
+        if planted == "record":  # ... and the record rewritten to name them: its MAC fails
+            path = published_rows.with_suffix(".json")
             record = json.loads(path.read_text())
-            record["digests_sha256"] = hashlib.sha256(digests_file.read_bytes()).hexdigest()
+            record["digests_sha256"] = hashlib.sha256(published_rows.read_bytes()).hexdigest()
             path.write_text(json.dumps(record))
     gx_rows = _gx_rows(monkeypatch)
     release.stage_and_validate(root, CFG, run_id="day-14", ledger_url=url)
