@@ -90,18 +90,34 @@ def _no_airflow_sigterm_handler_left() -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep a slow module on one worker under ``pytest -n N --dist loadgroup``.
 
-    Fast tests are handed out one by one; every test of a module that has a slow test
-    gets the module as its ``xdist_group`` (unless it names a group of its own, as the
-    modules sharing ``previous`` do), so that its module-scoped fixtures (data roots,
-    Airflow deployments, Spark servers) are built once, on one worker. A worker writes the
-    groups for the controller's scheduler (support/worker_groups.py)."""
+    Fast tests are handed out one by one; every test of a module that has a slow test or
+    uses a module-scoped fixture gets the module as its ``xdist_group`` (unless it names a
+    group of its own, as the modules sharing ``previous`` do), so that its module-scoped
+    fixtures (data roots, Airflow deployments, Spark servers) are built once, on one
+    worker; the tests using the engine tests' session ``spark`` share the group "spark"
+    (one JVM). A worker writes the groups for the controller's scheduler
+    (support/worker_groups.py)."""
     slow_modules = {item.nodeid.split("::", 1)[0] for item in items
-                    if item.get_closest_marker("slow")}
+                    if item.get_closest_marker("slow") or _module_scoped_fixtures(item)}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        if module in slow_modules and item.get_closest_marker("xdist_group") is None:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if "spark" in getattr(item, "fixturenames", ()):
+            # the engine tests' session SparkSession: one JVM, on one worker
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif module in slow_modules:
             item.add_marker(pytest.mark.xdist_group(module))
     write_groups(config, items)
+
+
+def _module_scoped_fixtures(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a module-scoped fixture: its module then runs on one worker,
+    which builds the fixture once (handed out one by one, both workers would build it)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
 
 
 @pytest.hookimpl(optionalhook=True)

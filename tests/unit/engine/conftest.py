@@ -20,7 +20,12 @@ def spark() -> Iterator[object]:
     from dp_ops.settings import ExecutionSettings
 
     session = spark_session(ExecutionSettings(engine="spark", spark_master="local[1]"))
-    # the tests' inputs are tiny: one shuffle partition saves most of a query's tasks
+    # the tests' inputs are tiny: one shuffle partition saves most of a query's tasks, and
+    # interpreted plans skip compiling Java for rows that run in no time (the integration
+    # tier's Spark tests run the engine's own settings on a generated day)
     session.conf.set("spark.sql.shuffle.partitions", "1")
+    session.conf.set("spark.sql.codegen.wholeStage", "false")
+    session.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+    session.conf.set("spark.sql.adaptive.enabled", "false")
     yield session
     session.stop()
