@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What one daily run costs early and late in the year: does it grow with the release?
 
-    python benchmarks/daily_cost.py --input DIR [--report symptoms] [--at 10,360]
+    python benchmarks/daily_cost.py --input DIR [--report symptoms] [--at DAYS]
 
 ``DIR`` is a data root that ``python -m dp_ops generate`` filled for the year (only its
 ``raw/`` and ``reference/`` are read). In a fresh data root the script runs the report's
@@ -17,7 +17,9 @@ Prints one line per timed day (seconds per step) and, for the gate's validation,
 gate and gate + publish, the ratio of late to early: the timed days are split at the middle
 of their span into an early and a late group, and each group counts by its median, so one
 day that also rebuilt the Data Docs index (due every few minutes) does not decide the
-ratio (``--at 10,11,12,358,359,360`` times three days at each end). The figures go to the
+ratio. Time the same weekdays at both ends (``--at 8,9,10,358,359,360``: Wednesday to
+Friday in 2020): a symptoms gate also validates the week a Sunday completes, so a weekend
+day costs more than a weekday at any time of the year. The figures go to the
 stamped results file ``benchmarks/results/daily_cost_<report>.md`` and ``.json``
 (``benchmarks/results_file.py``). A report whose cost does not grow has a ratio near 1.
 """
@@ -91,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", type=Path, required=True)
     p.add_argument("--report", choices=("symptoms", "mobility"), default="symptoms")
-    p.add_argument("--at", default="10,360", help="days of the year to time (default 10,360)")
+    p.add_argument("--at", default="8,9,10,358,359,360",
+                   help="days of the year to time (default 8,9,10,358,359,360: the same "
+                        "weekdays at both ends)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--users-note", default="users not stated",
                    help="how the input was generated, for the results file (e.g. "
