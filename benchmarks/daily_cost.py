@@ -17,9 +17,11 @@ Prints one line per timed day (seconds per step) and, for the gate's validation,
 gate and gate + publish, the ratio of late to early: the timed days are split at the middle
 of their span into an early and a late group, and each group counts by its median, so one
 day that also rebuilt the Data Docs index (due every few minutes) does not decide the
-ratio. Time the same weekdays at both ends (``--at 8,9,10,358,359,360``: Wednesday to
-Friday in 2020): a symptoms gate also validates the week a Sunday completes, so a weekend
-day costs more than a weekday at any time of the year. The figures go to the
+ratio. The default times the weekdays of two weeks at each end of 2020 (ten days a
+group: one day's figure differs by a fifth or more between runs); time
+weekdays only, the same at both ends: a symptoms gate also validates the week a Sunday
+completes, so a weekend day costs more than a weekday at any time of the year. The
+figures go to the
 stamped results file ``benchmarks/results/daily_cost_<report>.md`` and ``.json``
 (``benchmarks/results_file.py``). A report whose cost does not grow has a ratio near 1.
 """
@@ -37,6 +39,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 YEAR_START = date(2020, 1, 1)
+# Monday to Friday of 6-17 January and of 14-25 December 2020 (days of the year)
+WEEKDAYS_AT_BOTH_ENDS = "6,7,8,9,10,13,14,15,16,17,349,350,351,352,353,356,357,358,359,360"
 
 
 def log(msg: str) -> None:
@@ -93,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", type=Path, required=True)
     p.add_argument("--report", choices=("symptoms", "mobility"), default="symptoms")
-    p.add_argument("--at", default="8,9,10,358,359,360",
-                   help="days of the year to time (default 8,9,10,358,359,360: the same "
-                        "weekdays at both ends)")
+    p.add_argument("--at", default=WEEKDAYS_AT_BOTH_ENDS,
+                   help="days of the year to time (default: Monday to Friday of two weeks "
+                        "at each end of 2020)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--users-note", default="users not stated",
                    help="how the input was generated, for the results file (e.g. "
