@@ -21,7 +21,6 @@ which no script runs (:mod:`dp_ops.airflow.budget_plugin`).
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 import math
 import os
@@ -332,108 +331,72 @@ def to_json(budgets: Sequence[ReportBudget]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ HTML --
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _chart(b: ReportBudget, width: int = 900, height: int = 180) -> str:
+# The page is the template templates/budget_view.html (dp_ops.templating: autoescape on);
+# what follows builds its values, numbers formatted as text, and nothing here writes markup.
+def _chart(b: ReportBudget, width: int = 900, height: int = 180) -> dict[str, Any] | None:
     """Composed epsilon per date as bars against the cap (a dashed line) and a normal
-    run (a dotted line); bars above a normal run in amber, over the cap in red."""
+    run (a dotted line); bars above a normal run in amber, over the cap in red. None
+    without spends."""
     if not b.dates:
-        return "<p class='muted'>No spends yet.</p>"
+        return None
     top = max(b.cap, max(d.spent for d in b.dates)) * 1.08
-    n = len(b.dates)
-    bar = width / n
+    bar = width / len(b.dates)
     pad = 0.15 * bar if bar > 4 else 0.0
 
     def y(value: float) -> float:
         return height - value / top * height
 
-    parts = [f"<svg viewBox='0 0 {width} {height + 18}' class='chart' role='img' "
-             f"aria-label='composed epsilon per date, {_e(b.report)}'>"]
-    for i, d in enumerate(b.dates):
-        colour = ("#c0392b" if d.spent > d.cap + EPS_TOLERANCE
-                  else "#e67e22" if d.above_normal else "#2e86c1")
-        parts.append(f"<rect x='{i * bar + pad:.2f}' y='{y(d.spent):.2f}' "
-                     f"width='{max(bar - 2 * pad, 0.5):.2f}' "
-                     f"height='{height - y(d.spent):.2f}' fill='{colour}'>"
-                     f"<title>{d.day}: {d.spent:.4f} of {d.cap:.4f} (headroom "
-                     f"{d.headroom:.4f})</title></rect>")
-    parts.append(f"<line x1='0' x2='{width}' y1='{y(b.cap):.2f}' y2='{y(b.cap):.2f}' "
-                 "stroke='#c0392b' stroke-dasharray='6 4'/>")
-    parts.append(f"<line x1='0' x2='{width}' y1='{y(b.normal_run):.2f}' "
-                 f"y2='{y(b.normal_run):.2f}' stroke='#555' stroke-dasharray='2 3'/>")
-    parts.append(f"<text x='4' y='{max(y(b.cap) - 4, 10):.2f}' class='lbl'>cap "
-                 f"{b.cap:.4f}</text>")
-    parts.append(f"<text x='4' y='{height + 14}' class='lbl'>{b.dates[0].day}</text>")
-    parts.append(f"<text x='{width - 4}' y='{height + 14}' class='lbl' "
-                 f"text-anchor='end'>{b.dates[-1].day}</text>")
-    parts.append("</svg>")
-    return "".join(parts)
+    bars = [{"x": f"{i * bar + pad:.2f}", "y": f"{y(d.spent):.2f}",
+             "width": f"{max(bar - 2 * pad, 0.5):.2f}", "height": f"{height - y(d.spent):.2f}",
+             "fill": ("#c0392b" if d.spent > d.cap + EPS_TOLERANCE
+                      else "#e67e22" if d.above_normal else "#2e86c1"),
+             "title": f"{d.day}: {d.spent:.4f} of {d.cap:.4f} (headroom {d.headroom:.4f})"}
+            for i, d in enumerate(b.dates)]
+    return {"width": width, "height": height, "bars": bars, "cap_y": f"{y(b.cap):.2f}",
+            "normal_y": f"{y(b.normal_run):.2f}", "cap_label_y": f"{max(y(b.cap) - 4, 10):.2f}",
+            "cap": f"{b.cap:.4f}", "first": str(b.dates[0].day), "last": str(b.dates[-1].day)}
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], cls: str = "") -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _release_values(r: ReleaseRow, release_link: str) -> dict[str, Any]:
+    """One release row's values. Every one came from a file anyone who can write the data
+    root can edit: a value that is None (missing or of the wrong type, see
+    :func:`release_row`) is shown as invalid, and the template escapes the rest."""
+    return {
+        "release_id": r.release_id,
+        "link": release_link if r.latest and release_link else "",
+        "problems": "; ".join(r.problems),
+        "first_date": r.first_date or None,
+        "last_date": r.last_date or None,
+        "epsilon_max": None if r.epsilon_max is None else f"{r.epsilon_max:.4f}",
+        "shares": [(k, None if v is None else f"{v:.2%}")
+                   for k, v in sorted(r.published_share.items())],
+        "gate": (None if r.gate_success is None
+                 else {True: "passed", False: "FAILED"}[r.gate_success]),
+        "evaluated": r.gate_evaluated,
+    }
 
 
-INVALID = "<span class='bad'>invalid</span>"
-
-
-def _release_cells(r: ReleaseRow, release_link: str) -> tuple[str, ...]:
-    """The HTML cells of one release row. Every value came from a file anyone who can
-    write the data root can edit: text is escaped, and a value that is None (missing or
-    of the wrong type, see :func:`release_row`) is shown as invalid, never interpolated."""
-    name = (f"<a href='{_e(release_link)}'>{_e(r.release_id)}</a> (latest)"
-            if r.latest and release_link else _e(r.release_id))
-    if r.malformed:
-        name += (f"<br><span class='bad'>malformed manifest</span>: "
-                 f"{_e('; '.join(r.problems))}")
-    shares = ", ".join(f"{_e(k)} {INVALID if v is None else f'{v:.2%}'}"
-                       for k, v in sorted(r.published_share.items()))
-    gate = ({True: "passed", False: "FAILED"}[r.gate_success]
-            if r.gate_success is not None else INVALID)
-    if r.gate_evaluated is not None:
-        gate += f" ({r.gate_evaluated:d} expectations)"
-    return (name,
-            f"{_e(r.first_date) if r.first_date else INVALID}.."
-            f"{_e(r.last_date) if r.last_date else INVALID}",
-            INVALID if r.epsilon_max is None else f"{r.epsilon_max:.4f}",
-            shares or "-", gate)
-
-
-def _report_section(b: ReportBudget, links: dict[str, str]) -> str:
+def _report_values(b: ReportBudget, links: Mapping[str, str]) -> dict[str, Any]:
+    """The values of one report's section of the page."""
     tight = min(b.dates, key=lambda d: d.headroom, default=None)
-    cards = [("dates with spends", str(len(b.dates))),
-             ("cap per user-day", f"{b.cap:.4f}"),
-             ("a normal run", f"{b.normal_run:.4f}"),
-             ("most spent on a date", f"{max((d.spent for d in b.dates), default=0):.4f}"),
-             ("least headroom", f"{tight.headroom:.4f} ({tight.day})" if tight else "-"),
-             ("dates above a normal run", str(len(b.above_normal)))]
-    out = [f"<section id='{_e(b.report)}'><h2>{_e(b.report)}</h2>",
-           "<div class='cards'>" + "".join(
-               f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>"
-               for k, v in cards) + "</div>", _chart(b)]
-    if b.above_normal:
-        out.append("<h3>Dates above a normal run</h3>")
-        out.append(_table(["date", "spent", "normal run", "headroom"], (
-            (_e(d.day), f"{d.spent:.4f}", f"{d.normal_run:.4f}", f"{d.headroom:.4f}")
-            for d in b.above_normal)))
-    out.append("<h3>Spends</h3><p class='muted'>Every ledger spend, grouped by date, kind, "
-               "run and reason (a daily run spends one slot per level and metric group).</p>")
-    out.append(_table(["date", "kind", "slots", "epsilon", "run id", "reason", "method"], (
-        (_e(s.day), _e(s.kind), s.slots, f"{s.epsilon:.4f}", f"<code>{_e(s.run_id)}</code>",
-         _e(s.reason), _e(s.method_version)) for s in b.spends), "spends"))
-    out.append("<h3>Releases</h3>")
-    out.append(_table(
-        ["release", "dates", "max epsilon per user-day", "published share", "gate"],
-        (_release_cells(r, links.get("release", "")) for r in b.releases)))
-    docs_link = links.get("data_docs", "")
-    if docs_link:
-        out.append(f"<p><a href='{_e(docs_link)}'>Great Expectations Data Docs</a></p>")
-    out.append("</section>")
-    return "".join(out)
+    return {
+        "report": b.report,
+        "cards": [("dates with spends", str(len(b.dates))),
+                  ("cap per user-day", f"{b.cap:.4f}"),
+                  ("a normal run", f"{b.normal_run:.4f}"),
+                  ("most spent on a date",
+                   f"{max((d.spent for d in b.dates), default=0):.4f}"),
+                  ("least headroom", f"{tight.headroom:.4f} ({tight.day})" if tight else "-"),
+                  ("dates above a normal run", str(len(b.above_normal)))],
+        "chart": _chart(b),
+        "above_normal": [(str(d.day), f"{d.spent:.4f}", f"{d.normal_run:.4f}",
+                          f"{d.headroom:.4f}") for d in b.above_normal],
+        "spends": [{"day": str(s.day), "kind": s.kind, "slots": s.slots,
+                    "epsilon": f"{s.epsilon:.4f}", "run_id": s.run_id, "reason": s.reason,
+                    "method_version": s.method_version} for s in b.spends],
+        "releases": [_release_values(r, links.get("release", "")) for r in b.releases],
+        "docs_link": links.get("data_docs", ""),
+    }
 
 
 PAGE_STYLE = """
@@ -453,14 +416,12 @@ table.spends{max-height:30rem;display:block;overflow:auto}
 
 def render_page(budgets: Sequence[ReportBudget], links: dict[str, dict[str, str]],
                 ledger_check: str) -> str:
-    nav = " · ".join(f"<a href='#{_e(b.report)}'>{_e(b.report)}</a>" for b in budgets)
-    body = "".join(_report_section(b, links.get(b.report, {})) for b in budgets)
-    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            "<title>Privacy budget</title>"
-            f"<style>{PAGE_STYLE}</style></head><body><h1>Privacy budget</h1>"
-            f"<p class='muted'>Composed epsilon per user-day of each date (basic "
-            f"composition over metrics and levels, delta = 0) from the ledger; "
-            f"{_e(ledger_check)}. {nav}</p>{body}</body></html>")
+    """The Privacy budget page: a section per report of ``budgets``, with the links of
+    ``links[report]`` (``release``, ``data_docs``) and the ledger's state ``ledger_check``."""
+    from dp_ops.templating import render
+
+    return render("budget_view.html", style=PAGE_STYLE, ledger_check=ledger_check,
+                  sections=[_report_values(b, links.get(b.report, {})) for b in budgets])
 
 
 def data_docs_index(root: DataRoot) -> Path | None:
@@ -488,19 +449,6 @@ def data_docs_file(root: DataRoot, relative: str) -> bytes | None:
 # itself. A real site holds a few pages per gate run; past this many, the oldest go unlisted.
 MAX_LISTED_PAGES = 2000
 
-_DATA_DOCS_INDEX = """<!doctype html><html lang="en"><head><meta charset="utf-8">
-<title>Great Expectations Data Docs</title><style>{{ style }}</style></head><body>
-<h1>Great Expectations Data Docs</h1>
-<p class="muted">The validation results of the release gate, newest first: Great
-Expectations' pages, shown without their scripts.{% if more %} The {{ more }} oldest
-are not listed.{% endif %}</p>
-{% if pages %}<table><thead><tr><th>validated at</th><th>suite</th><th>run</th>
-<th>page</th></tr></thead><tbody>
-{% for page in pages %}<tr><td>{{ page.time }}</td><td>{{ page.suite }}</td>
-<td><code>{{ page.run }}</code></td><td><a href="{{ page.href }}">{{ page.name }}</a></td></tr>
-{% endfor %}</tbody></table>{% else %}<p>No validation results yet.</p>{% endif %}
-</body></html>
-"""
 
 
 @dataclass(frozen=True)
@@ -569,13 +517,12 @@ def data_docs_pages(root: DataRoot) -> list[DataDocsPage] | None:
 
 
 def render_data_docs_index(pages: Sequence[DataDocsPage]) -> str:
-    """The index of the Data Docs site: every page of ``pages`` (escaped by the template)
-    up to :data:`MAX_LISTED_PAGES`."""
-    import jinja2
+    """The index of the Data Docs site (``templates/data_docs_index.html``): every page of
+    ``pages`` up to :data:`MAX_LISTED_PAGES`."""
+    from dp_ops.templating import render
 
-    template = jinja2.Environment(autoescape=True).from_string(_DATA_DOCS_INDEX)
-    return template.render(pages=pages[:MAX_LISTED_PAGES], style=PAGE_STYLE,
-                           more=max(len(pages) - MAX_LISTED_PAGES, 0))
+    return render("data_docs_index.html", pages=pages[:MAX_LISTED_PAGES], style=PAGE_STYLE,
+                  more=max(len(pages) - MAX_LISTED_PAGES, 0))
 
 
 # --------------------------------------------------------------- the release's files --
