@@ -62,13 +62,14 @@ def fresh_root(input_dir: Path, prefix: str, workdir: Path | None = None
     return base, DataRoot(root_dir), f"sqlite:///{root_dir / 'ledger.sqlite'}"
 
 
-def time_validation(report: str) -> list[float]:
+def time_validation(report: str) -> dict[str, float]:
     """Time the gate's validation (its GX run, and what lets it carry rows over: the
     row digests, the look-up of the previous gate's record, the whole-table checks) by
-    wrapping the functions the gate calls; the returned list collects their seconds."""
+    wrapping the functions the gate calls; the returned dict adds up their seconds per
+    function name."""
     import importlib
 
-    seconds: list[float] = []
+    seconds: dict[str, float] = {}
     wrapped = [(f"dp_ops.reports.{report}.suites", f"validate_{report}_release"),
                ("dp_ops.gx.carried", "table_digests"),
                ("dp_ops.steps.release_flow", "carried_gate_rows"),
@@ -82,12 +83,12 @@ def time_validation(report: str) -> list[float]:
         if real is None:
             continue
 
-        def timed(*a: Any, _real: Any = real, **k: Any) -> Any:
+        def timed(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return _real(*a, **k)
             finally:
-                seconds.append(time.perf_counter() - t0)
+                seconds[_name] = seconds.get(_name, 0.0) + time.perf_counter() - t0
 
         setattr(module, name, timed)
     return seconds
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     gate_days = {YEAR_START + timedelta(days=d - 1) for d in at}
     gate_days |= {d - timedelta(days=1) for d in gate_days}
     rows: list[dict[str, Any]] = []
+    parts: dict[int, dict[str, float]] = {}  # per timed day: the validation's parts
     t_all = time.monotonic()
     day = YEAR_START
     try:
@@ -180,10 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                     fn()
                 times[name] = round(time.perf_counter() - t0, 3)
             if day in gate_days:
-                times["gate validation"] = round(sum(validation), 3)
+                times["gate validation"] = round(sum(validation.values()), 3)
             if timed:
                 n = (day - YEAR_START).days + 1
                 rows.append({"day_of_year": n, "date": day.isoformat(), **times})
+                parts[n] = {k: round(v, 3) for k, v in validation.items()}
                 log(f"day {n} ({day}): " + ", ".join(f"{k} {v:.2f} s" for k, v in times.items())
                     + f"; total {sum(times.values()):.2f} s")
             elif (day - YEAR_START).days % 30 == 0:
@@ -204,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{args.report}: gate {gate}; gate + publish {release}; whole daily run {whole}; "
         f"late {late} / early {early}, medians: {check_ratio:.2f}x (gate validation), "
         f"{gate_ratio:.2f}x (gate), {ratio:.2f}x (gate + publish)")
-    out = write_results(args, rows, (check_ratio, gate_ratio, ratio), release, whole)
+    out = write_results(args, rows, (check_ratio, gate_ratio, ratio), release, whole, parts)
     log(f"figures in {out} and its .json")
     return 0
 
@@ -226,9 +229,26 @@ def late_over_early(seconds: dict[int, float], early: list[int], late: list[int]
     return statistics.median(seconds[d] for d in late) / first if first else float("nan")
 
 
+def parts_table(parts: dict[int, dict[str, float]], early: list[int], late: list[int]
+                ) -> list[str]:
+    """A Markdown table of the gate validation's parts: the median seconds of each over
+    the early and the late days, and their ratio."""
+    import statistics
+
+    names = sorted({name for day in parts.values() for name in day})
+    table = ["| part of gate validation | early median | late median | late / early |",
+             "|---|---:|---:|---:|"]
+    for name in names:
+        a = statistics.median(parts[d].get(name, 0.0) for d in early)
+        b = statistics.median(parts[d].get(name, 0.0) for d in late)
+        table.append(f"| `{name}` | {a:.3f} | {b:.3f} | "
+                     + (f"{b / a:.2f}x |" if a else "- |"))
+    return table
+
+
 def write_results(args: argparse.Namespace, rows: list[dict[str, Any]],
                   ratios: tuple[float, float, float], release: dict[Any, Any],
-                  whole: dict[Any, Any]) -> Path:
+                  whole: dict[Any, Any], parts: dict[int, dict[str, float]]) -> Path:
     """``benchmarks/results/daily_cost_<report>.md`` and ``.json``, stamped
     (:mod:`results_file`)."""
     import results_file
@@ -251,7 +271,9 @@ def write_results(args: argparse.Namespace, rows: list[dict[str, Any]],
         "Expectations run, the row digests, the look-up of what the previous release's "
         "gate validated, the whole-table checks).", "",
         f"Late / early ({groups}): gate validation {check_ratio:.2f}x, gate "
-        f"{gate_ratio:.2f}x, gate + publish {ratio:.2f}x."])
+        f"{gate_ratio:.2f}x, gate + publish {ratio:.2f}x.", "",
+        "The gate validation's parts, each the function of dp_ops the gate calls:", "",
+        *parts_table(parts, early, late)])
     return Path(results_file.write(
         f"daily_cost_{args.report}", f"Daily cost of a {args.report} run, early and late "
         "in the year", body,
@@ -259,7 +281,7 @@ def write_results(args: argparse.Namespace, rows: list[dict[str, Any]],
          "early_days": early, "late_days": late,
          "gate_validation_ratio_late_early": round(check_ratio, 3),
          "gate_ratio_late_early": round(gate_ratio, 3),
-         "gate_plus_publish": release, "whole_run": whole,
+         "validation_parts": parts, "gate_plus_publish": release, "whole_run": whole,
          "ratio_late_early": round(ratio, 3)}))
     return 0
 
