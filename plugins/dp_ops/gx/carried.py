@@ -188,9 +188,12 @@ def check_whole(split: SplitSuite, frame: pd.DataFrame,
 # -- row digests ----------------------------------------------------------------------------
 # Two independent 64-bit hashes of each row (pandas' SipHash of every cell, combined per
 # row): a 128-bit digest, so that a changed row matching some carried one is out of reach
-# by chance. Nulls hash alike (GX's null checks treat None and NaN alike too); an object
-# column holding anything but strings, booleans or nulls is not digested (1 and True
-# would hash alike).
+# by chance. An object column is categorized before it is hashed: each distinct value is
+# hashed once (a release repeats its region codes, dates and symptom names on every row),
+# and its nulls (None, NaN, pd.NA) hash alike, as GX's null checks treat them, and apart
+# from the text "None" (hashed without categorizing, a null is hashed as that text). An
+# object column holding anything but strings, booleans or nulls is not digested (1 and
+# True would hash alike).
 _HASH_KEYS = ("dp-ops-row-dig-0", "dp-ops-row-dig-1")
 _DIGESTED_OBJECTS = frozenset({"string", "boolean", "empty"})
 
@@ -211,7 +214,7 @@ def row_digests(frame: pd.DataFrame) -> pd.DataFrame | None:
     plain = frame.reset_index(drop=True)
     return pd.DataFrame({
         f"d{i}": pd.util.hash_pandas_object(plain, index=False, hash_key=key,
-                                            categorize=False).to_numpy(np.uint64)
+                                            categorize=True).to_numpy(np.uint64)
         for i, key in enumerate(_HASH_KEYS)})
 
 
@@ -226,7 +229,9 @@ def new_rows(digests: pd.DataFrame, carried: pd.DataFrame | None) -> NDArray[np.
 
 # -- the record of what a release's gate validated -----------------------------------------
 ROWS_DIR = "validated"
-_VERSION = 1
+# 2: object columns categorized before hashing (a record of version 1 digested a null as
+# the text "None"; it is not carried, so the first gate after the change validates all)
+_VERSION = 2
 _KIND = "gx_release_rows"
 # records kept per report: the gates of a backfill's concurrent runs each leave one, and
 # the release published is among the newest

@@ -265,3 +265,24 @@ def test_rows_that_could_hash_alike_are_not_digested() -> None:
     validated whole."""
     assert carried.row_digests(pd.DataFrame({"x": ["a", None]})) is not None
     assert carried.row_digests(pd.DataFrame({"x": pd.Series([1, True], dtype=object)})) is None
+
+
+def test_nulls_digest_alike_and_apart_from_the_text_none() -> None:
+    """None, NaN and pd.NA in an object column are one null to the digest (GX's null
+    checks treat them alike), and a null is not the text "None"; other text digests as
+    without categorizing."""
+    import numpy as np
+
+    def digest(value: object) -> tuple[int, int]:
+        frame = pd.DataFrame({"x": pd.Series(["a", value], dtype=object), "y": [1.5, 2.5]})
+        d = carried.row_digests(frame)
+        assert d is not None
+        return int(d["d0"][1]), int(d["d1"][1])
+
+    assert digest(None) == digest(np.nan) == digest(pd.NA)
+    assert digest(None) != digest("None")
+    assert digest("b") != digest("c") and digest("b") == digest("b")
+    plain = pd.util.hash_pandas_object(pd.DataFrame({"x": ["a", "b"], "y": [1.5, 2.5]}),
+                                       index=False, hash_key=carried._HASH_KEYS[0],
+                                       categorize=False)
+    assert digest("b")[0] == int(plain[1])
