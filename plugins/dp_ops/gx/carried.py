@@ -206,10 +206,13 @@ def schema_of(frame: pd.DataFrame) -> list[list[str]]:
             for c in frame.columns]
 
 
-def row_digests(frame: pd.DataFrame) -> pd.DataFrame | None:
+def row_digests(frame: pd.DataFrame, schema: list[list[str]] | None = None
+                ) -> pd.DataFrame | None:
     """(d0, d1) per row of ``frame`` in its order, or None when a column holds values
-    whose digests could confuse them (:data:`_DIGESTED_OBJECTS`)."""
-    if any(kind and kind not in _DIGESTED_OBJECTS for _, _, kind in schema_of(frame)):
+    whose digests could confuse them (:data:`_DIGESTED_OBJECTS`); ``schema`` is
+    :func:`schema_of` the frame, when the caller has it."""
+    schema = schema_of(frame) if schema is None else schema
+    if any(kind and kind not in _DIGESTED_OBJECTS for _, _, kind in schema):
         return None
     plain = frame.reset_index(drop=True)
     return pd.DataFrame({
@@ -329,10 +332,11 @@ def table_digests(runs: list[tuple[gx.ExpectationSuite, str, pd.DataFrame]]
     when a table cannot be digested (:func:`row_digests`)."""
     tables: Tables = {}
     for _, asset, frame in runs:
-        digests = row_digests(frame)
+        schema = schema_of(frame)
+        digests = row_digests(frame, schema)
         if digests is None:
             return None
-        tables[asset] = (digests, schema_of(frame))
+        tables[asset] = (digests, schema)
     return tables
 
 

@@ -22,16 +22,10 @@ def spark() -> Iterator[object]:
     # the driver JVM lives for seconds: C1 alone compiles its hot code soon enough, and the
     # C2 compiler and parallel GC threads would only take CPU from the other test workers
     # (the engine's own settings are left alone: production runs live long)
-    previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = (
-        "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell")
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options "
+                  "'-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell")
         session = spark_session(ExecutionSettings(engine="spark", spark_master="local[1]"))
-    finally:
-        if previous is None:
-            del os.environ["PYSPARK_SUBMIT_ARGS"]
-        else:
-            os.environ["PYSPARK_SUBMIT_ARGS"] = previous
     # the tests' inputs are tiny: one shuffle partition saves most of a query's tasks, and
     # interpreted plans skip compiling Java for rows that run in no time (the integration
     # tier's Spark tests run the engine's own settings on a generated day)
