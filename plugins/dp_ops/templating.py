@@ -1,31 +1,105 @@
-"""The HTML pages dp_ops renders (the Privacy budget view, the index of the gate's Data Docs
-site) come from the Jinja2 templates in ``dp_ops/templates``, through one environment:
-autoescape on for every template, an undefined name an error. A value reaches a page only
-as template data, escaped where it is placed; no template marks a value safe (the test of
-this module checks it), so text read from the data root (manifests, ledger reasons, run
-ids) cannot become markup."""
+"""The HTML pages dp_ops renders (the release page, the Privacy budget view, the index of
+the gate's Data Docs site) come from Jinja2 templates, through one environment: autoescape
+on for every template, an undefined name an error. A value reaches a page only as template
+data, escaped where it is placed; no template marks a value safe (the test of this module
+checks it), so text read from the data root (manifests, ledger reasons, run ids) cannot
+become markup.
+
+Templates are found in ``dp_ops/templates`` by their file name, and in a report's own
+package as ``<package>:<file name>`` (the file in that package's ``templates`` directory):
+a report ships the templates of its own page sections.
+
+Every value is escaped as :func:`html.escape` escapes it (``&``, ``<``, ``>``, both quotes),
+by the environment's ``finalize``: a page reads the same whatever escaping library is
+installed, and a release page, whose bytes are checksummed in the manifest, is rebuilt to
+the byte."""
 
 from __future__ import annotations
 
+import html
+import re
 from functools import cache
+from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 TEMPLATE_DIR = "templates"
 
 
+class _Loader(jinja2.BaseLoader):
+    """``name`` from dp_ops's templates, ``package:name`` from that package's."""
+
+    def __init__(self) -> None:
+        self._loaders: dict[str, jinja2.PackageLoader] = {}
+
+    def _loader(self, package: str) -> jinja2.PackageLoader:
+        if package not in self._loaders:
+            self._loaders[package] = jinja2.PackageLoader(package, TEMPLATE_DIR)
+        return self._loaders[package]
+
+    def get_source(self, environment: jinja2.Environment, template: str
+                   ) -> tuple[str, str | None, Any]:
+        package, sep, name = template.rpartition(":")
+        return self._loader(package if sep else "dp_ops").get_source(environment, name)
+
+
+def _escaped(value: object) -> Markup:
+    """What a ``{{ ... }}`` places: markup built by a template (a macro's, a filter's
+    output) as it is, anything else escaped."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape(str(value), quote=True))
+
+
+def number(value: Any) -> str:
+    """A figure as text: integers with thousands separators, floats to six significant
+    digits (thousands separated from 1,000), anything else as ``str`` gives it."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) >= 1000 else f"{value:.6g}"
+    return str(value)
+
+
+def share(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole`` (one decimal), a dash when ``whole`` is 0."""
+    return f"{100 * part / whole:.1f}%" if whole else "\u2013"
+
+
+def markdown(text: str, drop_title: bool = False) -> Markup:
+    """The data statement's Markdown subset as HTML
+    (:func:`dp_ops.steps.data_statement.markdown_html`, which escapes every text itself):
+    the one filter whose output is markup. ``drop_title``: without a first ``#`` heading
+    of plain text (where the page gives the section its own heading)."""
+    from dp_ops.steps.data_statement import markdown_html
+
+    out = markdown_html(str(text))
+    if drop_title:
+        out = re.sub(r"^<h2>[^<]*</h2>", "", out, count=1)
+    return Markup(out)
+
+
+FILTERS = {"number": number, "share": share, "markdown": markdown}
+
+
 @cache
 def environment() -> jinja2.Environment:
-    """The environment of dp_ops's templates (the package's ``templates`` directory)."""
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("dp_ops", TEMPLATE_DIR),
+    """The environment of dp_ops's templates (see the module docstring)."""
+    env = jinja2.Environment(
+        loader=_Loader(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_escaped,
     )
+    env.filters.update(FILTERS)
+    return env
 
 
 def render(name: str, **values: object) -> str:
-    """Template ``name`` of ``dp_ops/templates`` rendered with ``values``."""
+    """Template ``name`` (see the module docstring) rendered with ``values``."""
     return environment().get_template(name).render(**values)

@@ -8,7 +8,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import date
-from html import escape
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.day_files import read_release_days
+from dp_ops.steps.page import PublishedSection
 from dp_ops.steps.release import (
     build_key,
     epsilon_summary,
@@ -75,13 +75,14 @@ def _build(root: DataRoot, cfg: PresenceConfig, ledger: Ledger, target: Path, *,
         build_key=key)
 
 
-def published_section(manifest: Mapping[str, Any]) -> str:
+def published_values(manifest: Mapping[str, Any]) -> dict[str, Any]:
     rows = manifest.get("rows") or {}
-    return ('<section id="published"><h2>What is published</h2><p>'
-            f"{int(rows.get('published') or 0):,} region counts of "
-            f"{int(rows.get('domain') or 0):,} (the others are in regions under "
-            f"{escape(str((manifest.get('parameters') or {}).get('min_area_km2')))} km2 or "
-            "under the user threshold).</p></section>")
+    return {"published": int(rows.get("published") or 0),
+            "domain": int(rows.get("domain") or 0),
+            "min_area_km2": str((manifest.get("parameters") or {}).get("min_area_km2"))}
+
+
+published_section = PublishedSection("presence_report:published.html", published_values)
 
 
 class PresenceRelease:
@@ -89,9 +90,7 @@ class PresenceRelease:
     title = SPEC.title
     column_contract = CONTRACT
 
-    @property
-    def page_section(self) -> Any:
-        return published_section
+    page_section = published_section
 
     def plan(self, root: DataRoot, cfg: PresenceConfig, ledger: Ledger, days: list[date],
              digests: dict[date, str], *, run_id: str, region: str | None) -> ReleasePlan:

@@ -5,7 +5,6 @@ tests/unit/reports/*/test_*_charts.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 from dp_demo.geography import demo_regions
 
 from dp_ops.steps import charts
-from dp_ops.steps.page import INDEX_FILE, render_index, write_release_index
+from dp_ops.steps.page import INDEX_FILE, PublishedSection, render_index, write_release_index
 from dp_ops.steps.release import sha256_file
 
 FIRST = date(2020, 2, 15)
@@ -79,9 +78,9 @@ def manifest(files: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def section(m: Mapping[str, Any]) -> str:
-    """A stand-in for a report's "What is published" section."""
-    return f'<section id="published"><p>{m["rows"]["published"]} rows &amp; more</p></section>'
+# a stand-in for a report's "What is published" section (tests/support/templates)
+section = PublishedSection("support:published.html", lambda m: {
+    "rows": m["rows"]["published"], "more": "& more"})
 
 
 def test_index_holds_the_reports_section_links_every_file_and_names_no_run(

@@ -236,7 +236,7 @@ class MobilityRelease:
     report = REPORT
     title = SPEC.title
     column_contract = None  # the shipped schemas/<report>.columns.json
-    page_section: PublishedSection = staticmethod(published_mobility)
+    page_section: PublishedSection = published_mobility
 
     def plan(self, root: DataRoot, cfg: MobilityConfig, ledger: Ledger, days: list[date],
              digests: dict[date, str], *, run_id: str, region: str | None) -> ReleasePlan:

@@ -272,7 +272,7 @@ class SymptomsRelease:
     report = REPORT
     title = SPEC.title
     column_contract = None  # the shipped schemas/<report>.columns.json
-    page_section: PublishedSection = staticmethod(published_symptoms)
+    page_section: PublishedSection = published_symptoms
 
     def plan(self, root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, days: list[date],
              digests: dict[date, str], *, run_id: str, region: str | None) -> ReleasePlan:

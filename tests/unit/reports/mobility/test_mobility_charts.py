@@ -244,7 +244,7 @@ def test_the_published_section_orders_outcomes_and_categories() -> None:
     m = manifest({})
     m["suppression"]["published_share_of_eligible_by_level"] = {
         "2": {"workplaces": 0.25, "odd": 0.5}, "0": {"parks": 1.0, "retail_and_recreation": 0.0}}
-    section = published_mobility(m)
+    section = published_mobility.render(m)
     assert section.startswith('<section id="published">') and section.endswith("</section>")
     # published first, then by count
     outcomes = [section.index(t) for t in ("<td>published</td>", "too few contributing",
