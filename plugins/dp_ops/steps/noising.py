@@ -30,7 +30,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +107,9 @@ class NoisePlan:
     # (the report config's policy_terms): a process whose terms differ is refused before
     # any spend
     policy_terms: Mapping[str, float] = field(default_factory=dict)
+    # for a report whose values are summed by week: the weekday (0 = Monday) its weeks
+    # start on, so that every week is drawn under one law (:func:`week_law_refusal`)
+    terms_change_weekday: int | None = None
 
     def __post_init__(self) -> None:
         names = [b.name for b in self.budgets]
@@ -354,6 +357,33 @@ def _read_true_cells(root: DataRoot, report: str, day: date) -> TrueCells:
     return cells
 
 
+def week_law_refusal(ledger: Ledger, plan: NoisePlan, request: NoiseRequest) -> None:
+    """For a plan with weeks (``terms_change_weekday``), refuse (:class:`BadRequest`,
+    before anything is spent) a draw for ``request.day`` under other budgets than the other
+    days of its week were drawn with: its weekly values sum seven draws of one law
+    (docs/design.md, Symptoms dataset, noise terms change on a Monday). Only a new draw is
+    checked (a re-noise, or a day not noised yet: a backfill under terms changed since); a
+    rerun reuses what is stored."""
+    weekday = plan.terms_change_weekday
+    day = request.day
+    if weekday is None or (not request.renoise and ledger.spends(plan.report, day)):
+        return
+    booked = {b.name: b.epsilon for b in plan.budgets}
+    start = day - timedelta(days=(day.weekday() - weekday) % 7)
+    for other in (start + timedelta(days=i) for i in range(7)):
+        for s in ledger.spends(plan.report, other):
+            want = booked.get(s.slot.metric)
+            if (s.kind in ("noise", "renoise") and want is not None
+                    and not math.isclose(s.epsilon, want, rel_tol=1e-12)):
+                raise BadRequest(
+                    f"date={day}: its week ({start} to {start + timedelta(days=6)}) was "
+                    f"noised with {s.slot.metric} epsilon {s.epsilon!r} on {other}; this "
+                    f"draw would use {want!r} (the terms in force), and a week drawn under "
+                    "two laws has no weekly values. Nothing was spent. The epsilon of "
+                    "that week's days cannot be changed any more: leave them as they are "
+                    "(OPERATIONS.md, Changing the cap or an epsilon)")
+
+
 def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
               ledger_url: str) -> StepResult:
     """Reserve, then draw and store (or reuse) the noisy values of ``request.day``.
@@ -363,9 +393,12 @@ def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
     already re-noised that day by another run, unless ``repeat_renoise`` (recorded in the
     ledger's reason), and when the ledger holds no approval of this run's request
     (:func:`renoise_request`; the approval task or the CLI's ``--approved-by`` records
-    it). Reads the day's bounded aggregates file, which must be whole: a
-    report's noise task calls :func:`dp_ops.steps.bound.finish_bounding` first."""
+    it), and, for a plan with weeks (``terms_change_weekday``), a new draw under other
+    budgets than the rest of its week (:func:`week_law_refusal`). First it makes the
+    day's bounded aggregates file whole (:func:`dp_ops.steps.bound.finish_bounding`: the
+    bounding shards added up), refusing, before any spend, when a shard is missing."""
     from dp_ops.regions import read_regions
+    from dp_ops.steps.bound import finish_bounding
 
     day, run_id, region, renoise = request.day, request.run_id, request.region, request.renoise
     repeat_renoise, reason = request.repeat_renoise, request.reason
@@ -379,6 +412,7 @@ def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
             f"date={day}: before the first public date {plan.first_public_date}; its values "
             "are never published (at most a baseline frozen once is built from them), so a "
             "re-noise would spend budget for nothing")
+    finish_bounding(root, plan.report, day)
     regions = read_regions(root.regions_csv)
     if region is not None:
         region_chain(regions, region)  # validates the region id
@@ -390,6 +424,7 @@ def noise_day(root: DataRoot, plan: NoisePlan, request: NoiseRequest, *,
         # nothing is spent while the ledger fails verification or a release in the data
         # root is not the one it recorded (a rollback, a planted or edited release)
         require_sound(root, ledger)
+        week_law_refusal(ledger, plan, request)
         if renoise and repeat_renoise:
             reason = f"[repeat re-noise] {reason}"
         requests = plan_requests(plan, regions, day, region if renoise else None)

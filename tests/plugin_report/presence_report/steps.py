@@ -18,7 +18,7 @@ from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.sql import render_sql_file
 from dp_ops.layout import DataRoot
 from dp_ops.steps import noising
-from dp_ops.steps.bound import bound_clean_day, finish_bounding
+from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.day_files import write_day_file
 from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
 from dp_ops.steps.noise_request import NoiseRequest
@@ -77,7 +77,6 @@ def noise_plan(root: DataRoot, cfg: PresenceConfig) -> noising.NoisePlan:
 
 def noise(root: DataRoot, cfg: PresenceConfig, request: NoiseRequest, *,
           ledger_url: str) -> StepResult:
-    finish_bounding(root, REPORT, request.day)
     return noising.noise_day(root, noise_plan(root, cfg), request, ledger_url=ledger_url)
 
 

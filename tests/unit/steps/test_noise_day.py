@@ -414,3 +414,46 @@ def test_load_noisy_cells_reads_in_any_order(home: tuple[DataRoot, str]) -> None
     got = noising.load_noisy_cells(root, "mobility", DAY, unstored + [
         s for s in unstored if s.run_id == "run-2"])
     assert set(got["spend_id"]) == set(expected["spend_id"])
+
+
+def _shard_the_bounded_file(root: DataRoot, shards: int) -> pd.DataFrame:
+    """Split the day's bounded sums into ``shards`` partial files (as mapped bounding
+    tasks write them) and remove the whole file; return the whole."""
+    from dp_ops.steps.bound import shard_file
+
+    bounded = root.bounded_file("mobility", DAY)
+    whole = pq.read_table(bounded)
+    for k in range(shards):
+        pq.write_table(whole.slice(k * 2, 2), shard_file(root, "mobility", DAY, k, shards))
+    bounded.unlink()
+    return whole.to_pandas()
+
+
+def test_the_noise_step_adds_up_the_bounding_shards_itself(
+        home: tuple[DataRoot, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report's noise function needs no call of its own to combine the shards: the
+    shared noise step makes the day's file whole before it reads it."""
+    root, url = home
+    whole = _shard_the_bounded_file(root, 2)
+    monkeypatch.setenv("DP_BOUNDING_SHARDS", "2")
+    noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
+    combined = pq.read_table(root.bounded_file("mobility", DAY)).to_pandas()
+    keys = ["level", "region_id", "metric"]
+    pd.testing.assert_frame_equal(
+        combined.sort_values(keys).reset_index(drop=True)[whole.columns],
+        whole.sort_values(keys).reset_index(drop=True), check_dtype=False)
+    assert len(_spends(root, url)) == 6
+
+
+def test_a_missing_bounding_shard_is_refused_before_any_spend(
+        home: tuple[DataRoot, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from dp_ops.errors import BoundingError
+    from dp_ops.steps.bound import shard_file
+
+    root, url = home
+    _shard_the_bounded_file(root, 2)
+    shard_file(root, "mobility", DAY, 1, 2).unlink()
+    monkeypatch.setenv("DP_BOUNDING_SHARDS", "2")
+    with pytest.raises(BoundingError, match="1 of 2 shard file"):
+        noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
+    assert _spends(root, url) == []

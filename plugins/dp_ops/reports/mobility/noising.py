@@ -12,11 +12,8 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Spend, SpendRequest
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.steps import noising
-from dp_ops.steps.bound import finish_bounding
-from dp_ops.steps.noise_request import NoiseRequest
-from dp_ops.steps.result import StepResult
 
-__all__ = ["GROUP_CELLS", "load_noisy_cells", "noise_day", "noise_plan", "plan_requests"]
+__all__ = ["GROUP_CELLS", "load_noisy_cells", "noise_plan", "plan_requests"]
 
 # The cells each ledger metric group noises, per region and level.
 GROUP_CELLS: dict[str, tuple[str, ...]] = {
@@ -38,12 +35,6 @@ def noise_plan(cfg: MobilityConfig) -> noising.NoisePlan:
 def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,
                   renoise_region: str | None = None) -> list[SpendRequest]:
     return noising.plan_requests(noise_plan(cfg), regions, day, renoise_region)
-
-
-def noise_day(root: DataRoot, cfg: MobilityConfig, request: NoiseRequest, *,
-              ledger_url: str) -> StepResult:
-    finish_bounding(root, REPORT, request.day)
-    return noising.noise_day(root, noise_plan(cfg), request, ledger_url=ledger_url)
 
 
 def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:

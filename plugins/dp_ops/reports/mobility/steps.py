@@ -93,9 +93,10 @@ def noise(root: DataRoot, cfg: MobilityConfig, request: NoiseRequest, *,
           ledger_url: str) -> StepResult:
     """Reserve budget in the ledger (refusing past the cap before any draw), then draw and
     store noisy values for every cell of the public domain, or reuse stored ones."""
-    from dp_ops.reports.mobility.noising import noise_day
+    from dp_ops.reports.mobility.noising import noise_plan
+    from dp_ops.steps.noising import noise_day
 
-    return noise_day(root, cfg, request, ledger_url=ledger_url)
+    return noise_day(root, noise_plan(cfg), request, ledger_url=ledger_url)
 
 
 def build_baseline(root: DataRoot, cfg: MobilityConfig, *, ledger_url: str) -> StepResult:

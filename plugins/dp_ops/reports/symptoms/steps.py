@@ -87,10 +87,11 @@ def noise_plan(root: DataRoot, cfg: SymptomsConfig) -> NoisePlan:
 def noise(root: DataRoot, cfg: SymptomsConfig, request: NoiseRequest, *,
           ledger_url: str) -> StepResult:
     """Reserve budget (refused past the cap before any draw), then draw and store noisy A
-    and B for every cell of the public domain, or reuse the stored ones."""
-    from dp_ops.reports.symptoms.noising import noise_day
+    and B for every cell of the public domain, or reuse the stored ones; a new draw under
+    other budgets than the rest of its week is refused."""
+    from dp_ops.steps.noising import noise_day
 
-    return noise_day(root, cfg, request, ledger_url=ledger_url)
+    return noise_day(root, noise_plan(root, cfg), request, ledger_url=ledger_url)
 
 
 def report(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: str) -> StepResult:

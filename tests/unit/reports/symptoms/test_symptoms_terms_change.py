@@ -25,8 +25,9 @@ from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest, terms_change_refus
 from dp_ops.reports.spec import report_spec
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.matrix import from_rows, weekly
-from dp_ops.reports.symptoms.noising import noise_plan, week_law_refusal
+from dp_ops.reports.symptoms.noising import noise_plan
 from dp_ops.steps.noise_request import NoiseRequest
+from dp_ops.steps.noising import week_law_refusal
 
 MONDAY = date(2020, 3, 2)
 A_TERM = "epsilon.symptom_searches"
