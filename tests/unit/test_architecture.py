@@ -99,6 +99,17 @@ def test_type_checking_imports_are_not_dependencies(tmp_path: Path) -> None:
     assert check(root) == []
 
 
+def test_a_cycle_closed_by_a_type_checking_import_is_a_cycle(tmp_path: Path) -> None:
+    """How reports once had their spec type their steps module: the spec imported the
+    steps under TYPE_CHECKING, and the steps imported the spec's package (16 files in one
+    circle)."""
+    root = _tree(tmp_path, {
+        "dp_ops/reports/spec.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from dp_ops.reports import steps\n",
+        "dp_ops/reports/steps.py": "from dp_ops.reports.spec import SPEC\n"})
+    assert [v.rule for v in check(root)] == ["no import cycles"]
+
+
 def test_a_cycle_is_reported_as_its_path(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"dp_ops/reports/a.py": "import dp_ops.reports.b\n",
                             "dp_ops/reports/b.py": "from dp_ops.reports import a\n"})

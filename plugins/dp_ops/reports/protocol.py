@@ -2,9 +2,9 @@
 
 A report is a package whose ``steps`` module provides the functions of :class:`ReportSteps`,
 typed with its own config class, and whose ``spec`` module exports its
-:class:`~dp_ops.reports.spec.ReportSpec`. The ``spec`` module checks the ``steps`` module
-against the protocol for mypy, so a report that drops or changes a step fails the type
-check, not a run.
+:class:`~dp_ops.reports.spec.ReportSpec`. Its ``conformance`` module (imported by nothing)
+checks the ``steps`` module against the protocol for mypy, so a report that drops or
+changes a step fails the type check, not a run.
 
 Every step takes the data root and the config, writes its outputs under the data root and
 returns a :class:`~dp_ops.steps.result.StepResult` whose summary is safe to log (paths and

@@ -2,7 +2,7 @@
 
 Reports are found through their specs (:mod:`dp_ops.reports.spec`, the ``dp_ops.reports``
 entry points); nothing here names one. Each report package checks its ``steps`` module
-against :class:`~dp_ops.reports.protocol.ReportSteps` in its ``spec`` module.
+against :class:`~dp_ops.reports.protocol.ReportSteps` in its ``conformance`` module.
 """
 
 from __future__ import annotations
