@@ -65,19 +65,20 @@ class BoundReport(Generic[C]):
                  shard: int | None = None) -> StepResult:
         """Run one of the generic per-day steps (``publish`` takes no day)."""
         steps, root, cfg = self.steps, self.root, self.cfg
-        calls: dict[Step, Callable[[date], StepResult]] = {
-            Step.INGEST: lambda d: steps.ingest(root, cfg, d),
-            Step.BOUND_CONTRIBUTIONS: lambda d: steps.bound_contributions(root, cfg, d,
-                                                                          shard=shard),
-            Step.REPORT: lambda d: steps.report(root, cfg, d, ledger_url=self.ledger_url),
-        }
-        if step is not Step.PUBLISH and day is None:
+        if step is Step.PUBLISH:
+            with self.settings_in_force():
+                return steps.publish(root, cfg, run_id=run_id, ledger_url=self.ledger_url)
+        if day is None:
             raise ValueError(f"step={step.value!r} processes one day: a day is required")
         with self.settings_in_force():
-            if step is Step.PUBLISH:
-                return steps.publish(root, cfg, run_id=run_id, ledger_url=self.ledger_url)
-            assert day is not None
-            return calls[step](day)
+            match step:
+                case Step.INGEST:
+                    return steps.ingest(root, cfg, day)
+                case Step.BOUND_CONTRIBUTIONS:
+                    return steps.bound_contributions(root, cfg, day, shard=shard)
+                case Step.REPORT:
+                    return steps.report(root, cfg, day, ledger_url=self.ledger_url)
+        raise ValueError(f"step={step!r}: not a step run_step runs")
 
     def noise(self, request: NoiseRequest) -> StepResult:
         with self.settings_in_force():
