@@ -20,8 +20,8 @@ from dp_ops.regions import read_regions, write_regions
 from dp_ops.reports.chain import run_days
 from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.noise_request import NoiseRequest, RunRequest
+from dp_ops.steps.noising import load_noisy_cells
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -76,7 +76,7 @@ def test_region_without_users_still_gets_noisy_cells(pipeline: dict[str, object]
     assert isinstance(root, DataRoot) and isinstance(url, str)
     ledger = Ledger(url)
     day = date(2020, 2, 3)
-    cells = load_noisy_cells(root, day, ledger.spends("mobility", day))
+    cells = load_noisy_cells(root, "mobility", day, ledger.spends("mobility", day))
     empty = cells[cells["region_id"] == EMPTY_REGION]
     assert len(empty) == 11  # 7 place categories, workplaces, residential x2, contributors
     # it is in the report domain and never published (too few DP-contributing users)
@@ -142,7 +142,7 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     assert isinstance(url, str)
     day = END
     ledger = Ledger(url)
-    before_cells = load_noisy_cells(root, day, ledger.spends("mobility", day))
+    before_cells = load_noisy_cells(root, "mobility", day, ledger.spends("mobility", day))
     regions = read_regions(root.regions_csv)
     region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[3])
     steps.ingest(root, cfg, day)
@@ -153,7 +153,7 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
                                         reason="raw data corrected"), ledger_url=url)
     spent = ledger.spent("mobility", day)
     assert spent == pytest.approx(2 * cfg.run_epsilon)  # the region's three levels again
-    after_cells = load_noisy_cells(root, day, ledger.spends("mobility", day))
+    after_cells = load_noisy_cells(root, "mobility", day, ledger.spends("mobility", day))
     merged = before_cells.merge(after_cells, on=["level", "region_id", "metric"])
     changed = merged[merged["spend_id_x"] != merged["spend_id_y"]]
     parent = regions.set_index("region_id").loc[region, "parent_id"]

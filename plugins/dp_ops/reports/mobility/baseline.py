@@ -34,9 +34,9 @@ from dp_ops.reports.mobility.estimates import (
     metric_estimates,
     strictly_below,
 )
-from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.derived import read_recorded, store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.noising import load_noisy_cells
 from dp_ops.steps.release import sha256_file
 from dp_ops.steps.result import StepResult
 
@@ -169,7 +169,7 @@ def _window_baseline(root: DataRoot, cfg: MobilityConfig, ledger: Ledger) -> pd.
     alpha = strictly_below(cfg.max_error_probability)
     frames = []
     for day in cfg.baseline_dates:
-        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        cells = load_noisy_cells(root, REPORT, day, ledger.spends(REPORT, day))
         est = metric_estimates(cells, grid_per_hour=cfg.residential_grid_per_hour,
                                residential_alpha=residential_window_alpha(alpha))
         frames.append(long_estimates(est, day))

@@ -40,11 +40,11 @@ from dp_ops.reports.mobility.method_update import (
     to_categories,
     update_budgets,
 )
-from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.reports.mobility.report import report_day
 from dp_ops.steps.day_files import recorded_days
 from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
+from dp_ops.steps.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
 
 
@@ -67,7 +67,7 @@ def _noisy_s_g(root: DataRoot, ledger: Ledger, window: list[date], update: Metho
     """Per group: s_g from the stored noisy cells (current values) and its noise key."""
     frames = {}
     for day in window:
-        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        cells = load_noisy_cells(root, REPORT, day, ledger.spends(REPORT, day))
         frames[day] = cells[cells["metric"].isin(update.cells)].copy()
     sums = group_sums(frames, "noisy_value").rename(columns={"noisy_value": "s_g"})
     out = to_categories(sums, update.categories, "s_g")

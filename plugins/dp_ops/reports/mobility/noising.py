@@ -3,17 +3,11 @@
 
 from __future__ import annotations
 
-from datetime import date
-
-import pandas as pd
-
 from dp_ops.contract import PLACE_CATEGORIES
-from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Spend, SpendRequest
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.steps import noising
 
-__all__ = ["GROUP_CELLS", "load_noisy_cells", "noise_plan", "plan_requests"]
+__all__ = ["GROUP_CELLS", "noise_plan"]
 
 # The cells each ledger metric group noises, per region and level.
 GROUP_CELLS: dict[str, tuple[str, ...]] = {
@@ -30,12 +24,3 @@ def noise_plan(cfg: MobilityConfig) -> noising.NoisePlan:
         report=REPORT, budgets=cfg.metric_budgets, group_cells=GROUP_CELLS,
         levels=cfg.levels, cap=cfg.cap, method_version=cfg.method_version,
         first_public_date=cfg.first_public_date, policy_terms=cfg.policy_terms)
-
-
-def plan_requests(cfg: MobilityConfig, regions: pd.DataFrame, day: date,
-                  renoise_region: str | None = None) -> list[SpendRequest]:
-    return noising.plan_requests(noise_plan(cfg), regions, day, renoise_region)
-
-
-def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:
-    return noising.load_noisy_cells(root, REPORT, day, spends)

@@ -34,9 +34,9 @@ from dp_ops.reports.mobility.estimates import (
     strictly_below,
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
-from dp_ops.reports.mobility.noising import load_noisy_cells
 from dp_ops.steps.day_files import write_day_file
 from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
 
 KEY_COLUMNS: tuple[str, ...] = (
@@ -126,7 +126,7 @@ def report_day(root: DataRoot, cfg: MobilityConfig, day: date, *, ledger_url: st
     try:
         baseline = apply_method_updates(read_baseline(root, ledger),
                                         read_method_updates(root, ledger), day)
-        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        cells = load_noisy_cells(root, REPORT, day, ledger.spends(REPORT, day))
         rows = _day_rows(root, cfg, day, baseline, cells)
         write_day_file(root, ledger, REPORT, day, pa.Table.from_pandas(rows,
                                                                        preserve_index=False))

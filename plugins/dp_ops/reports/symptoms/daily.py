@@ -16,10 +16,10 @@ import pyarrow as pa
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
-from dp_ops.reports.symptoms.noising import load_noisy_cells
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 from dp_ops.steps.day_files import write_day_file
 from dp_ops.steps.ledger_binding import open_ledger
+from dp_ops.steps.noising import load_noisy_cells
 from dp_ops.steps.result import StepResult
 
 
@@ -109,7 +109,7 @@ def report_day(root: DataRoot, cfg: SymptomsConfig, day: date, *, ledger_url: st
                           f"{cfg.first_public_date}")
     ledger = open_ledger(root, ledger_url)
     try:
-        cells = load_noisy_cells(root, day, ledger.spends(REPORT, day))
+        cells = load_noisy_cells(root, REPORT, day, ledger.spends(REPORT, day))
         rows = with_reliability(pair_cells(cells), cfg, n_days=1)
         rows.insert(3, "date", pd.Timestamp(day).date())
         rows = rows.sort_values(["level", "region_id", "symptom"]).reset_index(drop=True)

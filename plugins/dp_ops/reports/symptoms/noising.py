@@ -11,12 +11,6 @@ laws (:func:`dp_ops.steps.noising.week_law_refusal`).
 
 from __future__ import annotations
 
-from datetime import date
-
-import pandas as pd
-
-from dp_ops.layout import DataRoot
-from dp_ops.privacy.ledger import Spend
 from dp_ops.reports.symptoms.config import (
     REPORT,
     SYMPTOM_CELL_PREFIX,
@@ -37,7 +31,3 @@ def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> noising.NoisePlan:
         levels=cfg.levels, cap=cfg.cap,
         method_version=cfg.method_version, first_public_date=cfg.first_public_date,
         policy_terms=cfg.policy_terms, terms_change_weekday=SPEC.terms_change_weekday)
-
-
-def load_noisy_cells(root: DataRoot, day: date, spends: list[Spend]) -> pd.DataFrame:
-    return noising.load_noisy_cells(root, REPORT, day, spends)

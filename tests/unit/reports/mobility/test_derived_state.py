@@ -28,7 +28,7 @@ from dp_ops.errors import DerivedStateTampered, LedgerMismatch
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import write_regions
-from dp_ops.reports.mobility import noising
+from dp_ops.reports.mobility import noising, steps
 from dp_ops.reports.mobility.baseline import build_baseline_once, read_baseline
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.report import report_day
@@ -60,7 +60,7 @@ def window_noised(tmp_path_factory: pytest.TempPathFactory) -> Path:
     url = f"sqlite:///{base / 'ledger.sqlite'}"
     for day in [*CFG.baseline_dates, PUBLIC_DAY]:
         _bounded(root, regions, day)
-        noising.noise_day(root, CFG, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
+        steps.noise(root, CFG, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
     return base
 
 
@@ -201,7 +201,7 @@ def test_another_ledger_is_refused(env: tuple[DataRoot, str], tmp_path: Path) ->
     fresh = f"sqlite:///{tmp_path / 'fresh.sqlite'}"
     files = sorted(root.noise_dir("mobility", PUBLIC_DAY).glob("*.parquet"))
     with pytest.raises(LedgerMismatch, match="was first used with ledger"):
-        noising.noise_day(root, CFG, NoiseRequest(day=PUBLIC_DAY, run_id="daily"), ledger_url=fresh)
+        steps.noise(root, CFG, NoiseRequest(day=PUBLIC_DAY, run_id="daily"), ledger_url=fresh)
     with pytest.raises(LedgerMismatch):
         report_day(root, CFG, PUBLIC_DAY, ledger_url=fresh)
     assert _spends(fresh) == 0
@@ -209,7 +209,7 @@ def test_another_ledger_is_refused(env: tuple[DataRoot, str], tmp_path: Path) ->
     # deleting the identity record does not help: the data root holds stored noise
     (root.root / IDENTITY_FILE).unlink()
     with pytest.raises(LedgerMismatch, match="holds stored noise or releases"):
-        noising.noise_day(root, CFG, NoiseRequest(day=PUBLIC_DAY + timedelta(days=1),
+        steps.noise(root, CFG, NoiseRequest(day=PUBLIC_DAY + timedelta(days=1),
                                                   run_id="daily"), ledger_url=fresh)
     assert _spends(fresh) == 0
     assert _spends(url) > 0
@@ -227,13 +227,13 @@ def test_a_restored_older_ledger_is_refused(env: tuple[DataRoot, str]) -> None:
         src.backup(dst)
     day = PUBLIC_DAY + timedelta(days=1)
     _bounded(root, demo_regions(), day)
-    noising.noise_day(root, CFG, NoiseRequest(day=day, run_id="daily"),
+    steps.noise(root, CFG, NoiseRequest(day=day, run_id="daily"),
                                               ledger_url=url)  # later entries
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     shutil.copy(backup, path)
     with pytest.raises(LedgerMismatch, match="older than the data root"):
-        noising.noise_day(root, CFG, NoiseRequest(day=day, run_id="daily-2"), ledger_url=url)
+        steps.noise(root, CFG, NoiseRequest(day=day, run_id="daily-2"), ledger_url=url)
     with pytest.raises(LedgerMismatch, match="older than the data root"):
         report_day(root, CFG, PUBLIC_DAY, ledger_url=url)
     env_vars = {**os.environ, "DP_LEDGER_URL": url, "DP_DATA_ROOT": str(root.root)}

@@ -47,6 +47,7 @@ from dp_ops.reports.mobility.method_update import (
 from dp_ops.reports.mobility.method_update_step import run_method_update
 from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.reports.protocol import MethodUpdateForm
+from dp_ops.steps import noising as core_noising
 from dp_ops.steps.noise_request import NoiseRequest
 
 EFFECTIVE = date(2020, 3, 9)  # a Monday; window 2020-02-10 .. 2020-03-08 (after the baseline)
@@ -244,7 +245,7 @@ def noised_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cells["level"] = cells["level"].astype(np.int32)
         write_parquet_atomic(pa.Table.from_pandas(cells, preserve_index=False),
                              root.bounded_file("mobility", day))
-        noising.noise_day(root, cfg, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
+        steps.noise(root, cfg, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
     return base
 
 
@@ -426,7 +427,7 @@ def _renoise(env: dict[str, object], day: date, *, run_id: str, repeat: bool = F
     root, default, url = _unpack(env)
     approve_renoise(root, url, noising.noise_plan(cfg or default), day, "DM-01",
                     "test: bad source file", run_id=run_id, repeat=repeat)
-    return noising.noise_day(root, cfg or default, NoiseRequest(day=day, run_id=run_id,
+    return steps.noise(root, cfg or default, NoiseRequest(day=day, run_id=run_id,
                                                                 region="DM-01", renoise=True,
                                                                 repeat_renoise=repeat,
                                                                 reason="test: bad source file"),
@@ -483,7 +484,7 @@ def test_the_ledger_refuses_forged_run_ids_and_reasons(noised_window: dict[str, 
     for run_id, reason in (("daily\n2 | forged", "ok"), ("oncall", "\x1b[2Jcleared"),
                            ("oncall", "x" * 100_000)):
         with pytest.raises(BadRequest, match="run_id|reason"):
-            noising.noise_day(root, cfg, NoiseRequest(day=day, run_id=run_id, region="DM-01",
+            steps.noise(root, cfg, NoiseRequest(day=day, run_id=run_id, region="DM-01",
                                                       renoise=True, reason=reason), ledger_url=url)
     assert _spend_count(url) == before
 
@@ -515,13 +516,13 @@ def test_deleted_noise_is_never_redrawn(noised_window: dict[str, object]) -> Non
     for f in files:
         f.unlink()
     with pytest.raises(NoiseTampered, match="is missing; noise is never redrawn"):
-        noising.noise_day(root, cfg, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
+        steps.noise(root, cfg, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
     assert not any(root.noise_dir("mobility", day).glob("spend-*.parquet"))
     assert _spend_count(url) == before
     ledger = Ledger(url)
     try:
         with pytest.raises(NoiseTampered):
-            noising.load_noisy_cells(root, day, ledger.spends("mobility", day))
+            core_noising.load_noisy_cells(root, "mobility", day, ledger.spends("mobility", day))
     finally:
         ledger.dispose()
 
@@ -543,11 +544,11 @@ def test_overwritten_noise_is_refused(noised_window: dict[str, object]) -> None:
     ledger = Ledger(url)
     try:
         with pytest.raises(NoiseTampered, match="is not the file stored for it"):
-            noising.load_noisy_cells(root, day, ledger.spends("mobility", day))
+            core_noising.load_noisy_cells(root, "mobility", day, ledger.spends("mobility", day))
     finally:
         ledger.dispose()
     with pytest.raises(NoiseTampered):
-        noising.noise_day(root, cfg, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
+        steps.noise(root, cfg, NoiseRequest(day=day, run_id="daily"), ledger_url=url)
 
 
 def test_the_ledger_records_each_stored_noise_once(noised_window: dict[str, object]) -> None:
