@@ -2,7 +2,7 @@
 
 A report is a package whose ``steps`` module provides the functions of :class:`ReportSteps`,
 typed with its own config class, and whose ``spec`` module exports its
-:class:`~dp_ops.reports.spec.ReportSpec`. Its ``conformance`` module (imported by nothing)
+:class:`~dp_ops.reports.spec.ReportSpec`. Its ``conformance`` module (no other module imports it)
 checks the ``steps`` module against the protocol for mypy, so a report that drops or
 changes a step fails the type check, not a run.
 

@@ -1,6 +1,6 @@
 """mypy's check that the presence report keeps the factory's protocols: its steps module
-is a ``ReportSteps`` and its release parts are ``ReleaseParts`` over its config. Nothing
-imports this module at run time; mypy reads it with the package (mypy.ini)."""
+is a ``ReportSteps`` and its release parts are ``ReleaseParts`` over its config. No other
+module imports this one; mypy reads it with the package (mypy.ini)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """mypy's check that the mobility report keeps the factory's protocols: its steps module is
 a ``ReportSteps`` over its config, with the baseline and method-update capabilities.
-Nothing imports this module at run time (the spec stays a light value that imports no
+No other module imports this one (the spec stays a light value that imports no
 step, so the package has no import circle through it); mypy reads it with the rest of
 the package (mypy.ini), so a report that drops or changes a step fails the type check,
 not a run."""

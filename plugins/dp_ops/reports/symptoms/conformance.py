@@ -1,5 +1,5 @@
 """mypy's check that the symptoms dataset keeps the factory's protocols: its steps module
-is a ``ReportSteps`` over its config. Nothing imports this module at run time (the spec
+is a ``ReportSteps`` over its config. No other module imports this one (the spec
 stays a light value that imports no step, so the package has no import circle through
 it); mypy reads it with the rest of the package (mypy.ini), so a report that drops or
 changes a step fails the type check, not a run."""
