@@ -457,3 +457,31 @@ def test_a_missing_bounding_shard_is_refused_before_any_spend(
     with pytest.raises(BoundingError, match="1 of 2 shard file"):
         noising.noise_day(root, PLAN, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
     assert _spends(root, url) == []
+
+
+@pytest.mark.parametrize("weekday, refused, allowed", [
+    (2, [date(2020, 2, 26), date(2020, 3, 3)], [date(2020, 2, 25), date(2020, 3, 4)]),
+    (0, [date(2020, 3, 3), date(2020, 3, 8)], [date(2020, 3, 1), date(2020, 3, 9)]),
+    (None, [], [date(2020, 3, 3)]),
+])
+def test_a_week_starts_on_the_plans_weekday(
+        home: tuple[DataRoot, str], weekday: int | None, refused: list[date],
+        allowed: list[date]) -> None:
+    """Monday 2020-03-02 noised under the plan's budgets: a new draw under other budgets is
+    refused on every other day of the week that holds it (starting on the plan's
+    ``terms_change_weekday``), and taken on the days just outside it."""
+    from dataclasses import replace
+
+    root, url = home
+    plan = replace(PLAN, terms_change_weekday=weekday)
+    noising.noise_day(root, plan, NoiseRequest(day=DAY, run_id="run-1"), ledger_url=url)
+    other = replace(plan, budgets=(MetricBudget("a", 0.25, 1, 2), MetricBudget("b", 0.25, 3)))
+    with closing_ledger(open_ledger(root, url)) as ledger:
+        for day in refused:
+            with pytest.raises(BadRequest, match=f"date={day}: its week"):
+                noising.week_law_refusal(ledger, other, NoiseRequest(day=day, run_id="r"))
+        for day in allowed:
+            noising.week_law_refusal(ledger, other, NoiseRequest(day=day, run_id="r"))
+        # the same budgets as the week's: never refused
+        noising.week_law_refusal(ledger, plan, NoiseRequest(day=refused[0] if refused
+                                                            else DAY, run_id="r"))
