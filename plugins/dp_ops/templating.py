@@ -69,13 +69,46 @@ def share(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "\u2013"
 
 
-def markdown(text: str, drop_title: bool = False) -> Markup:
-    """The data statement's Markdown subset as HTML
-    (:func:`dp_ops.steps.data_statement.markdown_html`, which escapes every text itself):
-    the one filter whose output is markup. ``drop_title``: without a first ``#`` heading
-    of plain text (where the page gives the section its own heading)."""
-    from dp_ops.steps.data_statement import markdown_html
+def markdown_html(text: str) -> str:
+    """The data statement's Markdown as HTML (the subset it uses: headings, paragraphs,
+    bullet lists, pipe tables, ``code`` and **bold**), every text escaped here."""
+    out: list[str] = []
+    blocks = re.split(r"\n\s*\n", text.strip())
+    for block in blocks:
+        lines = block.splitlines()
+        if lines[0].startswith("#"):
+            depth = min(len(lines[0]) - len(lines[0].lstrip("#")) + 1, 4)
+            out.append(f"<h{depth}>{_inline(lines[0].lstrip('#').strip())}</h{depth}>")
+        elif all(line.startswith("|") for line in lines):
+            cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+            head, body = cells[0], [r for r in cells[1:] if not set("".join(r)) <= set("-:")]
+            out.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head)
+                       + "</tr></thead><tbody>"
+                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row)
+                                 + "</tr>" for row in body) + "</tbody></table>")
+        elif all(line.startswith("- ") or line.startswith("  ") for line in lines):
+            items: list[str] = []
+            for line in lines:
+                if line.startswith("- "):
+                    items.append(line[2:])
+                else:
+                    items[-1] += " " + line.strip()
+            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
+        else:
+            out.append(f"<p>{_inline(' '.join(line.strip() for line in lines))}</p>")
+    return "\n".join(out)
 
+
+def _inline(text: str) -> str:
+    escaped = html.escape(text, quote=False)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
+
+
+def markdown(text: str, drop_title: bool = False) -> Markup:
+    """:func:`markdown_html` of ``text``, which escapes every text itself: the one filter
+    whose output is markup. ``drop_title``: without a first ``#`` heading of plain text
+    (where the page gives the section its own heading)."""
     out = markdown_html(str(text))
     if drop_title:
         out = re.sub(r"^<h2>[^<]*</h2>", "", out, count=1)

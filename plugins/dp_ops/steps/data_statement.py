@@ -16,9 +16,7 @@ date re-noised or spent on by a method update says so.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -331,47 +329,10 @@ def render_statement(manifest: Mapping[str, Any], booked: Iterable[Booked],
     return "\n".join(lines)
 
 
-def markdown_html(text: str) -> str:
-    """The statement's Markdown as HTML (the subset it uses: headings, paragraphs, bullet
-    lists, pipe tables, ``code`` and **bold**), escaped."""
-    out: list[str] = []
-    blocks = re.split(r"\n\s*\n", text.strip())
-    for block in blocks:
-        lines = block.splitlines()
-        if lines[0].startswith("#"):
-            depth = min(len(lines[0]) - len(lines[0].lstrip("#")) + 1, 4)
-            out.append(f"<h{depth}>{_inline(lines[0].lstrip('#').strip())}</h{depth}>")
-        elif all(line.startswith("|") for line in lines):
-            cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-            head, body = cells[0], [r for r in cells[1:] if not set("".join(r)) <= set("-:")]
-            out.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head)
-                       + "</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row)
-                                 + "</tr>" for row in body) + "</tbody></table>")
-        elif all(line.startswith("- ") or line.startswith("  ") for line in lines):
-            items: list[str] = []
-            for line in lines:
-                if line.startswith("- "):
-                    items.append(line[2:])
-                else:
-                    items[-1] += " " + line.strip()
-            out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
-        else:
-            out.append(f"<p>{_inline(' '.join(line.strip() for line in lines))}</p>")
-    return "\n".join(out)
-
-
-def _inline(text: str) -> str:
-    escaped = html.escape(text, quote=False)
-    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
-
-
 def statement_section(text: str) -> str:
-    """The page's ``<section id="statement">``: the statement's text as HTML."""
-    body = markdown_html(text)
-    # the statement's own title is the section's heading
-    body = re.sub(r"^<h2>[^<]*</h2>", "", body, count=1)
-    return (f'<section id="statement"><h2>Data statement</h2>'
-            f'<p>Also in this release as <a href="{STATEMENT_FILE}">{STATEMENT_FILE}</a>.</p>'
-            f"{body}</section>")
+    """The page's ``<section id="statement">``: the statement's text as HTML (the macro
+    ``statement_section`` of ``templates/_page.html``, which the release page uses)."""
+    from dp_ops.templating import environment
+
+    macros = environment().get_template("_page.html").module
+    return str(macros.statement_section(text, STATEMENT_FILE))  # type: ignore[attr-defined]

@@ -28,7 +28,6 @@ from dp_ops.steps.data_statement import (
     Booked,
     composed_rows,
     date_ranges,
-    markdown_html,
     noise_rows,
     noise_std,
     render_statement,
@@ -36,6 +35,7 @@ from dp_ops.steps.data_statement import (
     statement_section,
 )
 from dp_ops.steps.release import epsilon_summary
+from dp_ops.templating import markdown_html
 
 MANIFEST = {
     "schema_version": "1.2", "report": "mobility", "method_version": "v1",
