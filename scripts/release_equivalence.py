@@ -134,19 +134,18 @@ def releases(root: Path) -> dict[str, Any]:
 
 def spends(root: Path) -> list[dict[str, Any]]:
     """The ledger's spends without what names a run, a time or a row: what was booked."""
-    code = f"""
-import json
-from dp_ops.privacy.ledger import Ledger
-ledger = Ledger("sqlite:///{root / 'ledger.sqlite'}")
-print(json.dumps([dict(report=s.slot.report, day=s.slot.day.isoformat(), level=s.slot.level,
-                       metric=s.slot.metric, region_scope=s.slot.region_scope,
-                       generation=s.generation, epsilon=s.epsilon, kind=s.kind,
-                       method_version=s.method_version, reason=s.reason,
-                       stored_cells=s.stored_cells) for s in ledger.spends()]))
-"""
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                          text=True, check=True)
-    return list(json.loads(done.stdout))
+    from dp_ops.privacy.ledger import Ledger
+
+    ledger = Ledger(f"sqlite:///{root / 'ledger.sqlite'}")
+    try:
+        return [{"report": s.slot.report, "day": s.slot.day.isoformat(),
+                 "level": s.slot.level, "metric": s.slot.metric,
+                 "region_scope": s.slot.region_scope, "generation": s.generation,
+                 "epsilon": s.epsilon, "kind": s.kind, "method_version": s.method_version,
+                 "reason": s.reason, "stored_cells": s.stored_cells}
+                for s in ledger.spends()]
+    finally:
+        ledger.dispose()
 
 
 def record(directory: Path, users: int) -> int:
