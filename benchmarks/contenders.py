@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from dp_ops.contract import PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.sources.location_history import PLACE_CATEGORIES
 from dp_ops.steps.noise_request import NoiseRequest, RunRequest
 
 BENCH_DAY = date(2020, 2, 15)  # the first public date: the whole day publishes it
@@ -280,13 +280,15 @@ def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
     """Every day of the baseline window noised and reported, baseline frozen (untimed
     setup for ``whole-day``): ``data`` is copied (hard-linked) into each window date."""
     from dp_ops.reports.mobility import steps
+    from dp_ops.reports.mobility.spec import SPEC
+    from dp_ops.steps.ingest import ingest_sources
 
     cfg = MobilityConfig()
     root = prepare_root(data, work, raw_days=cfg.baseline_dates)
     ledger = root.default_ledger_url
     t0 = time.perf_counter()
     for day in cfg.baseline_dates:
-        steps.ingest(root, cfg, day)
+        ingest_sources(root, SPEC.sources, day)
         steps.bound_contributions(root, cfg, day)
         steps.noise(root, cfg, NoiseRequest(day=day, run_id="benchmark-window"), ledger_url=ledger)
         steps.build_baseline(root, cfg, ledger_url=ledger)

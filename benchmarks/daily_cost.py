@@ -137,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     results_file.stamp = lambda: measured
     validation = time_validation(args.report)
 
+    from dp_ops.reports.spec import report_spec
+    from dp_ops.steps.ingest import ingest_sources
+
+    sources = report_spec(args.report).sources
     if args.report == "symptoms":
         from dp_ops.reports.symptoms import steps
     else:
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while day <= last:
             timed = day in {YEAR_START + timedelta(days=d - 1) for d in at}
-            chain = [("ingest", lambda d=day: steps.ingest(root, cfg, d)),
+            chain = [("ingest", lambda d=day: ingest_sources(root, sources, d)),
                      ("bound", lambda d=day: steps.bound_contributions(root, cfg, d)),
                      ("noise", lambda d=day: steps.noise(
                          root, cfg, NoiseRequest(day=d, run_id=f"day-{d}"), ledger_url=url))]

@@ -43,9 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     from dp_ops.reports.symptoms.assemble import build_candidate, complete_weeks
     from dp_ops.reports.symptoms.charts import write_symptom_charts
     from dp_ops.reports.symptoms.period import load_period
+    from dp_ops.reports.symptoms.spec import SPEC
     from dp_ops.reports.symptoms.suites import published_values, validate_symptoms_release
+    from dp_ops.sources.search_activity import read_symptoms, symptom_list
     from dp_ops.steps.charts import charted_regions
-    from dp_ops.steps.ingest import read_symptoms
+    from dp_ops.steps.ingest import ingest_sources
     from dp_ops.steps.noise_request import NoiseRequest
     from dp_ops.steps.release_contract import require_contract
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(1, at[-1] + 1):
             day = YEAR_START + timedelta(days=n - 1)
-            steps.ingest(root, cfg, day)
+            ingest_sources(root, SPEC.sources, day)
             steps.bound_contributions(root, cfg, day)
             steps.noise(root, cfg, NoiseRequest(day=day, run_id=f"day-{day}"), ledger_url=url)
             steps.report(root, cfg, day, ledger_url=url)
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 days, digests = release_days(ledger, "symptoms", cfg.first_public_date)
                 scaling = release.read_scaling(root, ledger)[0]
             regions = read_regions(root.regions_csv)
-            symptoms = read_symptoms(root.symptoms_txt)
+            symptoms = read_symptoms(symptom_list(root))
             labels = [d.isoformat() for d in days]
             mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
             charted, _ = charted_regions(regions, cfg.levels)

@@ -73,8 +73,10 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
     import dp_ops.reports.mobility.noising  # noqa: F401
     from dp_ops.reports.mobility import steps
     from dp_ops.reports.mobility.config import MobilityConfig
+    from dp_ops.reports.mobility.spec import SPEC
     from dp_ops.reports.registry import prepare_noise_samplers
     from dp_ops.settings import load_execution_settings
+    from dp_ops.steps.ingest import ingest_sources
     from dp_ops.steps.noise_request import NoiseRequest
 
     prepare_noise_samplers()
@@ -97,7 +99,7 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
             "spark.sql.adaptive.enabled")}
     out["execution"] = vars(load_execution_settings())
     t0 = time.perf_counter()
-    steps.ingest(root, cfg, BENCH_DAY)
+    ingest_sources(root, SPEC.sources, BENCH_DAY)
     t1 = time.perf_counter()
     steps.bound_contributions(root, cfg, BENCH_DAY)
     t2 = time.perf_counter()

@@ -43,8 +43,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from dp_demo.geography import fake_place_id
 
-from dp_ops.contract import PLACE_CATEGORIES
 from dp_ops.regions import REGION_COLUMNS, validate_regions, write_regions
+from dp_ops.sources.location_history import PLACE_CATEGORIES
 
 COUNTRY_CODE = "BX"
 COUNTRY_NAME = "Benchmarkia"

@@ -142,15 +142,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dp_demo.geography import demo_population_weights, demo_regions
-from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
 from dp_ops.regions import ancestors, read_regions, write_regions
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES, MobilityConfig
+from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
+from dp_ops.sources.location_history import NAME as LOCATION_SOURCE
+from dp_ops.sources.search_activity import NAME as SEARCH_SOURCE
+from dp_ops.sources.search_activity import symptom_list
 
 DEFAULT_USERS = 100_000
 DEFAULT_SEED = 2020
-LOCATION_SOURCE = "location_history"
-SEARCH_SOURCE = "search_activity"
 TRUTH_FILE = "mobility_truth.parquet"
 SYMPTOMS_TRUTH_FILE = "symptoms_truth.parquet"
 _TRUTH_BATCH_DAYS = 10
@@ -747,8 +748,8 @@ def default_symptoms() -> list[str]:
 def _write_reference(root: DataRoot, regions: pd.DataFrame) -> pd.DataFrame:
     """Write the public reference files; return the region table as read back (validated)."""
     write_regions(regions, root.regions_csv)
-    root.symptoms_txt.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(default_symptoms_path(), root.symptoms_txt)
+    symptom_list(root).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(default_symptoms_path(), symptom_list(root))
     return read_regions(root.regions_csv)
 
 
@@ -1004,7 +1005,7 @@ def generate(
     return GenerateSummary(
         start=start, end=end, days=len(days), users=users, rows=rows, search_rows=search_rows,
         regions=len(table),
-        paths=(str(root.regions_csv), str(root.symptoms_txt),
+        paths=(str(root.regions_csv), str(symptom_list(root)),
                str(root.root / "raw" / LOCATION_SOURCE), str(root.root / "raw" / SEARCH_SOURCE),
                str(truth_path), str(symptoms_truth_path)),
     )

@@ -41,13 +41,15 @@ class DataRoot:
     def regions_csv(self) -> Path:
         return self.root / "reference" / "regions.csv"
 
-    @property
-    def symptoms_txt(self) -> Path:
-        return self.root / "reference" / "symptoms.txt"
+    def reference_file(self, name: str) -> Path:
+        """A public file a source reads (``SourceSpec.reference_files``): a plain name."""
+        if not name or name != Path(name).name or name.startswith("."):
+            raise ValueError(f"reference file {name!r}: expected a plain file name")
+        return self.root / "reference" / name
 
     # -- private input -----------------------------------------------------------------
     def raw_partition(self, source: str, day: date) -> Path:
-        """``source`` is ``location_history`` or ``search_activity``."""
+        """``source``: a registered source's name (``dp_ops.sources``)."""
         return self.root / "raw" / source / f"date={day.isoformat()}"
 
     @property

@@ -64,7 +64,8 @@ def updated(tmp_path_factory: pytest.TempPathFactory,
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mobility_bounding, "bound_day", bound_with_new_method)
-        run_days(steps, root, cfg, date_range(START, EFFECTIVE - timedelta(days=1)),
+        run_days(steps, ("location_history",), root, cfg,
+                 date_range(START, EFFECTIVE - timedelta(days=1)),
                  RunRequest(run_id="daily-1"), ledger_url=url)
         last_old = root.report_file("mobility", EFFECTIVE - timedelta(days=1)).read_bytes()
         ledger = Ledger(url)
@@ -80,7 +81,8 @@ def updated(tmp_path_factory: pytest.TempPathFactory,
         rerun = steps.method_update(root, cfg, form, run_id="update-again", ledger_url=url)
         after_rerun = ledger.spends()
         ledger.dispose()
-        run_days(steps, root, cfg, date_range(EFFECTIVE, END), RunRequest(run_id="daily-2"),
+        run_days(steps, ("location_history",), root, cfg,
+                 date_range(EFFECTIVE, END), RunRequest(run_id="daily-2"),
                  ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url, "last_old": last_old,
             "before": before_update, "after": after_update, "after_rerun": after_rerun,

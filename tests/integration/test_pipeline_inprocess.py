@@ -20,6 +20,8 @@ from dp_ops.regions import read_regions, write_regions
 from dp_ops.reports.chain import run_days
 from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.spec import SPEC
+from dp_ops.steps.ingest import ingest_sources
 from dp_ops.steps.noise_request import NoiseRequest, RunRequest
 from dp_ops.steps.noising import load_noisy_cells
 
@@ -52,7 +54,8 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory,
     write_regions(pd.concat([regions, extra.to_frame().T], ignore_index=True), root.regions_csv)
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(steps, root, cfg, date_range(START, END), RunRequest(run_id="first"), ledger_url=url)
+    run_days(steps, ("location_history",), root, cfg,
+             date_range(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
 
@@ -105,7 +108,8 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     before = ledger.spends()
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
     release_dir = root.latest_release("mobility").resolve()
-    run_days(steps, root, cfg, date_range(date(2020, 2, 14), END), RunRequest(run_id="second"),
+    run_days(steps, ("location_history",), root, cfg,
+             date_range(date(2020, 2, 14), END), RunRequest(run_id="second"),
              ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
     latest = root.latest_release("mobility")
@@ -145,7 +149,7 @@ def test_renoise_of_one_region_spends_and_changes_only_its_chain(
     before_cells = load_noisy_cells(root, "mobility", day, ledger.spends("mobility", day))
     regions = read_regions(root.regions_csv)
     region = str(regions.loc[regions["level"] == 2, "region_id"].iloc[3])
-    steps.ingest(root, cfg, day)
+    ingest_sources(root, SPEC.sources, day)
     steps.bound_contributions(root, cfg, day)
     approve_renoise(root, url, steps.noise_plan(root, cfg), day, region,
                     "raw data corrected", run_id="oncall")

@@ -36,7 +36,8 @@ def published(tmp_path_factory: pytest.TempPathFactory,
               generated_roots: GeneratedRoots) -> Path:
     root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("signed") / "data",
                                          users=2000, seed=3, start=DAYS[0], end=DAYS[-1]))
-    run_days(symptoms_steps, root, SymptomsConfig(), DAYS, RunRequest(run_id="signed"),
+    run_days(symptoms_steps, ("search_activity",), root, SymptomsConfig(),
+             DAYS, RunRequest(run_id="signed"),
              ledger_url=f"sqlite:///{root.root / 'ledger.sqlite'}")
     return root.latest_release("symptoms").resolve()
 

@@ -239,6 +239,7 @@ def test_duckdb_gives_the_same_quarantine_clean_rows_and_cell_sums(
     from dp_ops.layout import DataRoot
     from dp_ops.reports.registry import load_report
     from dp_ops.settings import ExecutionSettings, execution_settings_bound
+    from dp_ops.steps.ingest import ingest_sources
 
     spark, duck = DataRoot(backfilled.spark_root), DataRoot(backfilled.duckdb_root)
     compared = 0
@@ -248,7 +249,7 @@ def test_duckdb_gives_the_same_quarantine_clean_rows_and_cell_sums(
             bound = load_report(report)
             with execution_settings_bound(ExecutionSettings(engine="duckdb")):
                 for day in date_range(START, END):
-                    bound.steps.ingest(duck, bound.cfg, day)
+                    ingest_sources(duck, bound.spec.sources, day)
                     bound.steps.bound_contributions(duck, bound.cfg, day)
                     clean = [c.name for c in pq.read_schema(
                         spark.clean_partition(source, day) / "part.parquet")]

@@ -26,21 +26,22 @@ import pyarrow.parquet as pq
 import pytest
 from support.cached_roots import GeneratedRoots
 
-from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, PLACE_CATEGORIES, SEARCH_SOURCE
 from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.engine.spark import SparkEngine, spark_parameters
 from dp_ops.layout import DataRoot
 from dp_ops.regions import ancestors, read_regions
 from dp_ops.reports.mobility import bounding as mobility_bounding
-from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import bounding as symptoms_bounding
-from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.settings import ExecutionSettings
+from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
+from dp_ops.sources.location_history import NAME as LOCATION_SOURCE
+from dp_ops.sources.search_activity import NAME as SEARCH_SOURCE
+from dp_ops.sources.search_activity import read_symptoms, symptom_list
 from dp_ops.steps.bound import combine_shards, shard_file
-from dp_ops.steps.ingest import read_symptoms
+from dp_ops.steps.ingest import ingest_sources
 from dp_ops.steps.result import StepResult
 
 DAY = date(2020, 3, 10)
@@ -139,12 +140,11 @@ def root(tmp_path_factory: pytest.TempPathFactory, generated_roots: GeneratedRoo
     root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("spark_engine") / "data",
                                          users=1500, seed=3, start=DAY, end=EMPTY_DAY))
     for day in (DAY, EMPTY_DAY):
-        mobility_steps.ingest(root, MOBILITY, day)
-        symptoms_steps.ingest(root, SYMPTOMS, day)
+        ingest_sources(root, (LOCATION_SOURCE, SEARCH_SOURCE), day)
     regions = _finest_by_parent(root)
     _append_clean(root, LOCATION_SOURCE, DAY, _hard_stays(regions))
     _append_clean(root, SEARCH_SOURCE, DAY, _hard_searches(regions,
-                                                           read_symptoms(root.symptoms_txt)))
+                                                           read_symptoms(symptom_list(root))))
     for source in (LOCATION_SOURCE, SEARCH_SOURCE):  # a day without a single clean row
         path = root.clean_partition(source, EMPTY_DAY) / "part.parquet"
         write_parquet_atomic(pq.read_table(path).slice(0, 0), path)

@@ -101,7 +101,7 @@ def _expected_requests(deployed: Deployed) -> dict[str, list[Any]]:
     from dp_ops.reports.mobility.noising import noise_plan as mobility_plan
     from dp_ops.reports.symptoms.config import SymptomsConfig
     from dp_ops.reports.symptoms.noising import noise_plan as symptoms_plan
-    from dp_ops.steps.ingest import read_symptoms
+    from dp_ops.sources.search_activity import read_symptoms
     from dp_ops.steps.noising import plan_requests
 
     topo, root = deployed.topo, deployed.data_root

@@ -211,15 +211,25 @@ def cycles(imports: list[Import], modules: set[str]) -> list[list[str]]:
     return found
 
 
-# -- nothing outside a report's package names a report ------------------------------------
+# -- nothing outside a report's package or a source's module names it -----------------------
 
 REPORT_RULE = "nothing outside a report's package names a report"
+SOURCE_RULE = "nothing outside a source's module names a source"
 
 
 def report_packages(root: Path) -> dict[str, str]:
     """Report name -> its package, for every ``dp_ops/reports/<name>/spec.py``."""
     return {p.parent.name: f"{PACKAGE}.reports.{p.parent.name}"
             for p in sorted((root / PACKAGE / "reports").glob("*/spec.py"))}
+
+
+def source_modules(root: Path) -> dict[str, str]:
+    """Source name -> its module, for every ``dp_ops/sources/<name>.py`` (or package) but
+    the registry's own ``spec``."""
+    base = root / PACKAGE / "sources"
+    names = {p.stem for p in base.glob("*.py")}
+    names |= {p.parent.name for p in base.glob("*/__init__.py")}
+    return {n: f"{PACKAGE}.sources.{n}" for n in sorted(names - {"__init__", "spec"})}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -236,34 +246,38 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def report_names_used(root: Path) -> list[Violation]:
-    """Every module of dp_ops outside ``dp_ops.reports.<name>`` that imports a report's
-    package or has a report's name in a string of its code (docstrings and comments are
-    prose, not code): such a module would have to be edited to add a report."""
-    packages = report_packages(root)
-    if not packages:
+    """Every module of dp_ops outside the reports' packages and the sources' modules that
+    imports one of them or has a report's or a source's name in a string of its code
+    (docstrings and comments are prose, not code): such a module would have to be edited
+    to add a report or a source. A name counts wherever it stands between non-alphanumeric
+    characters: ``mobility_release``, ``symptoms.txt`` and ``ingest_search_activity`` all
+    name one."""
+    reports, sources = report_packages(root), source_modules(root)
+    owners = {**{n: (REPORT_RULE, pkg) for n, pkg in reports.items()},
+              **{n: (SOURCE_RULE, mod) for n, mod in sources.items()}}
+    if not owners:
         return []
-    # the name as a word or an identifier's first part ("mobility", "mobility_release"),
-    # not inside a file name or another word ("symptoms.txt", "symptom_names")
-    word = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, packages))
-                      + r")(?![A-Za-z0-9.])")
+    word = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(map(re.escape, sorted(owners, key=len,
+                                                                            reverse=True)))
+                      + r")(?![A-Za-z0-9])")
     out: list[Violation] = []
     for path in sorted((root / PACKAGE).rglob("*.py")):
         module = module_name(root, path)
-        if any(_within(module, pkg) for pkg in packages.values()):
+        if any(_within(module, owner) for _, owner in owners.values()):
             continue
         for imp in imports_of(root, path):
-            named = [n for n, pkg in packages.items() if _within(imp.target, pkg)]
+            named = [n for n, (_, owner) in owners.items() if _within(imp.target, owner)]
             if named:
-                out.append(Violation(REPORT_RULE, f"{module}:{imp.line} imports "
+                out.append(Violation(owners[named[0]][0], f"{module}:{imp.line} imports "
                                      f"{imp.target}", f"names {named[0]}"))
         tree = ast.parse(path.read_text(), filename=str(path))
         prose = _docstrings(tree)
         for node in _walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and id(node) not in prose:
-                found = word.search(node.value)
-                if found:
-                    out.append(Violation(REPORT_RULE, f"{module}:{node.lineno}",
+                for found in word.finditer(node.value):
+                    out.append(Violation(owners[found.group(1)][0], f"{module}:{node.lineno}",
                                          f"the string {node.value[:50]!r} names "
                                          f"{found.group(1)}"))
+                    break
     return out

@@ -42,15 +42,18 @@ def generator_digest() -> str:
     and the versions of the libraries that write its files."""
     import dp_demo
 
-    import dp_ops.contract
     import dp_ops.layout
     import dp_ops.regions
     import dp_ops.reports.mobility.config
+    import dp_ops.sources.location_history
+    import dp_ops.sources.search_activity
+    import dp_ops.sources.spec
 
     package = Path(dp_demo.__file__).parent
     files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     files += [Path(str(module.__file__)) for module in (
-        dp_ops.contract, dp_ops.layout, dp_ops.regions, dp_ops.reports.mobility.config)]
+        dp_ops.layout, dp_ops.regions, dp_ops.reports.mobility.config,
+        dp_ops.sources.location_history, dp_ops.sources.search_activity, dp_ops.sources.spec)]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")

@@ -83,6 +83,9 @@ def test_a_clean_synthetic_tree_passes(tmp_path: Path) -> None:
       "dp_ops/reports/visits/spec.py": "SPEC = None\n",
       "dp_ops/airflow/ops.py": "def f():\n    from dp_ops.reports.visits import spec\n"},
      "nothing outside a report's package names a report"),
+    ({"dp_ops/sources/__init__.py": "", "dp_ops/sources/visits_log.py": "",
+      "dp_ops/engine/duckdb.py": 'SQL = "ingest_visits_log.sql"\n'},
+     "nothing outside a source's module names a source"),
     ({"dp_ops/reports/other.py": "from dp_ops.reports.mobility import x\n",
       "dp_ops/reports/mobility.py": "def f():\n    from dp_ops.reports.other import y\n"},
      "no import cycles"),
@@ -118,13 +121,32 @@ def test_a_cycle_is_reported_as_its_path(tmp_path: Path) -> None:
     assert found == [["dp_ops.reports.a", "dp_ops.reports.b", "dp_ops.reports.a"]]
 
 
-def test_a_report_may_name_itself_and_others_may_name_files_like_it(tmp_path: Path) -> None:
-    """Inside ``reports/<name>/`` the name is the report's own; outside, a docstring, a
-    file name (``visits.txt``) or a longer word (``visitsx``) is no report's name."""
+def test_a_report_may_name_itself_and_nothing_outside_it_may(tmp_path: Path) -> None:
+    """Inside ``reports/<name>/`` the name is the report's own; outside, a docstring or a
+    longer word (``visitsx``) is no report's name, but an identifier or a file name built
+    on it is (``visits_release``, ``visits.txt``: the module would change with the
+    report)."""
     files = {"dp_ops/reports/visits/__init__.py": "",
              "dp_ops/reports/visits/spec.py": 'NAME = "visits"\nASSET = "visits_release"\n',
-             "dp_ops/layout.py": '"""visits"""\nFILE = "visits.txt"\nOTHER = "visitsx"\n'}
+             "dp_ops/layout.py": '"""visits"""\nOTHER = "visitsx"\n'}
     assert check(_tree(tmp_path, files)) == []
-    bad = check(_tree(tmp_path, {**files, "dp_ops/layout.py": 'ASSET = "visits_release"\n'}))
-    assert [v.rule for v in bad] == ["nothing outside a report's package names a report"]
-    assert "dp_ops.layout:1" in bad[0].where and "visits_release" in bad[0].detail
+    for text in ('ASSET = "visits_release"\n', 'FILE = "reference/visits.txt"\n'):
+        bad = check(_tree(tmp_path, {**files, "dp_ops/layout.py": text}))
+        assert [v.rule for v in bad] == ["nothing outside a report's package names a report"]
+        assert "dp_ops.layout:1" in bad[0].where and "visits" in bad[0].detail
+
+
+def test_a_source_is_named_only_by_its_module_and_the_reports(tmp_path: Path) -> None:
+    """A source's module and any report (which names the sources it reads) may name it;
+    the core may not: not its judging query, its reference file, nor an import."""
+    files = {"dp_ops/sources/__init__.py": "",
+             "dp_ops/sources/spec.py": "SPEC = None\n",
+             "dp_ops/sources/app_sessions.py": 'NAME = "app_sessions"\n'
+                                               'SQL = "ingest_app_sessions"\n',
+             "dp_ops/reports/visits/__init__.py": "",
+             "dp_ops/reports/visits/spec.py": 'SOURCES = ("app_sessions",)\n'}
+    assert check(_tree(tmp_path, files)) == []
+    for text in ('SQL = "ingest_app_sessions"\n', "from dp_ops.sources import app_sessions\n",
+                 'LIST = "reference/app_sessions.csv"\n'):
+        bad = check(_tree(tmp_path, {**files, "dp_ops/steps/ingest.py": text}))
+        assert [v.rule for v in bad] == ["nothing outside a source's module names a source"], text

@@ -1,7 +1,7 @@
 """The engine contract: what the ingest and bounding steps ask of whatever runs their SQL.
 
 An engine does all the work on private rows. It reads a raw file's column types
-(:meth:`Engine.file_columns`: the ingest step checks them against the input contract),
+(:meth:`Engine.file_columns`: the ingest step checks them against the source's contract),
 runs a source's judging query over a day's raw files and writes the clean rows and the
 quarantine (:meth:`Engine.judge_to_parquet`), and runs one report's bounding query
 (``include/sql/<report>_bound_contributions.sql`` summed per cell by
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,20 +49,17 @@ class BoundingSql:
 
     ``contributions`` is the per-user query (``<report>_bound_contributions.sql``): it
     states the bounds, runs on every engine, and its rows summed per cell are the truth.
-    ``duckdb_cell_sums`` and ``spark_cell_sums``, when a report has them, give rows with
-    exactly the same sums per cell, faster, each in its engine's dialect only (mobility:
-    ``mobility_cell_sums.sql`` and ``mobility_cell_sums_spark.sql``); tests hold them equal
-    to ``contributions``."""
+    ``cell_sums_by_dialect``, by engine dialect (``duckdb``, ``spark``), are queries, where a
+    report has them, that give rows with exactly the same sums per cell, faster, each in
+    its engine's dialect only; tests hold them equal to ``contributions``."""
 
     contributions: ContributionsSql
-    duckdb_cell_sums: ContributionsSql | None = None
-    spark_cell_sums: ContributionsSql | None = None
+    cell_sums_by_dialect: Mapping[str, ContributionsSql] = field(default_factory=dict)
 
     def cell_sums_rows(self, relation: str, engine: str) -> str:
         """Rows over ``relation`` whose per-cell sums are the true cell sums, in the query
         the ``engine`` runs best (the per-user query where it has no faster one)."""
-        faster = {"duckdb": self.duckdb_cell_sums, "spark": self.spark_cell_sums}.get(engine)
-        return (faster or self.contributions)(relation)
+        return self.cell_sums_by_dialect.get(engine, self.contributions)(relation)
 
     def cell_sums(self, relation: str, engine: str) -> str:
         """The true per-cell sums over ``relation`` in the SQL the ``engine`` runs best."""
@@ -83,11 +80,11 @@ class ColumnType:
 @dataclass(frozen=True)
 class Judging:
     """One day of one source to judge: each raw file (mapped to whether it has a ``date``
-    column), the judging query (``include/sql/ingest_<source>.sql``), the public lookup
-    tables it joins (name -> (column, values)), the clean columns and where the clean
-    rows and the quarantine go."""
+    column), the source's judging query (its Jinja identifiers still to fill in), the
+    public lookup tables it joins (name -> (column, values)), the clean columns and where
+    the clean rows and the quarantine go."""
 
-    sql: str
+    sql: Callable[..., str]
     day: date
     files: Mapping[Path, bool]
     lookups: Mapping[str, tuple[str, tuple[str, ...]]]
@@ -144,7 +141,7 @@ class Engine(Protocol):
 
 
 def ingest_dialect(dialect: str) -> dict[str, Any]:
-    """The Jinja values of the judging queries (``include/sql/ingest_<source>.sql``) for
+    """The Jinja values of the sources' judging queries for
     an engine's ``dialect``: the spellings in which DuckDB and Spark differ (the text type,
     quoting the ``date`` column, which Spark would read as a string in double quotes, and
     the test for the characters no id may hold, :data:`ID_FORBIDDEN_RANGES`), and

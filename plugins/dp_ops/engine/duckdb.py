@@ -115,7 +115,7 @@ def judging_query(job: Judging, files: dict[Path, bool] | None = None
     source = ("read_parquet($files, filename=true, file_row_number=true, "
               "hive_partitioning=false, union_by_name=true)")
     params = job.params(files) | {"files": [str(f) for f in files]}
-    return render_sql(job.sql, source=source, has_date=any(files.values()),
+    return job.sql(source=source, has_date=any(files.values()),
                       **ingest_dialect("duckdb")), params
 
 

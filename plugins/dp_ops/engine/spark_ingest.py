@@ -35,7 +35,6 @@ from dp_ops.engine.base import (
     repeated,
     unreadable,
 )
-from dp_ops.engine.sql import render_sql
 from dp_ops.errors import IngestError
 
 if TYPE_CHECKING:
@@ -173,7 +172,7 @@ def register_lookups(spark: SparkSession, job: Judging) -> None:
 
 def judging_sql(job: Judging, files: dict[Path, bool] | None = None) -> str:
     files = dict(job.files) if files is None else files
-    return render_sql(job.sql, source=RAW_VIEW, has_date=any(files.values()),
+    return job.sql(source=RAW_VIEW, has_date=any(files.values()),
                       **ingest_dialect("spark"))
 
 

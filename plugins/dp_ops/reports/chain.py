@@ -11,21 +11,23 @@ from typing import Any
 
 from dp_ops.layout import DataRoot
 from dp_ops.reports.protocol import BaselineSteps, ReportSteps
+from dp_ops.steps.ingest import ingest_sources
 from dp_ops.steps.noise_request import RunRequest
 from dp_ops.steps.result import StepResult
 
 
-def run_days(steps: ReportSteps[Any], root: DataRoot, cfg: Any, days: list[date],
-             request: RunRequest, *, ledger_url: str,
+def run_days(steps: ReportSteps[Any], sources: tuple[str, ...], root: DataRoot, cfg: Any,
+             days: list[date], request: RunRequest, *, ledger_url: str,
              on_day: Callable[[date, list[StepResult]], None] | None = None,
              ) -> list[StepResult]:
-    """Run ``steps`` (a report's steps module) over ``days``; ``on_day`` is called with
+    """Run ``steps`` (a report's steps module) over ``days``, ingesting its ``sources``
+    first; ``on_day`` is called with
     each finished day's results (for progress). The step functions are looked up on
     ``steps`` at call time."""
     results: list[StepResult] = []
     for day in sorted(days):
         day_results = [
-            steps.ingest(root, cfg, day),
+            ingest_sources(root, sources, day),
             steps.bound_contributions(root, cfg, day),
             steps.noise(root, cfg, request.for_day(day), ledger_url=ledger_url),
         ]

@@ -86,11 +86,6 @@ class ReportSteps(Protocol[C]):
         ``day``; its noise task skips them (they start no process)."""
         ...
 
-    def ingest(self, root: DataRoot, cfg: C, day: date) -> StepResult:
-        """Validate the day's raw partition: clean rows to ``work/clean``, bad rows to
-        ``quarantine`` with their reason."""
-        ...
-
     def bound_contributions(self, root: DataRoot, cfg: C, day: date, *,
                             shard: int | None = None) -> StepResult:
         """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""

@@ -73,7 +73,9 @@ class BoundReport(Generic[C]):
         with self.settings_in_force():
             match step:
                 case Step.INGEST:
-                    return steps.ingest(root, cfg, day)
+                    from dp_ops.steps.ingest import ingest_sources
+
+                    return ingest_sources(root, self.spec.sources, day)
                 case Step.BOUND_CONTRIBUTIONS:
                     return steps.bound_contributions(root, cfg, day, shard=shard)
                 case Step.REPORT:
@@ -98,7 +100,7 @@ class BoundReport(Generic[C]):
         from dp_ops.reports.chain import run_days
 
         with self.settings_in_force():
-            return run_days(self.steps, self.root, self.cfg, days, request,
+            return run_days(self.steps, self.spec.sources, self.root, self.cfg, days, request,
                             ledger_url=self.ledger_url, on_day=on_day)
 
     def first_noised_date(self) -> date:

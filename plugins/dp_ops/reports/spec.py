@@ -17,18 +17,16 @@ functions are imported on first use (:attr:`ReportSpec.steps`).
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass, field
 from functools import cache
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
+
+from dp_ops.registered import NAME_PATTERN, registered
 
 if TYPE_CHECKING:
     from dp_ops.reports.protocol import ReportSteps
 
 ENTRY_POINT_GROUP = "dp_ops.reports"
-# A report's name appears in paths, ledger rows, asset and DAG ids: a plain identifier.
-NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 
 @dataclass(frozen=True)
@@ -39,8 +37,9 @@ class ReportSpec:
     ``title``: the release page's title.
     ``daily_dag_id``: the DAG that runs the report day by day; its read permission guards
     the report's figures in the Privacy budget view.
-    ``sources``: the raw input sources it reads (``raw/<source>/date=D/``), each with its
-    contract in :mod:`dp_ops.steps.ingest`.
+    ``sources``: the names of the raw sources it reads (``raw/<source>/date=D/``), each a
+    :class:`~dp_ops.sources.spec.SourceSpec` registered under ``dp_ops.sources``; the
+    ingest step judges each by its contract.
     ``steps_module``: the module providing :class:`~dp_ops.reports.protocol.ReportSteps`.
     ``assets``: the assets it emits events to besides ``<name>_release`` (e.g.
     ``baseline`` for ``<name>_baseline``).
@@ -99,24 +98,8 @@ class UnknownReport(ValueError):
 @cache
 def report_specs() -> dict[str, ReportSpec]:
     """Every installed report, by name, in name order: each ``dp_ops.reports`` entry point
-    loaded once per process. A second package registering a taken name, or an entry point
-    that is no ``ReportSpec`` or whose name differs from its spec's, is an error naming
-    it."""
-    specs: dict[str, ReportSpec] = {}
-    origin: dict[str, str] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        spec = ep.load()
-        if not isinstance(spec, ReportSpec):
-            raise TypeError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) is "
-                            f"a {type(spec).__name__}, not a ReportSpec")
-        if spec.name != ep.name:
-            raise ValueError(f"entry point {ep.name} = {ep.value} ({ENTRY_POINT_GROUP}) "
-                             f"holds the spec of {spec.name!r}: the names must agree")
-        if spec.name in specs and origin[spec.name] != ep.value:
-            raise ValueError(f"report {spec.name!r} is registered twice: {origin[spec.name]}"
-                             f" and {ep.value}")
-        specs[spec.name], origin[spec.name] = spec, ep.value
-    return dict(sorted(specs.items()))
+    loaded once per process (:func:`dp_ops.registered.registered`)."""
+    return registered(ENTRY_POINT_GROUP, ReportSpec)
 
 
 def report_names() -> list[str]:

@@ -1,6 +1,8 @@
 """Ingestion: validate one day's raw partition, split it into clean rows and quarantine.
 
-Input contract (docs/design.md). File-level problems fail the task with a message naming the
+One source at a time (a :class:`~dp_ops.sources.spec.SourceSpec`: its columns, judging
+query, lookups and reference files), the same way for every source. Input contract
+(docs/design.md). File-level problems fail the task with a message naming the
 file: a missing partition, a partition with no Parquet file or with a non-Parquet file, a
 file that cannot be read (zero bytes, truncated, corrupt footer or data page, not
 Parquet), a missing, unexpected or repeated column, a column of the wrong type. A file
@@ -11,59 +13,29 @@ nothing is lost. ``tests/data/bad/`` holds a corpus of bad inputs with the outco
 
 A file may carry an optional ``date`` column (a date, a naive timestamp or ISO text): its
 rows must fall on the partition's day (a null or unparsable date is outside it). Rows of a
-file without the column take the partition's day. Location history rows repeated exactly
-are kept once (the copies are quarantined as duplicates of a clean row); repeated searches
-are kept, as a second search of the same thing.
+file without the column take the partition's day.
 
 Logs and summaries name paths and reasons, never rows, ids or counts of people.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, SEARCH_SOURCE
 from dp_ops.engine.base import ColumnType, Engine, Judging, redacted, repeated
 from dp_ops.engine.files import write_json_atomic
 from dp_ops.engine.registry import engine_for
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
 from dp_ops.settings import execution_settings
+from dp_ops.sources.spec import DATE_COLUMN, SourceSchema, SourceSpec, source_spec
 from dp_ops.steps.result import StepResult
 
-__all__ = ["LOCATION_SCHEMA", "MAX_ID_LENGTH", "SEARCH_SCHEMA", "SourceSchema",
-           "check_columns", "check_file_schema", "ingest_location_history",
-           "ingest_search_activity", "partition_files", "read_symptoms", "redacted"]
+__all__ = ["MAX_ID_LENGTH", "check_columns", "check_file_schema", "ingest_source",
+           "ingest_sources", "partition_files", "redacted"]
 
 MAX_ID_LENGTH = 256
-
-
-@dataclass(frozen=True)
-class SourceSchema:
-    name: str
-    string_columns: tuple[str, ...]
-    numeric_columns: tuple[str, ...]
-    optional_columns: tuple[str, ...] = ("date",)
-    nullable_string_columns: tuple[str, ...] = ()
-
-    @property
-    def required(self) -> tuple[str, ...]:
-        return self.string_columns + self.numeric_columns
-
-
-LOCATION_SCHEMA = SourceSchema(
-    name=LOCATION_SOURCE,
-    string_columns=("user_id", "region_id", "place_id", "place_category"),
-    numeric_columns=("dwell_hours",),
-)
-SEARCH_SCHEMA = SourceSchema(
-    name=SEARCH_SOURCE,
-    string_columns=("user_id", "region_id", "symptom"),
-    numeric_columns=(),
-)
 
 
 def check_columns(path: Path, columns: list[tuple[str, ColumnType]],
@@ -95,10 +67,11 @@ def check_columns(path: Path, columns: list[tuple[str, ColumnType]],
         if "number" not in types[col].kinds:
             raise IngestError(f"{path}: column {col!r} has type {types[col].name}, "
                               "expected a number")
-    if "date" in types and "date" not in types["date"].kinds:
-        raise IngestError(f"{path}: column 'date' has type {types['date'].name}, "
-                          "expected a date, a timestamp without time zone or ISO text")
-    return "date" in types
+    if DATE_COLUMN in types and "date" not in types[DATE_COLUMN].kinds:
+        raise IngestError(f"{path}: column {DATE_COLUMN!r} has type "
+                          f"{types[DATE_COLUMN].name}, expected a date, a timestamp without "
+                          "time zone or ISO text")
+    return DATE_COLUMN in types
 
 
 def check_file_schema(path: Path, schema: SourceSchema, engine: Engine | None = None) -> bool:
@@ -123,93 +96,45 @@ def partition_files(root: DataRoot, source: str, day: date) -> list[Path]:
     return parquet
 
 
-@dataclass(frozen=True)
-class _Ingestion:
-    """What differs between the sources: schema, SQL, lookups and the clean columns."""
+def ingest_source(root: DataRoot, source: SourceSpec, day: date) -> StepResult:
+    """Validate ``raw/<source>/date=day`` into clean rows (``work/clean``) and quarantine.
 
-    schema: SourceSchema
-    sql: str
-    clean_columns: tuple[str, ...]
-    label: str
-
-
-def _ingest(root: DataRoot, day: date, spec: _Ingestion,
-            lookups: dict[str, tuple[str, Iterable[str]]]) -> StepResult:
-    source_name = spec.schema.name
-    files = partition_files(root, source_name, day)
+    The public inputs are checked first (the lookups, each reader naming its file, then
+    every reference file the source declares), then the partition's files."""
+    lookups = {lookup.table: (lookup.column, tuple(lookup.values(root)))
+               for lookup in source.lookups}
+    for name in source.reference_files:
+        if not root.reference_file(name).is_file():
+            raise IngestError(f"source {source.name}: reference file "
+                              f"{root.reference_file(name)} not found (run `python -m dp_ops "
+                              "generate` or copy the file there)")
+    files = partition_files(root, source.name, day)
     engine = engine_for(execution_settings())
-    dated = {f: check_file_schema(f, spec.schema, engine) for f in files}
-    clean = root.clean_partition(source_name, day) / "part.parquet"
-    quarantine = root.quarantine_partition(source_name, day) / "rows.parquet"
+    dated = {f: check_file_schema(f, source.schema, engine) for f in files}
+    clean = root.clean_partition(source.name, day) / "part.parquet"
+    quarantine = root.quarantine_partition(source.name, day) / "rows.parquet"
     counts = engine.judge_to_parquet(root, Judging(
-        sql=spec.sql, day=day, files=dated,
-        lookups={name: (column, tuple(values)) for name, (column, values) in lookups.items()},
-        clean_columns=spec.clean_columns, clean=clean, quarantine=quarantine,
-        partition=root.raw_partition(source_name, day), max_id_length=MAX_ID_LENGTH))
+        sql=source.judging_sql, day=day, files=dated, lookups=lookups,
+        clean_columns=source.clean_columns, clean=clean, quarantine=quarantine,
+        partition=root.raw_partition(source.name, day), max_id_length=MAX_ID_LENGTH))
     reasons = sorted(set(counts) - {"clean"})
     # Row counts stay in the private work area; the summary names reasons and paths only.
     write_json_atomic(clean.parent / "ingest_report.json",
                       {"date": day.isoformat(), "files": [str(f) for f in dated],
                        "rows_by_outcome": counts})
     if reasons:
-        return StepResult(f"ingested {spec.label} for {day} ({engine.name}): clean rows in "
-                          f"{clean.parent}; rows quarantined for: {', '.join(reasons)} "
+        return StepResult(f"ingested {source.label} for {day} ({engine.name}): clean rows "
+                          f"in {clean.parent}; rows quarantined for: {', '.join(reasons)} "
                           f"(see {quarantine})", (str(clean),))
-    return StepResult(f"ingested {spec.label} for {day} ({engine.name}): clean rows in "
+    return StepResult(f"ingested {source.label} for {day} ({engine.name}): clean rows in "
                       f"{clean.parent}", (str(clean),))
 
 
-def _finest_regions(root: DataRoot) -> set[str]:
-    from dp_ops.regions import read_regions
-
-    regions = read_regions(root.regions_csv)
-    return set(regions["region_id"]) - set(regions["parent_id"])
-
-
-def ingest_location_history(root: DataRoot, day: date) -> StepResult:
-    """Validate ``raw/location_history/date=day`` into clean rows and quarantine."""
-    spec = _Ingestion(LOCATION_SCHEMA, "ingest_location_history",
-                      ("user_id", "region_id", "place_id", "place_category", "dwell_hours"),
-                      "location history")
-    return _ingest(root, day, spec, {
-        "finest_regions": ("region_id", _finest_regions(root)),
-        "stay_categories": ("category", ALL_STAY_CATEGORIES),
-    })
-
-
-def read_symptoms(path: Path) -> list[str]:
-    """The public symptom list, one name a line, in output column order. Raises naming
-    the file and line for an empty name, a duplicate, or a missing file."""
-    if not path.is_file():
-        raise IngestError(f"symptom list {path} not found (run `python -m dp_ops generate` "
-                          "or copy the list there)")
-    names: list[str] = []
-    seen: dict[str, int] = {}
-    text = path.read_text(encoding="utf-8").rstrip("\n")  # trailing newlines are fine
-    for number, line in enumerate(text.splitlines(), start=1):
-        name = line.strip()
-        if not name:
-            raise IngestError(f"{path}, line {number}: empty symptom name")
-        if name in seen:
-            raise IngestError(f"{path}, line {number}: symptom {name!r} repeats line "
-                              f"{seen[name]}")
-        seen[name] = number
-        names.append(name)
-    if not names:
-        raise IngestError(f"symptom list {path} is empty")
-    return names
-
-
-def ingest_search_activity(root: DataRoot, day: date) -> StepResult:
-    """Validate ``raw/search_activity/date=day`` into clean rows and quarantine.
-
-    Repeated identical rows are kept: without a timestamp a second identical row is a
-    second search of the same thing, which is normal, and bounding counts a user once
-    per symptom anyway.
-    """
-    spec = _Ingestion(SEARCH_SCHEMA, "ingest_search_activity",
-                      ("user_id", "region_id", "symptom"), "search activity")
-    return _ingest(root, day, spec, {
-        "finest_regions": ("region_id", _finest_regions(root)),
-        "symptom_names": ("symptom", read_symptoms(root.symptoms_txt)),
-    })
+def ingest_sources(root: DataRoot, sources: tuple[str, ...], day: date) -> StepResult:
+    """Ingest the day of each source a report reads (``ReportSpec.sources``), found by name
+    among the installed sources (:func:`dp_ops.sources.spec.source_spec`)."""
+    results = [ingest_source(root, source_spec(name), day) for name in sources]
+    if len(results) == 1:
+        return results[0]
+    return StepResult("; ".join(r.summary for r in results),
+                      tuple(path for r in results for path in r.paths))

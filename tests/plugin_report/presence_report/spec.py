@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dp_ops.contract import LOCATION_SOURCE
 from dp_ops.reports.spec import ReportSpec
 
 SPEC = ReportSpec(
     name="presence",
     title="Regional Presence Counts",
     daily_dag_id="presence_daily",
-    sources=(LOCATION_SOURCE,),
+    sources=("location_history",),
     steps_module="presence_report.steps",
 )

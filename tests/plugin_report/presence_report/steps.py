@@ -1,7 +1,8 @@
 """The presence report's task functions (``dp_ops.reports.protocol.ReportSteps``): the
-factory's DAGs and ``python -m dp_ops run presence`` call exactly these.
+factory's DAGs and ``python -m dp_ops run presence`` call exactly these, once the factory
+has ingested the sources its spec names:
 
-    ingest -> bound -> noise (budget-checked) -> report -> gate -> publish
+    bound -> noise (budget-checked) -> report -> gate -> publish
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from dp_ops.contract import LOCATION_SOURCE
 from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.sql import render_sql_file
 from dp_ops.layout import DataRoot
@@ -53,18 +53,11 @@ def skipped_after_noise(root: DataRoot, cfg: PresenceConfig, day: date) -> froze
     return frozenset()
 
 
-def ingest(root: DataRoot, cfg: PresenceConfig, day: date) -> StepResult:
-    """The location history, validated as the mobility report's ingest validates it."""
-    from dp_ops.steps.ingest import ingest_location_history
-
-    return ingest_location_history(root, day)
-
-
 def bound_contributions(root: DataRoot, cfg: PresenceConfig, day: date, *,
                         shard: int | None = None) -> StepResult:
     params: dict[str, object] = {"day": day.isoformat(), "salt": cfg.bounding_salt,
                                  "levels": list(cfg.levels)}
-    return bound_clean_day(root, REPORT, LOCATION_SOURCE, day, BOUNDING, params, shard=shard)
+    return bound_clean_day(root, REPORT, "location_history", day, BOUNDING, params, shard=shard)
 
 
 def noise_plan(root: DataRoot, cfg: PresenceConfig) -> noising.NoisePlan:
@@ -119,6 +112,6 @@ def publish(root: DataRoot, cfg: PresenceConfig, *, run_id: str,
     return release_flow.publish_staged(PARTS, root, cfg, run_id=run_id, ledger_url=ledger_url)
 
 
-__all__ = ["bound_contributions", "first_noised_date", "gate", "ingest", "load_config",
+__all__ = ["bound_contributions", "first_noised_date", "gate", "load_config",
            "needs_baseline", "noise", "noise_plan", "prepare", "publish", "report",
            "skipped_after_noise"]

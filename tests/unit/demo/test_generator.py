@@ -20,10 +20,11 @@ from dp_demo.generator import (
 from dp_demo.geography import SPARSE_REGION_IDS, demo_population_weights, demo_regions
 from support.dates import date_range
 
-from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.layout import DataRoot
 from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import PUBLISHED_CATEGORIES
+from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
+from dp_ops.sources.search_activity import symptom_list
 
 START, END = date(2020, 1, 1), date(2020, 1, 10)
 DAYS = date_range(START, END)
@@ -58,7 +59,7 @@ def stays(run: tuple[DataRoot, GenerateSummary, list[str]]) -> pd.DataFrame:
 def test_writes_the_reference_files(run: tuple[DataRoot, GenerateSummary, list[str]]) -> None:
     root, summary, _ = run
     pd.testing.assert_frame_equal(read_regions(root.regions_csv), demo_regions(), check_dtype=False)
-    names = root.symptoms_txt.read_text(encoding="utf-8").splitlines()
+    names = symptom_list(root).read_text(encoding="utf-8").splitlines()
     assert names == default_symptoms() and len(names) == 422 and "" not in names
     assert summary.days == len(DAYS) and summary.regions == len(demo_regions())
     assert str(root.regions_csv) in summary.paths

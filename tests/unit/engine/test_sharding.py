@@ -15,14 +15,13 @@ from dp_demo.generator import generate
 from dp_ops.engine.sql import render_sql
 from dp_ops.errors import BoundingError
 from dp_ops.layout import DataRoot
-from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.bounding import bound_day as bound_mobility
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.bounding import bound_day as bound_symptoms
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.settings import ExecutionSettings, load_execution_settings
 from dp_ops.steps.bound import combine_shards, shard_file
+from dp_ops.steps.ingest import ingest_sources
 
 DAY = date(2020, 3, 10)
 SHARDS = 3
@@ -32,8 +31,7 @@ SHARDS = 3
 def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
     root = DataRoot(tmp_path_factory.mktemp("sharding"))
     generate(root, DAY, DAY, users=3000, seed=5)
-    mobility_steps.ingest(root, MobilityConfig(), DAY)
-    symptoms_steps.ingest(root, SymptomsConfig(), DAY)
+    ingest_sources(root, ("location_history", "search_activity"), DAY)
     return root
 
 

@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 import pytest
 from dp_demo.geography import demo_regions
 
-from dp_ops.contract import ALL_STAY_CATEGORIES, LOCATION_SOURCE, PLACE_CATEGORIES, SEARCH_SOURCE
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.regions import write_regions
@@ -35,6 +34,10 @@ from dp_ops.reports.mobility import bounding as mobility_bounding
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
+from dp_ops.sources.location_history import NAME as LOCATION_SOURCE
+from dp_ops.sources.search_activity import NAME as SEARCH_SOURCE
+from dp_ops.sources.search_activity import symptom_list
 from dp_ops.steps.result import StepResult
 
 DAY = date(2020, 3, 10)
@@ -105,8 +108,8 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
     root = DataRoot(tmp_path_factory.mktemp("spark_fast"))
     regions = demo_regions()
     write_regions(regions, root.regions_csv)
-    root.symptoms_txt.parent.mkdir(parents=True, exist_ok=True)
-    root.symptoms_txt.write_text("\n".join(SYMPTOM_LIST) + "\n")
+    symptom_list(root).parent.mkdir(parents=True, exist_ok=True)
+    symptom_list(root).write_text("\n".join(SYMPTOM_LIST) + "\n")
     finest = _finest(regions)
     for source, frame in ((LOCATION_SOURCE, _stays(finest)), (SEARCH_SOURCE, _searches(finest))):
         path = root.clean_partition(source, DAY) / "part.parquet"

@@ -37,7 +37,6 @@ from support.privacy_audit import (
     laplace_log_likelihood_ratio,
 )
 
-from dp_ops.contract import PLACE_CATEGORIES
 from dp_ops.engine.duckdb import register_ancestors
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
 from dp_ops.reports.mobility import bounding as mobility_bounding
@@ -50,6 +49,7 @@ from dp_ops.reports.symptoms.config import (
     VOLUME_METRIC,
     SymptomsConfig,
 )
+from dp_ops.sources.location_history import PLACE_CATEGORIES
 
 pytestmark = [pytest.mark.slow]
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dp_ops.layout import DataRoot
+from dp_ops.reports import chain
 from dp_ops.reports.chain import run_days
 from dp_ops.steps.noise_request import RunRequest
 from dp_ops.steps.result import StepResult
@@ -28,19 +29,27 @@ def _steps(calls: list[str], *, baseline: bool) -> Any:
             return StepResult(name)
         return call
 
-    names = ["ingest", "bound_contributions", "noise", "report", "gate", "publish"]
+    names = ["bound_contributions", "noise", "report", "gate", "publish"]
     if baseline:
         names.append("build_baseline")
     return SimpleNamespace(**{n: step(n) for n in names})
 
 
 @pytest.mark.parametrize("baseline", [True, False])
-def test_days_in_order_then_one_gate_and_publish(tmp_path: Path, baseline: bool) -> None:
+def test_days_in_order_then_one_gate_and_publish(tmp_path: Path, baseline: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     seen: list[date] = []
-    results = run_days(_steps(calls, baseline=baseline), DataRoot(tmp_path), object(), DAYS,
-                       RunRequest(run_id="r", region="DL-1"), ledger_url="sqlite://",
-                       on_day=lambda day, _: seen.append(day))
+
+    def ingest(root: DataRoot, sources: tuple[str, ...], day: date) -> StepResult:
+        calls.append(f"ingest {day}")
+        assert sources == ("stays",)
+        return StepResult("ingest")
+
+    monkeypatch.setattr(chain, "ingest_sources", ingest)
+    results = run_days(_steps(calls, baseline=baseline), ("stays",), DataRoot(tmp_path),
+                       object(), DAYS, RunRequest(run_id="r", region="DL-1"),
+                       ledger_url="sqlite://", on_day=lambda day, _: seen.append(day))
     expected = []
     for d in sorted(DAYS):
         expected += [f"ingest {d}", f"bound_contributions {d}", f"noise {d}"]

@@ -66,10 +66,10 @@ def test_the_execution_settings_are_read_once_where_the_report_is_bound(
         seen.append(execution_settings().bounding_shards)
         return StepResult("ok")
 
-    fake = SimpleNamespace(ingest=step, bound_contributions=step, report=step, publish=step,
+    fake = SimpleNamespace(bound_contributions=step, report=step, publish=step,
                            noise=step, gate=step)
     twin = replace(bound, steps=fake)  # type: ignore[arg-type]
-    twin.run_step(Step.INGEST, date(2020, 1, 1), run_id="r")
+    twin.run_step(Step.BOUND_CONTRIBUTIONS, date(2020, 1, 1), run_id="r")
     twin.run_step(Step.PUBLISH, None, run_id="r")
     twin.gate(run_id="r")
     assert seen == [3, 3, 3] and bound.settings.bounding_shards == 3

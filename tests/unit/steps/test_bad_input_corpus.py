@@ -40,7 +40,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from dp_ops.contract import LOCATION_SOURCE, SEARCH_SOURCE
 from dp_ops.engine.duckdb import register_ancestors
 from dp_ops.errors import IngestError, RegionTableError
 from dp_ops.layout import DataRoot
@@ -52,7 +51,9 @@ from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.settings import ExecutionSettings, execution_settings_bound
-from dp_ops.steps.ingest import ingest_location_history, ingest_search_activity
+from dp_ops.sources.location_history import SOURCE as LOCATION_HISTORY
+from dp_ops.sources.search_activity import SOURCE as SEARCH_ACTIVITY
+from dp_ops.steps.ingest import ingest_source
 from dp_ops.steps.result import StepResult
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "bad"
@@ -84,21 +85,21 @@ class Report:
 
 
 MOBILITY = Report(
-    "mobility", LOCATION_SOURCE,
+    "mobility", LOCATION_HISTORY.name,
     pa.schema([("user_id", pa.string()), ("region_id", pa.string()),
                ("place_id", pa.string()), ("place_category", pa.string()),
                ("dwell_hours", pa.float64())]),
-    ingest_location_history,
+    lambda root, day: ingest_source(root, LOCATION_HISTORY, day),
     lambda root: mobility_steps.bound_contributions(root, MOBILITY_CFG, DAY),
     mobility_bounding.cell_aggregates_sql, mobility_bounding.bounding_params(MOBILITY_CFG, DAY),
     # the most one user-day changes each metric group at one level (L1)
     {"places": MOBILITY_CFG.max_place_pairs, "workplaces": 1, "residential_users": 1,
      "contributors": 1, "residential_sum_units": 12 * MOBILITY_CFG.residential_grid_per_hour})
 SYMPTOMS = Report(
-    "symptoms", SEARCH_SOURCE,
+    "symptoms", SEARCH_ACTIVITY.name,
     pa.schema([("user_id", pa.string()), ("region_id", pa.string()),
                ("symptom", pa.string())]),
-    ingest_search_activity,
+    lambda root, day: ingest_source(root, SEARCH_ACTIVITY, day),
     lambda root: symptoms_steps.bound_contributions(root, SYMPTOMS_CFG, DAY),
     symptoms_bounding.cell_aggregates_sql, symptoms_bounding.bounding_params(SYMPTOMS_CFG, DAY),
     {"users_with_any_search": 1, "symptom": SYMPTOMS_CFG.max_symptoms_per_day})

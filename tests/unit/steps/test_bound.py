@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dp_ops.contract import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.engine.duckdb import register_ancestors
 from dp_ops.errors import RegionTableError
 from dp_ops.reports.mobility.bounding import (
@@ -24,6 +23,7 @@ from dp_ops.reports.mobility.bounding import (
     portable_cell_aggregates_sql,
 )
 from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 
 DAY = date(2020, 3, 2)
 CFG = MobilityConfig()

@@ -32,6 +32,7 @@ from dp_ops.gx.suites import suite  # noqa: E402
 from dp_ops.layout import DataRoot  # noqa: E402
 from dp_ops.regions import write_regions  # noqa: E402
 from dp_ops.reports.symptoms import release  # noqa: E402
+from dp_ops.sources.search_activity import symptom_list
 from dp_ops.steps import release_flow  # noqa: E402
 from dp_ops.steps.day_files import release_days  # noqa: E402
 from dp_ops.steps.ledger_binding import closing_ledger, open_ledger  # noqa: E402
@@ -54,7 +55,7 @@ def _build_published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.Data
     regions, rows = two_weeks
     root = DataRoot(tmp_path / "data")
     write_regions(regions, root.regions_csv)
-    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    symptom_list(root).write_text("\n".join(SYMPTOMS) + "\n")
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     write_days(root, rows[rows["date"] <= LAST], url=url)
     release.stage_and_validate(root, CFG, run_id="day-13", ledger_url=url)

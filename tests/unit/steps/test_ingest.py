@@ -14,7 +14,8 @@ from dp_demo.geography import demo_regions
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
 from dp_ops.regions import write_regions
-from dp_ops.steps.ingest import ingest_location_history
+from dp_ops.sources.location_history import SOURCE as LOCATION_HISTORY
+from dp_ops.steps.ingest import ingest_source
 
 DAY = date(2020, 1, 7)
 
@@ -72,7 +73,7 @@ def test_bad_rows_are_quarantined_with_reasons(root: DataRoot) -> None:
     good = [good_row(r, user=f"ok{i}") for i in range(5)]
     dup = [good_row(r, user="ok0")]
     write_raw(root, rows_of(*(good + bad + dup)), schema=SCHEMA)
-    result = ingest_location_history(root, DAY)
+    result = ingest_source(root, LOCATION_HISTORY, DAY)
     clean = pq.read_table(root.clean_partition("location_history", DAY) / "part.parquet")
     quarantine = pq.read_table(root.quarantine_partition("location_history", DAY)
                                / "rows.parquet").to_pandas()
@@ -89,7 +90,7 @@ def test_bad_rows_are_quarantined_with_reasons(root: DataRoot) -> None:
 
 def test_missing_partition_is_an_error(root: DataRoot) -> None:
     with pytest.raises(IngestError, match="missing raw partition .*date=2020-01-07"):
-        ingest_location_history(root, DAY)
+        ingest_source(root, LOCATION_HISTORY, DAY)
 
 
 def test_corrupt_file_names_the_file(root: DataRoot) -> None:
@@ -97,7 +98,7 @@ def test_corrupt_file_names_the_file(root: DataRoot) -> None:
     part.mkdir(parents=True)
     (part / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(IngestError, match="broken.parquet"):
-        ingest_location_history(root, DAY)
+        ingest_source(root, LOCATION_HISTORY, DAY)
 
 
 def test_truncated_file_names_the_file(root: DataRoot) -> None:
@@ -106,7 +107,7 @@ def test_truncated_file_names_the_file(root: DataRoot) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(IngestError, match="part-0.parquet"):
-        ingest_location_history(root, DAY)
+        ingest_source(root, LOCATION_HISTORY, DAY)
 
 
 def test_missing_column_names_file_and_column(root: DataRoot) -> None:
@@ -114,7 +115,7 @@ def test_missing_column_names_file_and_column(root: DataRoot) -> None:
     del rows["dwell_hours"]
     write_raw(root, rows)
     with pytest.raises(IngestError, match=r"part-0.parquet: missing required column.*dwell_hours"):
-        ingest_location_history(root, DAY)
+        ingest_source(root, LOCATION_HISTORY, DAY)
 
 
 def test_wrong_type_names_the_column(root: DataRoot) -> None:
@@ -122,14 +123,14 @@ def test_wrong_type_names_the_column(root: DataRoot) -> None:
     rows["dwell_hours"] = ["two hours"]
     write_raw(root, rows)
     with pytest.raises(IngestError, match="dwell_hours.*expected a number"):
-        ingest_location_history(root, DAY)
+        ingest_source(root, LOCATION_HISTORY, DAY)
 
 
 def test_rows_dated_outside_the_partition_are_quarantined(root: DataRoot) -> None:
     rows = rows_of(good_row(finest(root), user="a"), good_row(finest(root), user="b"))
     rows["date"] = [DAY, date(2020, 1, 8)]
     write_raw(root, rows)
-    ingest_location_history(root, DAY)
+    ingest_source(root, LOCATION_HISTORY, DAY)
     quarantine = pq.read_table(root.quarantine_partition("location_history", DAY)
                                / "rows.parquet").to_pandas()
     assert quarantine["reason"].tolist() == ["date outside the partition"]
@@ -138,11 +139,11 @@ def test_rows_dated_outside_the_partition_are_quarantined(root: DataRoot) -> Non
 def test_rerun_after_correction_clears_the_quarantine(root: DataRoot) -> None:
     r = finest(root)
     write_raw(root, rows_of(good_row(r), good_row("nowhere")), schema=SCHEMA)
-    ingest_location_history(root, DAY)
+    ingest_source(root, LOCATION_HISTORY, DAY)
     qfile = root.quarantine_partition("location_history", DAY) / "rows.parquet"
     assert qfile.exists()
     write_raw(root, rows_of(good_row(r)), schema=SCHEMA)
-    ingest_location_history(root, DAY)
+    ingest_source(root, LOCATION_HISTORY, DAY)
     assert not qfile.exists()
 
 

@@ -15,7 +15,9 @@ from dp_demo.geography import demo_regions
 from dp_ops.errors import IngestError
 from dp_ops.layout import DataRoot
 from dp_ops.regions import write_regions
-from dp_ops.steps.ingest import ingest_search_activity, read_symptoms
+from dp_ops.sources.search_activity import SOURCE as SEARCH_ACTIVITY
+from dp_ops.sources.search_activity import read_symptoms, symptom_list
+from dp_ops.steps.ingest import ingest_source
 
 DAY = date(2020, 3, 20)
 SCHEMA = pa.schema([("user_id", pa.string()), ("region_id", pa.string()),
@@ -27,7 +29,7 @@ def root(tmp_path: Path) -> DataRoot:
     root = DataRoot(tmp_path)
     root.regions_csv.parent.mkdir(parents=True)
     write_regions(demo_regions(), root.regions_csv)
-    root.symptoms_txt.write_text("Fever\nCough\nAnosmia\n")
+    symptom_list(root).write_text("Fever\nCough\nAnosmia\n")
     return root
 
 
@@ -54,7 +56,7 @@ def test_bad_rows_are_quarantined_and_null_symptoms_kept(root: DataRoot) -> None
     bad = [("u4", r, "Flu-like feelings"), ("u5", "XX-01", "Cough"), ("u6", "DM", "Cough"),
            (None, r, "Cough"), ("", r, None), ("bad\x01id", r, "Fever")]
     write_raw(root, good + bad)
-    result = ingest_search_activity(root, DAY)
+    result = ingest_source(root, SEARCH_ACTIVITY, DAY)
     clean = pq.read_table(root.clean_partition("search_activity", DAY) / "part.parquet")
     quarantine = pq.read_table(root.quarantine_partition("search_activity", DAY)
                                / "rows.parquet").to_pandas()
@@ -73,7 +75,7 @@ def test_bad_rows_are_quarantined_and_null_symptoms_kept(root: DataRoot) -> None
 def test_rows_dated_outside_the_partition_are_quarantined(root: DataRoot) -> None:
     r = finest()
     write_raw(root, [("a", r, "Fever"), ("b", r, "Cough")], dates=[DAY, date(2020, 3, 21)])
-    ingest_search_activity(root, DAY)
+    ingest_source(root, SEARCH_ACTIVITY, DAY)
     quarantine = pq.read_table(root.quarantine_partition("search_activity", DAY)
                                / "rows.parquet").to_pandas()
     assert quarantine["reason"].tolist() == ["date outside the partition"]
@@ -81,11 +83,11 @@ def test_rows_dated_outside_the_partition_are_quarantined(root: DataRoot) -> Non
 
 def test_file_errors_name_the_file(root: DataRoot) -> None:
     with pytest.raises(IngestError, match="missing raw partition .*search_activity"):
-        ingest_search_activity(root, DAY)
+        ingest_source(root, SEARCH_ACTIVITY, DAY)
     write_raw(root, [("a", finest())], schema=pa.schema([("user_id", pa.string()),
                                                          ("region_id", pa.string())]))
     with pytest.raises(IngestError, match=r"part-0.parquet: missing required column.*symptom"):
-        ingest_search_activity(root, DAY)
+        ingest_source(root, SEARCH_ACTIVITY, DAY)
 
 
 def test_symptom_list_errors_name_file_and_line(tmp_path: Path) -> None:

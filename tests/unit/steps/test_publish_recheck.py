@@ -34,6 +34,7 @@ from dp_ops.regions import write_regions
 from dp_ops.reports.symptoms import release
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
+from dp_ops.sources.search_activity import symptom_list
 from dp_ops.steps.release import (
     STAGED,
     STAGED_MAC,
@@ -81,7 +82,7 @@ def _stage(home: Path, run_id: str) -> None:
     if not root.regions_csv.exists():
         regions = demo_regions()
         write_regions(regions, root.regions_csv)
-        root.symptoms_txt.write_text("\n".join(RATES) + "\n")
+        symptom_list(root).write_text("\n".join(RATES) + "\n")
         first = CFG.first_public_date
         write_days(root, _rows(regions, [first + timedelta(days=i) for i in range(7)]),
                    url=_url(home))

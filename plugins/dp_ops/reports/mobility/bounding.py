@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from datetime import date
 
-from dp_ops.contract import LEVELS, LOCATION_SOURCE, PLACE_CATEGORIES
+from dp_ops.contract import LEVELS
 from dp_ops.engine.base import BoundingSql, aggregate_sql
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.sources.location_history import PLACE_CATEGORIES, SOURCE
 from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.result import StepResult
 
@@ -55,8 +56,8 @@ def spark_cell_sums_sql(stays: str) -> str:
     return render_sql("mobility_cell_sums_spark", stays=stays, levels=LEVELS)
 
 
-BOUNDING = BoundingSql(bounded_contributions_sql, duckdb_cell_sums=cell_sums_sql,
-                       spark_cell_sums=spark_cell_sums_sql)
+BOUNDING = BoundingSql(bounded_contributions_sql, cell_sums_by_dialect={
+    "duckdb": cell_sums_sql, "spark": spark_cell_sums_sql})
 
 
 def cell_aggregates_sql(stays: str) -> str:
@@ -74,5 +75,5 @@ def portable_cell_aggregates_sql(stays: str) -> str:
 def bound_day(root: DataRoot, cfg: MobilityConfig, day: date, *,
               shard: int | None = None) -> StepResult:
     """Bound one day's clean stays and write the true cell sums (private) for noising."""
-    return bound_clean_day(root, "mobility", LOCATION_SOURCE, day, BOUNDING,
+    return bound_clean_day(root, "mobility", SOURCE.name, day, BOUNDING,
                            bounding_params(cfg, day), shard=shard)

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from dp_ops.contract import PLACE_CATEGORIES
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
+from dp_ops.sources.location_history import PLACE_CATEGORIES
 from dp_ops.steps import noising
 
 __all__ = ["GROUP_CELLS", "noise_plan"]

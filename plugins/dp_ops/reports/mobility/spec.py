@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dp_ops.contract import LOCATION_SOURCE
 from dp_ops.reports.spec import ReportSpec
 
 SPEC = ReportSpec(
     name="mobility",
     title="Community Mobility Report",
     daily_dag_id="mobility_report",
-    sources=(LOCATION_SOURCE,),
+    sources=("location_history",),
     steps_module="dp_ops.reports.mobility.steps",
     # the frozen baseline: one event, when it is frozen
     assets=("baseline",),

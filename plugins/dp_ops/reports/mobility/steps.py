@@ -1,7 +1,8 @@
 """The mobility report's task functions: the DAGs and ``python -m dp_ops run mobility`` call
-exactly these, in this order for each day:
+exactly these, in this order for each day, once the factory has ingested the sources its
+spec names:
 
-    ingest -> bound -> noise (budget-checked) -> build_baseline -> report -> gate -> publish
+    bound -> noise (budget-checked) -> build_baseline -> report -> gate -> publish
 
 Every function takes the data root and the config, writes its outputs to files under the
 data root, and returns a :class:`StepResult` whose ``summary`` is safe to log: it never
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 DAILY_DAG_ID = SPEC.daily_dag_id
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "build_baseline",
-           "first_noised_date", "gate", "ingest", "load_config", "method_update",
+           "first_noised_date", "gate", "load_config", "method_update",
            "method_update_request", "method_update_spends", "needs_baseline", "noise",
            "noise_plan", "prepare", "publish", "report", "skipped_after_noise"]
 
@@ -71,14 +72,6 @@ def skipped_after_noise(root: DataRoot, cfg: MobilityConfig, day: date) -> froze
     if root.baseline_file(REPORT).exists():
         return frozenset({"baseline"})
     return frozenset()
-
-
-def ingest(root: DataRoot, cfg: MobilityConfig, day: date) -> StepResult:
-    """Validate ``raw/location_history/date=day``; clean rows to ``work/clean``, bad rows to
-    ``quarantine`` with their reason. A missing partition or unreadable file raises."""
-    from dp_ops.steps.ingest import ingest_location_history
-
-    return ingest_location_history(root, day)
 
 
 def bound_contributions(root: DataRoot, cfg: MobilityConfig, day: date, *,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import date
 
-from dp_ops.contract import SEARCH_SOURCE
 from dp_ops.engine.base import BoundingSql, aggregate_sql
 from dp_ops.engine.sql import render_sql
 from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
+from dp_ops.sources.search_activity import SOURCE
 from dp_ops.steps.bound import bound_clean_day
 from dp_ops.steps.result import StepResult
 
@@ -43,5 +43,5 @@ def cell_aggregates_sql(searches: str) -> str:
 def bound_day(root: DataRoot, cfg: SymptomsConfig, day: date, *,
               shard: int | None = None) -> StepResult:
     """Bound one day's clean searches and write the true cell sums (private)."""
-    return bound_clean_day(root, REPORT, SEARCH_SOURCE, day, BoundingSql(bounded_contributions_sql),
+    return bound_clean_day(root, REPORT, SOURCE.name, day, BoundingSql(bounded_contributions_sql),
                            bounding_params(cfg, day), shard=shard)

@@ -38,11 +38,11 @@ from dp_ops.reports.symptoms.page import published_symptoms
 from dp_ops.reports.symptoms.period import load_period
 from dp_ops.reports.symptoms.spec import SPEC
 from dp_ops.reports.symptoms.statement import symptoms_statement
+from dp_ops.sources.search_activity import read_symptoms, symptom_list
 from dp_ops.steps import release_flow
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.derived import read_recorded, store_recorded
-from dp_ops.steps.ingest import read_symptoms
 from dp_ops.steps.page import PublishedSection
 from dp_ops.steps.release import (
     build_key,
@@ -174,7 +174,7 @@ def symptoms_build_key(root: DataRoot, cfg: SymptomsConfig, days: list[date], *,
     return build_key(
         REPORT, days=[days[0].isoformat(), days[-1].isoformat()], inputs=inputs,
         scaling=scaling, frozen=frozen,
-        regions=sha256_file(root.regions_csv), symptoms=sha256_file(root.symptoms_txt),
+        regions=sha256_file(root.regions_csv), symptoms=sha256_file(symptom_list(root)),
         config=asdict(cfg), chart_levels=execution_settings().chart_levels,
         region=region)
 
@@ -193,7 +193,7 @@ def _build(root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, target: Path, *,
     )
 
     regions = read_regions(root.regions_csv)
-    symptoms = read_symptoms(root.symptoms_txt)
+    symptoms = read_symptoms(symptom_list(root))
     recompute = None
     if region is not None:
         from dp_ops.steps.noising import region_chain
@@ -309,7 +309,7 @@ class SymptomsRelease:
 
     def manifest_inputs(self, root: DataRoot, ledger: Ledger,
                         cfg: SymptomsConfig) -> dict[str, Any]:
-        return {"symptom_list_sha256": sha256_file(root.symptoms_txt)}
+        return {"symptom_list_sha256": sha256_file(symptom_list(root))}
 
     def manifest_extras(self, root: DataRoot, ledger: Ledger, cfg: SymptomsConfig,
                         last: date) -> dict[str, Any]:

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from dp_ops.contract import SEARCH_SOURCE
 from dp_ops.reports.spec import ReportSpec
 
 SPEC = ReportSpec(
     name="symptoms",
     title="Search Trends symptoms dataset",
     daily_dag_id="symptoms_dataset",
-    sources=(SEARCH_SOURCE,),
+    sources=("search_activity",),
     steps_module="dp_ops.reports.symptoms.steps",
     # the weekly values sum Monday..Sunday: an epsilon change takes effect on a Monday only
     # (a week under two laws has no weekly rule; dp_ops.reports.symptoms.matrix.weekly)

@@ -1,7 +1,8 @@
 """The symptoms dataset's task functions: the DAGs and ``python -m dp_ops run symptoms``
-call exactly these, in this order for each day:
+call exactly these, in this order for each day, once the factory has ingested the sources
+its spec names:
 
-    ingest -> bound -> noise (budget-checked) -> report (A/B, reliability) -> gate -> publish
+    bound -> noise (budget-checked) -> report (A/B, reliability) -> gate -> publish
 
 Every function takes the data root and the config, writes files under the data root and
 returns a :class:`StepResult` safe to log (paths and counts of cells, never raw rows,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 DAILY_DAG_ID = SPEC.daily_dag_id
 
 __all__ = ["DAILY_DAG_ID", "REPORT", "bound_contributions", "first_noised_date", "gate",
-           "ingest", "load_config", "needs_baseline", "noise", "noise_plan", "prepare",
+           "load_config", "needs_baseline", "noise", "noise_plan", "prepare",
            "publish", "report", "skipped_after_noise"]
 
 
@@ -60,14 +61,6 @@ def skipped_after_noise(root: DataRoot, cfg: SymptomsConfig, day: date) -> froze
     return frozenset()
 
 
-def ingest(root: DataRoot, cfg: SymptomsConfig, day: date) -> StepResult:
-    """Validate ``raw/search_activity/date=day``: clean rows to ``work/clean``, bad rows
-    (unknown symptom or region, null ids, wrong date) to ``quarantine``."""
-    from dp_ops.steps.ingest import ingest_search_activity
-
-    return ingest_search_activity(root, day)
-
-
 def bound_contributions(root: DataRoot, cfg: SymptomsConfig, day: date, *,
           shard: int | None = None) -> StepResult:
     """Contribution bounding and true partial aggregates (private, ``work/bounded``)."""
@@ -79,9 +72,9 @@ def bound_contributions(root: DataRoot, cfg: SymptomsConfig, day: date, *,
 def noise_plan(root: DataRoot, cfg: SymptomsConfig) -> NoisePlan:
     """What the noise step spends per day (metric groups, epsilons, levels, cap)."""
     from dp_ops.reports.symptoms.noising import noise_plan as plan
-    from dp_ops.steps.ingest import read_symptoms
+    from dp_ops.sources.search_activity import read_symptoms, symptom_list
 
-    return plan(cfg, read_symptoms(root.symptoms_txt))
+    return plan(cfg, read_symptoms(symptom_list(root)))
 
 
 def noise(root: DataRoot, cfg: SymptomsConfig, request: NoiseRequest, *,

@@ -39,6 +39,7 @@ from dp_ops.reports.symptoms.assemble import (
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.suites import validate_symptoms_release
+from dp_ops.sources.search_activity import symptom_list
 from dp_ops.steps.release import read_staged, staging_dir
 
 HEADER_FILE = Path(__file__).resolve().parents[3] / "data" / "google_weekly_symptoms_header.csv"
@@ -285,7 +286,7 @@ def _publishable(regions: pd.DataFrame, tmp_path: Path) -> tuple[DataRoot, str, 
     """A data root with the reference files, its ledger URL and 14 days of report rows."""
     root = DataRoot(tmp_path / "data")
     write_regions(regions, root.regions_csv)
-    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    symptom_list(root).write_text("\n".join(SYMPTOMS) + "\n")
     rows = constructed_rows(regions, date_range(START, date(2020, 1, 14)))
     return root, f"sqlite:///{tmp_path / 'ledger.sqlite'}", rows
 
@@ -373,7 +374,7 @@ def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path:
 
     root = DataRoot(tmp_path / "data")
     write_regions(regions, root.regions_csv)
-    root.symptoms_txt.write_text("\n".join(SYMPTOMS) + "\n")
+    symptom_list(root).write_text("\n".join(SYMPTOMS) + "\n")
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     rows = constructed_rows(regions, date_range(START, date(2020, 1, 2)))
     _stage(root, rows, regions, "over-cap")
