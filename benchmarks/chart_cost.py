@@ -28,14 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     from dp_ops import settings
     from dp_ops.layout import DataRoot
     from dp_ops.regions import read_regions
-    from dp_ops.reports.mobility import release, steps
+    from dp_ops.reports.mobility import release
     from dp_ops.reports.mobility.charts import write_mobility_charts
+    from dp_ops.reports.mobility.config import load_mobility_config
     from dp_ops.steps.charts import charted_regions
     from dp_ops.steps.day_files import read_release_days
     from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
 
     root = DataRoot(Path(os.environ.get("DP_DATA_ROOT", "data")))
-    cfg = steps.load_config()
+    cfg = load_mobility_config()
     with closing_ledger(open_ledger(root, settings.ledger(root))) as ledger:
         days, _, tables = read_release_days(root, ledger, "mobility", cfg.first_public_date)
     if not days:

@@ -3,8 +3,8 @@
     python benchmarks/contenders.py CONTENDER --data DIR --work DIR --result FILE
 
 ``ours-step``     the public-places step exactly as the pipeline runs it:
-                  ``dp_ops.reports.mobility.steps.bound_contributions`` then
-                  ``steps.noise`` on a data root holding the day as its clean partition
+                  the mobility report's bounding step then
+                  its noise step on a data root holding the day as its clean partition
                   (this computes every mobility metric, not only places: see README.md)
 ``ours-places``   the pipeline's bounding SQL (``cell_aggregates_sql``) filtered to the
                   place metrics, then discrete Laplace noise on every place cell of the
@@ -102,9 +102,8 @@ def ours_step(data: Path, work: Path) -> dict[str, Any]:
 
     import dp_ops.privacy.ledger_migrations  # noqa: F401  imports outside the timed section
     import dp_ops.reports.mobility.bounding  # noqa: F401
-    import dp_ops.reports.mobility.noising  # noqa: F401
-    from dp_ops.reports.mobility import steps
-    from dp_ops.reports.registry import prepare_noise_samplers
+    from dp_ops.reports.mobility.declaration import REPORT
+    from dp_ops.reports.registry import bind, prepare_noise_samplers
     from dp_ops.settings import load_execution_settings
 
     # What an Airflow task process starts with (airflow_local_settings.py warms the process
@@ -113,11 +112,11 @@ def ours_step(data: Path, work: Path) -> dict[str, Any]:
     root = prepare_root(data, work, clean_days=[BENCH_DAY])
     cfg = MobilityConfig()
     ledger = f"sqlite:///{root.root / 'ledger.sqlite'}"
+    mobility = bind(REPORT, cfg, root, ledger)
     t0 = time.perf_counter()
-    steps.bound_contributions(root, cfg, BENCH_DAY)
+    mobility.bound(BENCH_DAY)
     t1 = time.perf_counter()
-    result = steps.noise(root, cfg, NoiseRequest(day=BENCH_DAY, run_id="benchmark"),
-                         ledger_url=ledger)
+    result = mobility.noise(NoiseRequest(day=BENCH_DAY, run_id="benchmark"))
     t2 = time.perf_counter()
     noisy = pd.concat([pq.read_table(p).to_pandas() for p in result.paths], ignore_index=True)
     return {
@@ -279,29 +278,29 @@ def noise_rate(data: Path, work: Path, *, size: int = 1_000_000,
 def whole_day_prepare(data: Path, work: Path) -> dict[str, Any]:
     """Every day of the baseline window noised and reported, baseline frozen (untimed
     setup for ``whole-day``): ``data`` is copied (hard-linked) into each window date."""
-    from dp_ops.reports.mobility import steps
-    from dp_ops.reports.mobility.spec import SPEC
-    from dp_ops.steps.ingest import ingest_sources
+    from dp_ops.reports.mobility.declaration import REPORT
+    from dp_ops.reports.registry import bind
 
     cfg = MobilityConfig()
     root = prepare_root(data, work, raw_days=cfg.baseline_dates)
-    ledger = root.default_ledger_url
+    mobility = bind(REPORT, cfg, root, root.default_ledger_url)
     t0 = time.perf_counter()
     for day in cfg.baseline_dates:
-        ingest_sources(root, SPEC.sources, day)
-        steps.bound_contributions(root, cfg, day)
-        steps.noise(root, cfg, NoiseRequest(day=day, run_id="benchmark-window"), ledger_url=ledger)
-        steps.build_baseline(root, cfg, ledger_url=ledger)
-        steps.report(root, cfg, day, ledger_url=ledger)
+        mobility.ingest(day)
+        mobility.bound(day)
+        mobility.noise(NoiseRequest(day=day, run_id="benchmark-window"))
+        mobility.build_baseline()
+        mobility.report_day(day)
     return {"seconds": time.perf_counter() - t0, "days": len(cfg.baseline_dates),
             "baseline": str(root.baseline_file("mobility"))}
 
 
 def whole_day(data: Path, work: Path) -> dict[str, Any]:
-    """``run_days`` for BENCH_DAY, with each step function timed (run_days looks the
-    steps up in the module at call time, so wrapping them times the real calls)."""
-    from dp_ops.reports.chain import run_days
-    from dp_ops.reports.mobility import steps
+    """``run_days`` for BENCH_DAY, with each step timed (run_days calls the bound
+    report's step methods, looked up on the class at call time, so wrapping them times the
+    real calls)."""
+    from dp_ops.reports.mobility.declaration import REPORT
+    from dp_ops.reports.registry import BoundReport, bind
 
     cfg = MobilityConfig()
     if not DataRoot(work.resolve()).baseline_file("mobility").is_file():
@@ -318,15 +317,18 @@ def whole_day(data: Path, work: Path) -> dict[str, Any]:
                 timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    names = ("ingest", "bound_contributions", "noise", "build_baseline", "report", "gate",
-             "publish")
-    for name in names:
-        setattr(steps, name, timed(name, getattr(steps, name)))
+    # each step's method, by the name the results file gives the step
+    names = {"ingest": "ingest", "bound": "bound_contributions", "noise": "noise",
+             "build_baseline": "build_baseline", "report_day": "report", "gate": "gate",
+             "publish": "publish"}
+    for method, name in names.items():
+        setattr(BoundReport, method, timed(name, getattr(BoundReport, method)))
     t0 = time.perf_counter()
-    results = run_days(steps, root, cfg, [BENCH_DAY], RunRequest(run_id="benchmark-day"),
-                             ledger_url=root.default_ledger_url)
+    results = bind(REPORT, cfg, root, root.default_ledger_url).run_days(
+        [BENCH_DAY], RunRequest(run_id="benchmark-day"))
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "steps_s": {n: round(timings.get(n, 0.0), 3) for n in names},
+    return {"seconds": seconds,
+            "steps_s": {n: round(timings.get(n, 0.0), 3) for n in names.values()},
             "last_summary": results[-1].summary}
 
 
@@ -368,7 +370,8 @@ def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
     import shutil
 
     import dp_ops.engine.duckdb as pipeline_bounding
-    from dp_ops.reports.mobility import steps
+    from dp_ops.reports.mobility.declaration import REPORT
+    from dp_ops.reports.registry import bind
     from dp_ops.settings import load_execution_settings
 
     for name in ("duckdb_connection", "atomic_copy_to_parquet"):
@@ -401,7 +404,7 @@ def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
     t0 = time.perf_counter()
     error = None
     try:
-        steps.bound_contributions(root, MobilityConfig(), BENCH_DAY)
+        bind(REPORT, MobilityConfig(), root, root.default_ledger_url).bound(BENCH_DAY)
     except Exception as exc:  # e.g. DuckDB out of memory: report it with what ran
         error = str(exc)[:300]
     seconds = time.perf_counter() - t0

@@ -137,17 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     results_file.stamp = lambda: measured
     validation = time_validation(args.report)
 
+    from dp_ops.reports.registry import bind, declared_report
     from dp_ops.reports.spec import report_spec
-    from dp_ops.steps.ingest import ingest_sources
 
-    sources = report_spec(args.report).sources
-    if args.report == "symptoms":
-        from dp_ops.reports.symptoms import steps
-    else:
-        from dp_ops.reports.mobility import steps  # type: ignore[no-redef]
-
+    declared = declared_report(report_spec(args.report))
     base, root, url = fresh_root(args.input, "daily-cost-", args.workdir)
-    cfg = steps.load_config()
+    rep = bind(declared, declared.load_config(), root, url)
     gate_days = {YEAR_START + timedelta(days=d - 1) for d in at}
     gate_days |= {d - timedelta(days=1) for d in gate_days}
     rows: list[dict[str, Any]] = []
@@ -157,19 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while day <= last:
             timed = day in {YEAR_START + timedelta(days=d - 1) for d in at}
-            chain = [("ingest", lambda d=day: ingest_sources(root, sources, d)),
-                     ("bound", lambda d=day: steps.bound_contributions(root, cfg, d)),
-                     ("noise", lambda d=day: steps.noise(
-                         root, cfg, NoiseRequest(day=d, run_id=f"day-{d}"), ledger_url=url))]
-            if args.report == "mobility":
-                chain.append(("baseline", lambda: steps.build_baseline(  # type: ignore[attr-defined]
-                    root, cfg, ledger_url=url)))
-            chain.append(("report", lambda d=day: steps.report(root, cfg, d, ledger_url=url)))
+            chain = [("ingest", lambda d=day: rep.ingest(d)),
+                     ("bound", lambda d=day: rep.bound(d)),
+                     ("noise", lambda d=day: rep.noise(NoiseRequest(day=d, run_id=f"day-{d}")))]
+            if declared.baseline is not None:
+                chain.append(("baseline", rep.build_baseline))
+            chain.append(("report", lambda d=day: rep.report_day(d)))
             if day in gate_days:
-                chain += [("gate", lambda d=day: steps.gate(root, cfg, run_id=f"day-{d}",
-                                                                    ledger_url=url)),
-                          ("publish", lambda d=day: steps.publish(root, cfg, run_id=f"day-{d}",
-                                                                  ledger_url=url))]
+                chain += [("gate", lambda d=day: rep.gate(run_id=f"day-{d}")),
+                          ("publish", lambda d=day: rep.publish(run_id=f"day-{d}"))]
             times: dict[str, float] = {}
             validation.clear()
             profile = args.profile and day == last

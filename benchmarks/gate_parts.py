@@ -39,21 +39,22 @@ def main(argv: list[str] | None = None) -> int:
 
     import dp_ops.gx.runner as gx_runner
     from dp_ops.regions import read_regions
-    from dp_ops.reports.symptoms import release, steps
+    from dp_ops.reports.registry import bind
+    from dp_ops.reports.symptoms import release
     from dp_ops.reports.symptoms.assemble import build_candidate, complete_weeks
     from dp_ops.reports.symptoms.charts import write_symptom_charts
+    from dp_ops.reports.symptoms.declaration import REPORT
     from dp_ops.reports.symptoms.period import load_period
-    from dp_ops.reports.symptoms.spec import SPEC
     from dp_ops.reports.symptoms.suites import published_values, validate_symptoms_release
     from dp_ops.sources.search_activity import read_symptoms, symptom_list
     from dp_ops.steps.charts import charted_regions
-    from dp_ops.steps.ingest import ingest_sources
     from dp_ops.steps.noise_request import NoiseRequest
     from dp_ops.steps.release_contract import require_contract
 
     at = sorted({int(x) for x in args.at.split(",")})
     base, root, url = fresh_root(args.input, "gate-parts-")
-    cfg = steps.load_config()
+    cfg = REPORT.load_config()
+    symptoms = bind(REPORT, cfg, root, url)
     seconds: dict[str, float] = {}
     real_checkpoint = gx_runner.run_checkpoint
 
@@ -70,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in range(1, at[-1] + 1):
             day = YEAR_START + timedelta(days=n - 1)
-            ingest_sources(root, SPEC.sources, day)
-            steps.bound_contributions(root, cfg, day)
-            steps.noise(root, cfg, NoiseRequest(day=day, run_id=f"day-{day}"), ledger_url=url)
-            steps.report(root, cfg, day, ledger_url=url)
+            symptoms.ingest(day)
+            symptoms.bound(day)
+            symptoms.noise(NoiseRequest(day=day, run_id=f"day-{day}"))
+            symptoms.report_day(day)
             if n + 1 in at:
-                steps.gate(root, cfg, run_id=f"day-{day}", ledger_url=url)
-                steps.publish(root, cfg, run_id=f"day-{day}", ledger_url=url)
+                symptoms.gate(run_id=f"day-{day}")
+                symptoms.publish(run_id=f"day-{day}")
             if n not in at:
                 continue
             from dp_ops.steps.day_files import release_days

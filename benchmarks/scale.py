@@ -70,13 +70,10 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
 
     import dp_ops.privacy.ledger_migrations  # noqa: F401  imports outside the timed part
     import dp_ops.reports.mobility.bounding  # noqa: F401
-    import dp_ops.reports.mobility.noising  # noqa: F401
-    from dp_ops.reports.mobility import steps
     from dp_ops.reports.mobility.config import MobilityConfig
-    from dp_ops.reports.mobility.spec import SPEC
-    from dp_ops.reports.registry import prepare_noise_samplers
+    from dp_ops.reports.mobility.declaration import REPORT
+    from dp_ops.reports.registry import bind, prepare_noise_samplers
     from dp_ops.settings import load_execution_settings
-    from dp_ops.steps.ingest import ingest_sources
     from dp_ops.steps.noise_request import NoiseRequest
 
     prepare_noise_samplers()
@@ -98,13 +95,13 @@ def child(engine: str, data: Path, work: Path, spark_memory: str,
             "spark.master", "spark.driver.memory", "spark.sql.shuffle.partitions",
             "spark.sql.adaptive.enabled")}
     out["execution"] = vars(load_execution_settings())
+    mobility = bind(REPORT, cfg, root, f"sqlite:///{work}/ledger.db")
     t0 = time.perf_counter()
-    ingest_sources(root, SPEC.sources, BENCH_DAY)
+    mobility.ingest(BENCH_DAY)
     t1 = time.perf_counter()
-    steps.bound_contributions(root, cfg, BENCH_DAY)
+    mobility.bound(BENCH_DAY)
     t2 = time.perf_counter()
-    steps.noise(root, cfg, NoiseRequest(day=BENCH_DAY, run_id="scale"),
-                ledger_url=f"sqlite:///{work}/ledger.db")
+    mobility.noise(NoiseRequest(day=BENCH_DAY, run_id="scale"))
     t3 = time.perf_counter()
     report = root.clean_partition(SOURCE, BENCH_DAY) / "ingest_report.json"
     return out | {"ingest_s": round(t1 - t0, 2), "bound_s": round(t2 - t1, 2),

@@ -23,7 +23,7 @@ republishes the release at `$DP_DATA_ROOT/published/mobility/latest/`.
   `mobility_release` asset event (release id, last date, manifest sha256, epsilon).
 
 The DAG is built from the report's spec by `dp_ops.airflow.dag_factory`; its tasks are
-thin calls into `dp_ops.reports.mobility.steps`.
+thin calls into the report declared in `dp_ops.reports.mobility.declaration`.
 
 **Failures.** A budget refusal (`BudgetExceeded`) or a failed gate (`GateFailed`) fails the
 task at once, without retry: read the task log (the gate logs the path of the GX Data

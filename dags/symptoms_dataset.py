@@ -21,7 +21,7 @@ republishes the daily and weekly files at `$DP_DATA_ROOT/published/symptoms/late
   the staged release to `latest`.
 
 The DAG is built from the report's spec by `dp_ops.airflow.dag_factory`; its tasks are
-thin calls into `dp_ops.reports.symptoms.steps`.
+thin calls into the report declared in `dp_ops.reports.symptoms.declaration`.
 
 **Failures.** A budget refusal or a failed gate fails the task at once, without retry:
 read the task log (the gate logs the path of the GX Data Docs). The last good release

@@ -87,13 +87,20 @@ rep = load_report("mobility")
 form = MethodUpdateForm({UPDATE['method_version']!r}, date.fromisoformat(
     {UPDATE['effective_date'].isoformat()!r}), {UPDATE['categories']!r}, {UPDATE['factor']!r},
     {UPDATE['reason']!r})
-request = rep.steps.method_update_request(rep.cfg, form)
+declared = hasattr(rep, "method_update_request")  # a declared report, or steps modules
+if declared:
+    request = rep.method_update_request(form)
+else:
+    request = rep.steps.method_update_request(rep.cfg, form)
 with closing_ledger(open_ledger(rep.root, rep.ledger_url)) as ledger:
     ledger.record_approval(request, run_id={run_id!r}, requester="operator",
                            approver="approver", via=VIA_CLI)
-with rep.settings_in_force():
-    rep.steps.method_update(rep.root, rep.cfg, form, run_id={run_id!r},
-                            ledger_url=rep.ledger_url)
+if declared:
+    rep.method_update(form, run_id={run_id!r})
+else:
+    with rep.settings_in_force():
+        rep.steps.method_update(rep.root, rep.cfg, form, run_id={run_id!r},
+                                ledger_url=rep.ledger_url)
 """
     env = {**os.environ, "GX_ANALYTICS_ENABLED": "false"}
     env.pop("DP_LEDGER_URL", None)

@@ -105,14 +105,13 @@ from dp_demo.oracle import (
 )
 from dp_ops.layout import DataRoot
 from dp_ops.regions import read_regions
-from dp_ops.reports.mobility.config import MobilityConfig, load_mobility_config
+from dp_ops.reports.mobility.config import GROUP_CELLS, MobilityConfig, load_mobility_config
 from dp_ops.reports.mobility.estimates import (
     CATEGORIES,
     COUNT_CATEGORY_CELLS,
     RESIDENTIAL_COUNT,
     RESIDENTIAL_SUM,
 )
-from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.reports.symptoms.assemble import complete_weeks
 from dp_ops.reports.symptoms.config import (
     SYMPTOM_CELL_PREFIX,

@@ -13,13 +13,12 @@ import pytest
 from support.approvals import approve_method_update
 from support.cached_roots import GeneratedRoots
 from support.dates import date_range
+from support.report_steps import MOBILITY_STEPS as steps
+from support.report_steps import run_days
 
-import dp_ops.reports.mobility.bounding as mobility_bounding
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.reports.chain import run_days
-from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.method_update import (
     MethodUpdate,
@@ -28,6 +27,7 @@ from dp_ops.reports.mobility.method_update import (
 )
 from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.reports.protocol import MethodUpdateForm
+from dp_ops.reports.registry import BoundReport
 from dp_ops.steps.noise_request import RunRequest
 from dp_ops.steps.result import StepResult
 
@@ -48,23 +48,23 @@ def updated(tmp_path_factory: pytest.TempPathFactory,
                                          users=20_000, seed=5, start=START, end=END))
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    original = mobility_bounding.bound_day
+    original = BoundReport.bound
 
-    def bound_with_new_method(root: DataRoot, cfg: MobilityConfig, day: date, *,
+    def bound_with_new_method(self: BoundReport[MobilityConfig], day: date, *,
                               shard: int | None = None) -> StepResult:
         # Production from the effective date runs the new method: its bounded aggregates
         # are the old ones recomputed by the new method (the same recomputation the update
         # applies to the comparison window).
-        result = original(root, cfg, day, shard=shard)
+        result = original(self, day, shard=shard)
         if day >= EFFECTIVE:
-            path = root.bounded_file("mobility", day)
+            path = self.root.bounded_file("mobility", day)
             new = NEW_METHOD.recompute(pq.read_table(path).to_pandas())
             write_parquet_atomic(pa.Table.from_pandas(new, preserve_index=False), path)
         return result
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mobility_bounding, "bound_day", bound_with_new_method)
-        run_days(steps, ("location_history",), root, cfg,
+        mp.setattr(BoundReport, "bound", bound_with_new_method)
+        run_days(steps, root, cfg,
                  date_range(START, EFFECTIVE - timedelta(days=1)),
                  RunRequest(run_id="daily-1"), ledger_url=url)
         last_old = root.report_file("mobility", EFFECTIVE - timedelta(days=1)).read_bytes()
@@ -81,7 +81,7 @@ def updated(tmp_path_factory: pytest.TempPathFactory,
         rerun = steps.method_update(root, cfg, form, run_id="update-again", ledger_url=url)
         after_rerun = ledger.spends()
         ledger.dispose()
-        run_days(steps, ("location_history",), root, cfg,
+        run_days(steps, root, cfg,
                  date_range(EFFECTIVE, END), RunRequest(run_id="daily-2"),
                  ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url, "last_old": last_old,

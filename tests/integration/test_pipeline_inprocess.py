@@ -13,12 +13,12 @@ from support.approvals import approve_renoise
 from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 from support.pipeline_helpers import verify_release
+from support.report_steps import MOBILITY_STEPS as steps
+from support.report_steps import run_days
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import read_regions, write_regions
-from dp_ops.reports.chain import run_days
-from dp_ops.reports.mobility import steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.steps.ingest import ingest_sources
@@ -54,7 +54,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory,
     write_regions(pd.concat([regions, extra.to_frame().T], ignore_index=True), root.regions_csv)
     cfg = MobilityConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(steps, ("location_history",), root, cfg,
+    run_days(steps, root, cfg,
              date_range(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
@@ -108,7 +108,7 @@ def test_rerun_spends_nothing_and_reproduces_the_release(pipeline: dict[str, obj
     before = ledger.spends()
     first = (root.latest_release("mobility") / "Global_Mobility_Report.csv").read_bytes()
     release_dir = root.latest_release("mobility").resolve()
-    run_days(steps, ("location_history",), root, cfg,
+    run_days(steps, root, cfg,
              date_range(date(2020, 2, 14), END), RunRequest(run_id="second"),
              ledger_url=url)
     assert ledger.spends() == before  # nothing spent: stored noise reused
@@ -195,6 +195,7 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
     import shutil
 
     from dp_ops.reports.mobility import release, suites
+    from dp_ops.steps import release_flow
     from dp_ops.steps.release import read_staged
 
     root, cfg, url = pipeline["root"], pipeline["cfg"], pipeline["url"]
@@ -209,8 +210,9 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
 
     monkeypatch.setattr(suites, "validate_mobility_release", counted)
     try:
-        release.stage_and_validate(root, cfg, run_id="twin-a", ledger_url=url)
-        result = release.stage_and_validate(root, cfg, run_id="twin-b", ledger_url=url)
+        release_flow.stage_and_validate(release.PARTS, root, cfg, run_id="twin-a", ledger_url=url)
+        result = release_flow.stage_and_validate(release.PARTS, root, cfg, run_id="twin-b",
+                                                 ledger_url=url)
         assert validations == ["mobility-twin-a"]
         assert "is the one run twin-a staged from the same inputs" in result.summary
         a_dir, b_dir = release.staging_dir(root, "twin-a"), release.staging_dir(root, "twin-b")
@@ -221,9 +223,10 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
                                 shallow=False)[0] == sorted(a.files)
         # the same files under the same accounting are one release: twin-b's publish
         # leaves twin-a's in place
-        release.publish_staged(root, cfg, run_id="twin-a", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, cfg, run_id="twin-a", ledger_url=url)
         latest = (root.latest_release("mobility") / "manifest.json").read_text()
-        done = release.publish_staged(root, cfg, run_id="twin-b", ledger_url=url)
+        done = release_flow.publish_staged(release.PARTS, root, cfg, run_id="twin-b",
+                                           ledger_url=url)
         assert json.loads(latest)["release_id"] in done.summary and done.event is None
         assert (root.latest_release("mobility") / "manifest.json").read_text() == latest
     finally:

@@ -64,7 +64,7 @@ def test_the_plugin_report_is_found_through_its_entry_point(presence: Path) -> N
     assert report_names() == ["mobility", "presence", "symptoms"]
     spec = report_spec("presence")
     assert type(spec).__module__ == "dp_ops.reports.spec"
-    assert spec.steps.__name__ == "presence_report.steps"
+    assert spec.declaration == "presence_report.declaration"
     assert "presence" in allowed_tags()
 
 

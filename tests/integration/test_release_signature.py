@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from support.cached_roots import GeneratedRoots
 from support.release_keys import allowed_signers, session_signer, ssh_keygen, stock_verify
+from support.report_steps import SYMPTOMS_STEPS as symptoms_steps
+from support.report_steps import run_days
 
 from dp_ops.layout import DataRoot
 from dp_ops.release_signing import SIGNATURE_FILE
-from dp_ops.reports.chain import run_days
-from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.sshsig import trusted_keys
 from dp_ops.steps.noise_request import RunRequest
@@ -36,7 +36,7 @@ def published(tmp_path_factory: pytest.TempPathFactory,
               generated_roots: GeneratedRoots) -> Path:
     root = DataRoot(generated_roots.copy(tmp_path_factory.mktemp("signed") / "data",
                                          users=2000, seed=3, start=DAYS[0], end=DAYS[-1]))
-    run_days(symptoms_steps, ("search_activity",), root, SymptomsConfig(),
+    run_days(symptoms_steps, root, SymptomsConfig(),
              DAYS, RunRequest(run_id="signed"),
              ledger_url=f"sqlite:///{root.root / 'ledger.sqlite'}")
     return root.latest_release("symptoms").resolve()

@@ -237,7 +237,7 @@ def _cells(path: Path) -> pd.DataFrame:
 def test_duckdb_gives_the_same_quarantine_clean_rows_and_cell_sums(
         backfilled: Backfilled) -> None:
     from dp_ops.layout import DataRoot
-    from dp_ops.reports.registry import load_report
+    from dp_ops.reports.registry import bind, load_report
     from dp_ops.settings import ExecutionSettings, execution_settings_bound
     from dp_ops.steps.ingest import ingest_sources
 
@@ -250,7 +250,7 @@ def test_duckdb_gives_the_same_quarantine_clean_rows_and_cell_sums(
             with execution_settings_bound(ExecutionSettings(engine="duckdb")):
                 for day in date_range(START, END):
                     ingest_sources(duck, bound.spec.sources, day)
-                    bound.steps.bound_contributions(duck, bound.cfg, day)
+                    bind(bound.report, bound.cfg, duck, bound.ledger).bound(day)
                     clean = [c.name for c in pq.read_schema(
                         spark.clean_partition(source, day) / "part.parquet")]
                     for area, name, columns in (

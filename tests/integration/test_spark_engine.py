@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.cached_roots import GeneratedRoots
+from support.report_steps import MOBILITY_STEPS, SYMPTOMS_STEPS
 
 from dp_ops.engine.base import BoundingSql
 from dp_ops.engine.files import write_parquet_atomic
@@ -33,7 +34,6 @@ from dp_ops.layout import DataRoot
 from dp_ops.regions import ancestors, read_regions
 from dp_ops.reports.mobility import bounding as mobility_bounding
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.settings import ExecutionSettings
 from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
@@ -154,11 +154,11 @@ def root(tmp_path_factory: pytest.TempPathFactory, generated_roots: GeneratedRoo
 # -- running both engines --------------------------------------------------------------
 
 def _bound(report: str) -> Callable[..., StepResult]:
-    module = mobility_bounding if report == "mobility" else symptoms_bounding
+    steps = MOBILITY_STEPS if report == "mobility" else SYMPTOMS_STEPS
     cfg = MOBILITY if report == "mobility" else SYMPTOMS
 
     def run(root: DataRoot, day: date, **kw: object) -> StepResult:
-        return module.bound_day(root, cfg, day, **kw)  # type: ignore[arg-type]
+        return steps.bound_contributions(root, cfg, day, **kw)  # type: ignore[arg-type]
 
     return run
 

@@ -15,12 +15,12 @@ from support.approvals import approve_renoise
 from support.cached_roots import GeneratedRoots
 from support.dates import date_range
 from support.pipeline_helpers import verify_release
+from support.report_steps import SYMPTOMS_STEPS as steps
+from support.report_steps import run_days
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import read_regions
-from dp_ops.reports.chain import run_days
-from dp_ops.reports.symptoms import steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.steps.noise_request import RunRequest
 from dp_ops.steps.noising import region_chain
@@ -40,7 +40,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory,
                                          users=30000, seed=11, start=START, end=END))
     cfg = SymptomsConfig()
     url = f"sqlite:///{root.root / 'ledger.sqlite'}"
-    run_days(steps, ("search_activity",), root, cfg,
+    run_days(steps, root, cfg,
              date_range(START, END), RunRequest(run_id="first"), ledger_url=url)
     return {"root": root, "cfg": cfg, "url": url}
 
@@ -109,7 +109,7 @@ def test_rerun_spends_nothing_and_gives_the_same_files(pipeline: dict[str, objec
     assert isinstance(root, DataRoot) and isinstance(cfg, SymptomsConfig)
     before = _spends(pipeline)
     csvs = {n: (_latest(pipeline) / n).read_bytes() for n in (DAILY, WEEKLY)}
-    run_days(steps, ("search_activity",), root, cfg, date_range(END - timedelta(days=2), END),
+    run_days(steps, root, cfg, date_range(END - timedelta(days=2), END),
              RunRequest(run_id="second"), ledger_url=str(url))
     assert _spends(pipeline) == before
     for name, content in csvs.items():
@@ -131,7 +131,7 @@ def test_region_renoise_spends_through_the_ledger_and_touches_only_that_region(
     reason = "integration test: corrected raw data"
     approve_renoise(root, str(url), steps.noise_plan(root, cfg), END, region, reason,
                     run_id="oncall")
-    run_days(steps, ("search_activity",), root, cfg,
+    run_days(steps, root, cfg,
              [END], RunRequest(run_id="oncall", region=region, renoise=True,
                                                 reason=reason), ledger_url=str(url))
     new = [s for s in _spends(pipeline) if s not in before_spends]

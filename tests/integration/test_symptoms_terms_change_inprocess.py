@@ -17,11 +17,11 @@ from datetime import date, timedelta
 import pytest
 from support.cached_roots import GeneratedRoots
 from support.dates import date_range
+from support.report_steps import SYMPTOMS_STEPS as steps
+from support.report_steps import run_days
 
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
-from dp_ops.reports.chain import run_days
-from dp_ops.reports.symptoms import steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.steps.noise_request import RunRequest
 
@@ -55,7 +55,7 @@ def test_a_symptoms_epsilon_change_takes_effect_on_a_monday_and_the_statement_sa
         finally:
             ledger.dispose()
 
-    run_days(steps, ("search_activity",), root, old,
+    run_days(steps, root, old,
              date_range(START, TUESDAY), RunRequest(run_id="first"),
              ledger_url=url)
     recorded = policies()
@@ -65,13 +65,13 @@ def test_a_symptoms_epsilon_change_takes_effect_on_a_monday_and_the_statement_sa
     assert "takes effect on Monday 2020-01-13" in refused.stderr
     assert policies() == recorded  # nothing recorded
 
-    run_days(steps, ("search_activity",), root, old,
+    run_days(steps, root, old,
              date_range(TUESDAY + timedelta(days=1), SUNDAY),
              RunRequest(run_id="second"), ledger_url=url)
     for term in TERMS:
         done = set_epsilon(term)
         assert done.returncode == 0, done.stderr
-    run_days(steps, ("search_activity",), root, new, date_range(SUNDAY + timedelta(days=1), END),
+    run_days(steps, root, new, date_range(SUNDAY + timedelta(days=1), END),
              RunRequest(run_id="third"), ledger_url=url)
 
     latest = root.latest_release("symptoms")

@@ -94,21 +94,21 @@ def _ledger_spends(deployed: Deployed) -> list[Any]:
 def _expected_requests(deployed: Deployed) -> dict[str, list[Any]]:
     """The slots the pipeline must have spent: every day's plan, the re-noise of the
     region's chain, the method update's window; from the planning functions."""
+    from dp_ops.layout import DataRoot
     from dp_ops.regions import read_regions
     from dp_ops.reports.mobility import method_update
     from dp_ops.reports.mobility.config import MobilityConfig
+    from dp_ops.reports.mobility.declaration import REPORT as MOBILITY
     from dp_ops.reports.mobility.new_methods import ScaledCounts
-    from dp_ops.reports.mobility.noising import noise_plan as mobility_plan
     from dp_ops.reports.symptoms.config import SymptomsConfig
-    from dp_ops.reports.symptoms.noising import noise_plan as symptoms_plan
-    from dp_ops.sources.search_activity import read_symptoms
+    from dp_ops.reports.symptoms.declaration import REPORT as SYMPTOMS
     from dp_ops.steps.noising import plan_requests
 
     topo, root = deployed.topo, deployed.data_root
     regions = read_regions(root / "reference" / "regions.csv")
     mcfg, scfg = MobilityConfig(), SymptomsConfig()
-    mplan = mobility_plan(mcfg)
-    splan = symptoms_plan(scfg, read_symptoms(root / "reference" / "symptoms.txt"))
+    mplan = MOBILITY.noise_plan(DataRoot(root), mcfg)
+    splan = SYMPTOMS.noise_plan(DataRoot(root), scfg)
 
     mu = topo.METHOD_UPDATE
     update = method_update.MethodUpdate(

@@ -21,7 +21,7 @@ def test_the_checker_sees_the_whole_package() -> None:
     """Guards against a checker that passes because it reads nothing."""
     modules = {module_name(PLUGINS, p) for p in PLUGINS.rglob("*.py")}
     assert {"dp_ops.privacy.ledger", "dp_ops.airflow.operators.noise",
-            "dp_ops.reports.mobility.steps", "dp_demo.generator"} <= modules
+            "dp_ops.reports.mobility.declaration", "dp_demo.generator"} <= modules
     imports = all_imports(PLUGINS)
     assert any(i.module == "dp_ops.airflow.operators.noise" and i.target.startswith("airflow")
                for i in imports)

@@ -75,13 +75,13 @@ def test_a_cli_approval_is_recorded_as_such(root: DataRoot) -> None:
     """Recorded before the run starts (here it then stops at ingest: no raw data), naming
     both people and the command line as who vouched for them."""
     from dp_ops.privacy.ledger import VIA_CLI
-    from dp_ops.reports.mobility.noising import noise_plan
-    from dp_ops.reports.mobility.steps import load_config
+    from dp_ops.reports.mobility.declaration import REPORT
     from dp_ops.steps.noising import renoise_request
 
     assert _renoise("--approved-by", "bob", "--requested-by", "alice") == 2
     (approval,) = _approvals(root)
-    request = renoise_request(noise_plan(load_config()), DAY, "DM-01", "raw data corrected",
+    request = renoise_request(REPORT.noise_plan(root, REPORT.load_config()), DAY, "DM-01",
+                              "raw data corrected",
                               False)
     assert (approval.run_id, approval.requester, approval.approver, approval.via) == (
         "cli__t", "alice", "bob", VIA_CLI)

@@ -8,8 +8,8 @@ same on-call rerun DAG, so a DAG file is its documentation and one call::
 
 The daily chain is ``ingest`` -> ``bound_contributions`` (mapped over the user shards) ->
 ``noise`` -> [``baseline``] -> ``report`` -> ``gate`` -> ``publish``. The ``baseline``
-wait is there for a report that declares the ``baseline`` asset (its steps are then
-:class:`~dp_ops.reports.protocol.BaselineSteps`); ``noise`` skips what has nothing to do
+wait is there for a report that declares the ``baseline`` asset (and so a
+:class:`~dp_ops.reports.declared.Baseline`); ``noise`` skips what has nothing to do
 for the day (the report's ``skipped_after_noise``), so ``report`` runs after a wait that
 succeeded or was skipped, never after a failed one. The rerun DAG puts
 ``validate_request`` and ``approve_spend`` in front of the same steps and passes the form's
@@ -50,7 +50,7 @@ from dp_ops.airflow.tags import Tag, tags
 from dp_ops.reports.protocol import Step
 from dp_ops.reports.spec import ReportSpec
 
-# The asset a report declares when it has a frozen baseline (BaselineSteps).
+# The asset a report declares when it has a frozen baseline (a declared Baseline).
 BASELINE_ASSET = "baseline"
 
 

@@ -31,8 +31,7 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
     Use ``mode="reschedule"``: between pokes the sensor frees its worker slot, so a waiting
     run does not starve the runs that noise the baseline window.
 
-    The report's steps must have a baseline
-    (:class:`~dp_ops.reports.protocol.BaselineSteps`).
+    The report must declare a baseline (:class:`~dp_ops.reports.declared.Baseline`).
 
     :param report: the report whose baseline the run waits for.
     :param day: the day the run reports, ``YYYY-MM-DD`` (templated).
@@ -48,12 +47,13 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
         self.day = day
 
     def execute(self, context: Context) -> Any:
+        from dp_ops.reports.registry import declared_report
         from dp_ops.reports.spec import report_spec
 
-        steps = report_spec(self.report).steps
-        cfg = steps.load_config()
+        report = declared_report(report_spec(self.report))
+        cfg = report.load_config()
         day = parse_day(self.day)
-        if steps.needs_baseline(cfg, day):
+        if report.needs_baseline(cfg, day):
             return super().execute(context)
         skip_downstream(self, context, self.get_flat_relative_ids(upstream=False),
                         f"{day} is before the first public date {cfg.first_public_date}: "
@@ -62,18 +62,15 @@ class BaselineReadySensor(BaseSensorOperator, SkipMixin):
 
     def poke(self, context: Context) -> bool:
         from dp_ops.airflow.runtime import load
-        from dp_ops.reports.protocol import BaselineSteps
 
         rt = load(self.report)
-        if not isinstance(rt.steps, BaselineSteps):
+        if rt.report.baseline is None:
             raise BadRequest(f"report={rt.name!r} has no baseline to wait for")
-        steps = rt.steps
         path = rt.root.baseline_file(rt.name)
         if path.exists():
             self.log.info("baseline ready: %s", path)
             return True
-        with rt.settings_in_force():
-            result = steps.build_baseline(rt.root, rt.cfg, ledger_url=rt.ledger_url)
+        result = rt.build_baseline()
         self.log.info("build_baseline: %s", result.summary)
         emit_events(self, context, result.event)  # once: only the poke that froze it
         if path.exists():

@@ -1,3 +1,4 @@
-"""The two reports. Each is a package with a ``steps`` module that satisfies
-:class:`dp_ops.reports.protocol.ReportSteps`; :func:`dp_ops.reports.registry.report_steps`
-finds it by name."""
+"""The reports. Each is a package with a ``spec`` module (its
+:class:`~dp_ops.reports.spec.ReportSpec`, registered under ``dp_ops.reports``) and a
+``declaration`` module (its :class:`~dp_ops.reports.declared.Report`);
+:func:`dp_ops.reports.registry.load_report` finds one by name and binds it."""

@@ -10,21 +10,17 @@ under the entry-point group ``dp_ops.reports``::
 Everything outside a report's package that needs to know about reports (the registry, the
 DAG tags and assets, the Privacy budget view, the release page, ingest) reads the specs:
 none of it names a report. A spec is a light, declarative value: loading it imports no
-pandas, DuckDB or Great Expectations (the DAG files read it at parse time); its step
-functions are imported on first use (:attr:`ReportSpec.steps`).
+pandas, DuckDB or Great Expectations (the DAG files read it at parse time); its
+declaration (a :class:`~dp_ops.reports.declared.Report`, which imports its step
+functions) is imported on first use (:func:`dp_ops.reports.registry.declared_report`).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any
 
 from dp_ops.registered import NAME_PATTERN, registered
-
-if TYPE_CHECKING:
-    from dp_ops.reports.protocol import ReportSteps
 
 ENTRY_POINT_GROUP = "dp_ops.reports"
 
@@ -40,7 +36,8 @@ class ReportSpec:
     ``sources``: the names of the raw sources it reads (``raw/<source>/date=D/``), each a
     :class:`~dp_ops.sources.spec.SourceSpec` registered under ``dp_ops.sources``; the
     ingest step judges each by its contract.
-    ``steps_module``: the module providing :class:`~dp_ops.reports.protocol.ReportSteps`.
+    ``declaration``: the module whose ``REPORT`` is the report's
+    :class:`~dp_ops.reports.declared.Report`.
     ``assets``: the assets it emits events to besides ``<name>_release`` (e.g.
     ``baseline`` for ``<name>_baseline``).
     ``terms_change_weekday``: for a report whose values are summed by week, the weekday
@@ -52,7 +49,7 @@ class ReportSpec:
     title: str
     daily_dag_id: str
     sources: tuple[str, ...]
-    steps_module: str
+    declaration: str
     assets: tuple[str, ...] = field(default=())
     terms_change_weekday: int | None = None
 
@@ -71,12 +68,6 @@ class ReportSpec:
             if not NAME_PATTERN.fullmatch(asset):
                 raise ValueError(f"report spec {self.name!r}: asset {asset!r} is no "
                                  "plain identifier")
-
-    @property
-    def steps(self) -> ReportSteps[Any]:
-        """The report's step functions (imported on first use)."""
-        module: ReportSteps[Any] = importlib.import_module(self.steps_module)
-        return module
 
     @property
     def release_asset(self) -> str:

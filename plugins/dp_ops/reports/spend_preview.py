@@ -10,12 +10,10 @@ recorded in the ledger (the configured one before the first spend).
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
 
-from dp_ops.errors import BadRequest
 from dp_ops.privacy.ledger import SpendRequest
 from dp_ops.privacy.preview import SpendPreview, preview
-from dp_ops.reports.protocol import MethodUpdateForm, MethodUpdateSteps
+from dp_ops.reports.protocol import MethodUpdateForm
 from dp_ops.reports.registry import AnyReport
 from dp_ops.steps.ledger_binding import open_ledger
 
@@ -45,13 +43,5 @@ def renoise_preview(report: AnyReport, day: date, region: str) -> SpendPreview:
 def method_update_preview(report: AnyReport, form: MethodUpdateForm) -> SpendPreview:
     """What a method update of ``report`` spends (on every date of its comparison
     window); a report without method updates is a ``BadRequest``."""
-    steps = method_update_steps(report)
-    what, requests = steps.method_update_spends(report.cfg, form)
+    what, requests = report.method_update_spends(form)
     return _preview(report, what, requests)
-
-
-def method_update_steps(report: AnyReport) -> MethodUpdateSteps[Any]:
-    """``report``'s method-update steps; ``BadRequest`` if it has none."""
-    if not isinstance(report.steps, MethodUpdateSteps):
-        raise BadRequest(f"report={report.name!r} has no method updates")
-    return report.steps

@@ -9,5 +9,5 @@ SPEC = ReportSpec(
     title="Regional Presence Counts",
     daily_dag_id="presence_daily",
     sources=("location_history",),
-    steps_module="presence_report.steps",
+    declaration="presence_report.declaration",
 )

@@ -23,13 +23,13 @@ from dp_demo.evaluation import (
 )
 from dp_demo.generator import generate
 from support.dates import date_range
+from support.report_steps import MOBILITY_STEPS as mobility_steps
+from support.report_steps import SYMPTOMS_STEPS as symptoms_steps
+from support.report_steps import run_days
 
 from dp_ops.layout import DataRoot
-from dp_ops.reports.chain import run_days
-from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.mobility.estimates import CATEGORIES, COUNT_CATEGORY_CELLS
-from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.steps.noise_request import RunRequest
 

@@ -11,17 +11,19 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from dp_demo.generator import generate
+from support.report_steps import MOBILITY_STEPS, SYMPTOMS_STEPS
 
 from dp_ops.engine.sql import render_sql
 from dp_ops.errors import BoundingError
 from dp_ops.layout import DataRoot
-from dp_ops.reports.mobility.bounding import bound_day as bound_mobility
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms.bounding import bound_day as bound_symptoms
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.settings import ExecutionSettings, load_execution_settings
 from dp_ops.steps.bound import combine_shards, shard_file
 from dp_ops.steps.ingest import ingest_sources
+
+bound_mobility = MOBILITY_STEPS.bound_contributions
+bound_symptoms = SYMPTOMS_STEPS.bound_contributions
 
 DAY = date(2020, 3, 10)
 SHARDS = 3

@@ -26,13 +26,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from dp_demo.geography import demo_regions
+from support.report_steps import MOBILITY_STEPS, SYMPTOMS_STEPS
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.layout import DataRoot
 from dp_ops.regions import write_regions
-from dp_ops.reports.mobility import bounding as mobility_bounding
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.symptoms import bounding as symptoms_bounding
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.sources.location_history import ALL_STAY_CATEGORIES, PLACE_CATEGORIES
 from dp_ops.sources.location_history import NAME as LOCATION_SOURCE
@@ -122,8 +121,8 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> DataRoot:
 
 def _bound(report: str) -> Callable[[DataRoot], StepResult]:
     if report == "mobility":
-        return lambda root: mobility_bounding.bound_day(root, MOBILITY, DAY)
-    return lambda root: symptoms_bounding.bound_day(root, SYMPTOMS, DAY)
+        return lambda root: MOBILITY_STEPS.bound_contributions(root, MOBILITY, DAY)
+    return lambda root: SYMPTOMS_STEPS.bound_contributions(root, SYMPTOMS, DAY)
 
 
 def _engine(monkeypatch: pytest.MonkeyPatch, engine: str) -> None:

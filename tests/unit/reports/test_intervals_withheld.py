@@ -26,14 +26,13 @@ from dp_ops.reports.mobility.baseline import (
     residential_miss,
     residential_window_alpha,
 )
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import GROUP_CELLS, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     metric_estimates,
     residential_day_alpha,
     strictly_below,
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates
-from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.reports.mobility.release import assemble, intervals_table
 from dp_ops.reports.mobility.report import (
     CHANGE_COLUMNS,

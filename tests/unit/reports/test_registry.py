@@ -7,19 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.protocol import Step
+from dp_ops.reports.mobility.declaration import REPORT as MOBILITY
 from dp_ops.reports.registry import load_report
-from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
+from dp_ops.reports.symptoms.declaration import REPORT as SYMPTOMS
 
 
-def test_every_report_name_loads_its_own_steps_and_config(dp_data_root: Path) -> None:
+def test_every_report_name_loads_its_own_declaration_and_config(dp_data_root: Path) -> None:
     mobility = load_report("mobility")
     symptoms = load_report("symptoms")
-    assert mobility.steps is mobility_steps and isinstance(mobility.cfg, MobilityConfig)
-    assert symptoms.steps is symptoms_steps and isinstance(symptoms.cfg, SymptomsConfig)
+    assert mobility.report is MOBILITY and isinstance(mobility.cfg, MobilityConfig)
+    assert symptoms.report is SYMPTOMS and isinstance(symptoms.cfg, SymptomsConfig)
     assert (mobility.name, symptoms.name) == ("mobility", "symptoms")
     assert (mobility.daily_dag_id, symptoms.daily_dag_id) == ("mobility_report",
                                                               "symptoms_dataset")
@@ -42,18 +41,14 @@ def test_what_differs_between_reports_comes_from_the_report(dp_data_root: Path) 
     assert not symptoms.needs_baseline(date(2020, 6, 1))
 
 
-def test_a_per_day_step_needs_a_day(dp_data_root: Path) -> None:
-    with pytest.raises(ValueError, match="step='ingest' processes one day"):
-        load_report("mobility").run_step(Step.INGEST, None, run_id="r")
-
-
 def test_the_execution_settings_are_read_once_where_the_report_is_bound(
         dp_data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every step of a bound report sees the settings read when it was bound, even if the
     environment changes meanwhile; outside a bound report a step reads them afresh."""
     from dataclasses import replace
-    from types import SimpleNamespace
 
+    from dp_ops.reports.declared import MethodUpdates
+    from dp_ops.reports.protocol import MethodUpdateForm
     from dp_ops.settings import execution_settings
     from dp_ops.steps.result import StepResult
 
@@ -66,11 +61,10 @@ def test_the_execution_settings_are_read_once_where_the_report_is_bound(
         seen.append(execution_settings().bounding_shards)
         return StepResult("ok")
 
-    fake = SimpleNamespace(bound_contributions=step, report=step, publish=step,
-                           noise=step, gate=step)
-    twin = replace(bound, steps=fake)  # type: ignore[arg-type]
-    twin.run_step(Step.BOUND_CONTRIBUTIONS, date(2020, 1, 1), run_id="r")
-    twin.run_step(Step.PUBLISH, None, run_id="r")
-    twin.gate(run_id="r")
-    assert seen == [3, 3, 3] and bound.settings.bounding_shards == 3
+    updates = MethodUpdates(run=step, request=step, spends=step)  # type: ignore[arg-type]
+    twin = replace(bound, report=replace(bound.report, report_day=step,
+                                         method_updates=updates))
+    twin.report_day(date(2020, 1, 1))
+    twin.method_update(MethodUpdateForm("v2", date(2020, 3, 2), [], 1.0, "why"), run_id="r")
+    assert seen == [3, 3] and bound.settings.bounding_shards == 3
     assert execution_settings().bounding_shards == 5

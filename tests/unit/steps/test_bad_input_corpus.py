@@ -39,16 +39,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from support.report_steps import MOBILITY_STEPS as mobility_steps
+from support.report_steps import SYMPTOMS_STEPS as symptoms_steps
 
 from dp_ops.engine.duckdb import register_ancestors
 from dp_ops.errors import IngestError, RegionTableError
 from dp_ops.layout import DataRoot
 from dp_ops.regions import ancestors, read_regions
 from dp_ops.reports.mobility import bounding as mobility_bounding
-from dp_ops.reports.mobility import steps as mobility_steps
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.reports.symptoms import bounding as symptoms_bounding
-from dp_ops.reports.symptoms import steps as symptoms_steps
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.settings import ExecutionSettings, execution_settings_bound
 from dp_ops.sources.location_history import SOURCE as LOCATION_HISTORY

@@ -58,8 +58,8 @@ def _build_published_root(tmp_path: Path, two_weeks: tuple[pd.DataFrame, pd.Data
     symptom_list(root).write_text("\n".join(SYMPTOMS) + "\n")
     url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     write_days(root, rows[rows["date"] <= LAST], url=url)
-    release.stage_and_validate(root, CFG, run_id="day-13", ledger_url=url)
-    release.publish_staged(root, CFG, run_id="day-13", ledger_url=url)
+    release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="day-13", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="day-13", ledger_url=url)
     write_days(root, rows[rows["date"] == date(2020, 1, 14)], url=url)
     return root, url
 
@@ -137,7 +137,7 @@ def test_a_carried_gate_writes_the_bytes_of_a_full_gate(
     carried_rows, full_rows = gx_rows
     assert 0 < carried_rows < full_rows / 3, (carried_rows, full_rows)
     # and the staged release of the day's gate is the same files again
-    release.stage_and_validate(root, CFG, run_id="day-14", ledger_url=url)
+    release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="day-14", ledger_url=url)
     staged = read_staged(staging_dir(root, "symptoms", "day-14"))
     assert staged is not None and staged.files == checksums(tmp_path / "full")
 
@@ -175,7 +175,7 @@ def test_a_planted_edit_is_never_carried(
             record["digests_sha256"] = hashlib.sha256(published_rows.read_bytes()).hexdigest()
             path.write_text(json.dumps(record))
     gx_rows = _gx_rows(monkeypatch)
-    release.stage_and_validate(root, CFG, run_id="day-14", ledger_url=url)
+    release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="day-14", ledger_url=url)
     staged = read_staged(staging_dir(root, "symptoms", "day-14"))
     assert staged is not None and staged.files == checksums(tmp_path / "full")
     # every row went through GX: as many as a full gate hands it
@@ -185,9 +185,9 @@ def test_a_planted_edit_is_never_carried(
     assert gx_rows[0] == gx_rows[1]
     if planted in ("csv", "parquet", "chart"):
         with pytest.raises(PublishRefused, match="does not match the release's manifest"):
-            release.publish_staged(root, CFG, run_id="day-14", ledger_url=url)
+            release_flow.publish_staged(release.PARTS, root, CFG, run_id="day-14", ledger_url=url)
     else:
-        release.publish_staged(root, CFG, run_id="day-14", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, CFG, run_id="day-14", ledger_url=url)
 
 
 def test_a_bad_new_row_fails_and_a_carried_row_is_not_revalidated(

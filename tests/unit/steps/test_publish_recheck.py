@@ -35,6 +35,7 @@ from dp_ops.reports.symptoms import release
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.sources.search_activity import symptom_list
+from dp_ops.steps import release_flow
 from dp_ops.steps.release import (
     STAGED,
     STAGED_MAC,
@@ -86,7 +87,7 @@ def _stage(home: Path, run_id: str) -> None:
         first = CFG.first_public_date
         write_days(root, _rows(regions, [first + timedelta(days=i) for i in range(7)]),
                    url=_url(home))
-    release.stage_and_validate(root, CFG, run_id=run_id, ledger_url=_url(home))
+    release_flow.stage_and_validate(release.PARTS, root, CFG, run_id=run_id, ledger_url=_url(home))
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,8 @@ def _nothing_published(home: Path) -> None:
 
 
 def _publish(home: Path) -> None:
-    release.publish_staged(DataRoot(home / "data"), CFG, run_id=RUN, ledger_url=_url(home))
+    release_flow.publish_staged(release.PARTS, DataRoot(home / "data"), CFG, run_id=RUN,
+                                ledger_url=_url(home))
 
 
 def test_an_untouched_staging_area_publishes(home: Path) -> None:

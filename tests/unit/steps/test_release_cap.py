@@ -13,8 +13,9 @@ from dp_ops.errors import PublishRefused
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, Slot
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.reports.mobility.release import publish_staged, staging_dir
+from dp_ops.reports.mobility.release import PARTS, staging_dir
 from dp_ops.steps.release import write_empty_staged, write_staged
+from dp_ops.steps.release_flow import publish_staged
 from dp_ops.steps.release_values import GateOutcome, Staged
 
 CFG = MobilityConfig()
@@ -44,7 +45,7 @@ def test_publish_refuses_over_the_cap(tmp_path: Path, day: date) -> None:
         gate=GateOutcome(True, 1, None), charts=[], uncharted_levels=[]))
     lowered = MobilityConfig(cap_override=5.0)
     with pytest.raises(PublishRefused, match=r"8\.58.*over the cap 5\.0000"):
-        publish_staged(root, lowered, run_id="run-x", ledger_url=url)
+        publish_staged(PARTS, root, lowered, run_id="run-x", ledger_url=url)
     assert not root.latest_release("mobility").exists()
 
 
@@ -65,5 +66,5 @@ def test_a_staged_record_written_outside_the_gate_is_refused(tmp_path: Path) -> 
         "last_date": "2020-03-31", "files": {}, "rows": {}, "suppression": {},
         "gate": {"success": True, "evaluated": 1, "data_docs": None}}))
     with pytest.raises(PublishRefused, match="MAC does not verify"):
-        publish_staged(root, CFG, run_id="run-x", ledger_url=url)
+        publish_staged(PARTS, root, CFG, run_id="run-x", ledger_url=url)
     assert not root.latest_release("mobility").exists()

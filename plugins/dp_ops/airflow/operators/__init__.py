@@ -1,4 +1,5 @@
-"""Thin Airflow adapters over the report steps (:class:`dp_ops.reports.protocol.ReportSteps`).
+"""Thin Airflow adapters over a declared report's steps
+(:class:`dp_ops.reports.registry.BoundReport`).
 
 Each operator only stores its (templated) arguments in ``__init__``; in ``execute()`` it
 binds its report to the data root, the config and the ledger from the environment

@@ -229,9 +229,7 @@ class SpendApprovalOperator(ApprovalOperator):
             return renoise_request(report.noise_plan(), parse_day(self.day, field="date"),
                                    self._region(), str(self.reason or ""),
                                    parse_bool(self.repeat_renoise, field="repeat_renoise"))
-        from dp_ops.reports.spend_preview import method_update_steps
-
-        return method_update_steps(report).method_update_request(report.cfg, self._form())
+        return report.method_update_request(self._form())
 
     def _record_approval(self, context: Context, event: Mapping[str, Any]) -> None:
         """Record the approval in ``event`` in the ledger, or refuse (nothing recorded)."""

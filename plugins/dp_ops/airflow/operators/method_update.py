@@ -45,7 +45,7 @@ def parse_factor(value: Any) -> float:
 
 class MethodUpdateOperator(BaseOperator):
     """Estimate and store the scaling factors of a method update of ``report`` (its
-    steps' ``method_update``: :class:`~dp_ops.reports.protocol.MethodUpdateSteps`),
+    declared ``method_updates``: :class:`~dp_ops.reports.declared.MethodUpdates`),
     spending ``method_update_fraction`` of the cell epsilon on each comparison-window date
     through the ledger.
 
@@ -84,7 +84,6 @@ class MethodUpdateOperator(BaseOperator):
 
     def execute(self, context: Context) -> str:
         from dp_ops.reports.protocol import MethodUpdateForm
-        from dp_ops.reports.spend_preview import method_update_steps
 
         with refusals_fail_without_retry(self.log, "method update"):
             form = MethodUpdateForm(
@@ -93,10 +92,7 @@ class MethodUpdateOperator(BaseOperator):
                 categories=parse_categories(self.categories),
                 factor=parse_factor(self.factor), reason=str(self.reason or ""))
             report = load(self.report)
-            with report.settings_in_force():
-                result = method_update_steps(report).method_update(
-                    report.root, report.cfg, form, run_id=context["run_id"],
-                    ledger_url=report.ledger_url)
+            result = report.method_update(form, run_id=context["run_id"])
         for path in result.paths:
             self.log.info("method_update wrote %s", path)
         self.log.info("method_update: %s", result.summary)

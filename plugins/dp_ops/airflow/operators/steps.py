@@ -46,7 +46,7 @@ def skip_downstream(task: BaseOperator, context: Context, task_ids: Collection[s
 
 
 class ReportStepOperator(BaseOperator):
-    """Run one step of a report (:class:`dp_ops.reports.protocol.ReportSteps`) for one day.
+    """Run one step of a report (:class:`dp_ops.reports.registry.BoundReport`) for one day.
 
     :param report: which report's steps to run (required).
     :param step: which step (:class:`dp_ops.reports.protocol.Step`, whose value is the
@@ -91,9 +91,18 @@ class ReportStepOperator(BaseOperator):
         step = Step(self.step)
         with refusals_fail_without_retry(self.log):
             bound = load(self.report)
-            day = None if self.day is None else parse_day(self.day)
-            result = bound.run_step(step, day, run_id=context["run_id"],
-                                    shard=None if self.shard is None else int(self.shard))
+            if step is Step.PUBLISH:
+                result = bound.publish(run_id=context["run_id"])
+            else:
+                day = parse_day(self.day)
+                match step:
+                    case Step.INGEST:
+                        result = bound.ingest(day)
+                    case Step.BOUND_CONTRIBUTIONS:
+                        shard = None if self.shard is None else int(self.shard)
+                        result = bound.bound(day, shard=shard)
+                    case Step.REPORT:
+                        result = bound.report_day(day)
         for path in result.paths:
             self.log.info("%s wrote %s", step.value, path)
         self.log.info("%s: %s", step.value, result.summary)

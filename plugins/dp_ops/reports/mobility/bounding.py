@@ -17,13 +17,10 @@ from datetime import date
 from dp_ops.contract import LEVELS
 from dp_ops.engine.base import BoundingSql, aggregate_sql
 from dp_ops.engine.sql import render_sql
-from dp_ops.layout import DataRoot
 from dp_ops.reports.mobility.config import MobilityConfig
-from dp_ops.sources.location_history import PLACE_CATEGORIES, SOURCE
-from dp_ops.steps.bound import bound_clean_day
-from dp_ops.steps.result import StepResult
+from dp_ops.sources.location_history import PLACE_CATEGORIES
 
-__all__ = ["BOUNDING", "bound_day", "bounded_contributions_sql", "bounding_params",
+__all__ = ["BOUNDING", "bounded_contributions_sql", "bounding_params",
            "cell_aggregates_sql", "cell_sums_sql", "portable_cell_aggregates_sql",
            "spark_cell_sums_sql"]
 
@@ -70,10 +67,3 @@ def portable_cell_aggregates_sql(stays: str) -> str:
     """The same sums from the per-user query (the statement of the bounds, which every
     engine can run)."""
     return aggregate_sql(bounded_contributions_sql(stays))
-
-
-def bound_day(root: DataRoot, cfg: MobilityConfig, day: date, *,
-              shard: int | None = None) -> StepResult:
-    """Bound one day's clean stays and write the true cell sums (private) for noising."""
-    return bound_clean_day(root, "mobility", SOURCE.name, day, BOUNDING,
-                           bounding_params(cfg, day), shard=shard)

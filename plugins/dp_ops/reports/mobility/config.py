@@ -12,6 +12,7 @@ from datetime import date
 from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
 from dp_ops.reports.base_config import BudgetedConfig, check
 from dp_ops.reports.mobility.spec import SPEC
+from dp_ops.sources.location_history import PLACE_CATEGORIES
 
 # The report's name in paths, the ledger and the DAGs.
 REPORT: str = SPEC.name
@@ -24,6 +25,15 @@ PUBLISHED_CATEGORIES: dict[str, tuple[str, ...]] = {
     "transit_stations": ("transit",),
     "workplaces": ("workplaces",),
     "residential": ("residential",),
+}
+
+# The cells each ledger metric group noises, per region and level (the public domain).
+GROUP_CELLS: dict[str, tuple[str, ...]] = {
+    "places": tuple(f"places_{c}" for c in PLACE_CATEGORIES),
+    "workplaces": ("workplaces",),
+    "residential_sum": ("residential_sum_units",),
+    "residential_count": ("residential_users",),
+    "contributors": ("contributors",),
 }
 
 

@@ -72,7 +72,7 @@ from dp_ops.errors import MethodUpdateError
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.inference import RatioTest, discrete_laplace_sum, ratio_edges, ratio_test
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
-from dp_ops.reports.mobility.config import REPORT, MobilityConfig
+from dp_ops.reports.mobility.config import GROUP_CELLS, REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     COUNT_CATEGORY_CELLS,
     RATIO_HIGHEST,
@@ -80,7 +80,6 @@ from dp_ops.reports.mobility.estimates import (
     NoiseKey,
     noise_law_cells,
 )
-from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.steps.derived import read_recorded
 
 COMPARISON_WEEKS = 4

@@ -9,6 +9,7 @@ The maths, the request model and why the spend is what it is are in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import date, timedelta
 from pathlib import Path
@@ -40,7 +41,10 @@ from dp_ops.reports.mobility.method_update import (
     to_categories,
     update_budgets,
 )
+from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.reports.mobility.report import report_day
+from dp_ops.reports.protocol import MethodUpdateForm
+from dp_ops.requests import shown
 from dp_ops.steps.day_files import recorded_days
 from dp_ops.steps.derived import store_recorded, verify_recorded
 from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
@@ -262,3 +266,43 @@ def run_method_update(root: DataRoot, cfg: MobilityConfig, update: MethodUpdate,
         f"{spent_now / len(window):.4f} per user-day on each of the {len(window)} window "
         f"days {window[0]}..{window[-1]}; re-reported {rereported} day(s)",
         (str(target),))
+
+
+# -- the operator's form ----------------------------------------------------------------------
+def update_from_form(cfg: MobilityConfig, form: MethodUpdateForm) -> MethodUpdate:
+    """The update an operator's form asks for. The new method here is the demo's
+    stand-in: the counts of the ``categories``' source cells are ``factor`` times the old
+    ones, ``factor`` within ``method_update_factor_range``."""
+    low, high = cfg.method_update_factor_range
+    if not (math.isfinite(form.factor) and low <= form.factor <= high):
+        raise MethodUpdateError(
+            f"factor={shown(form.factor)}: the demo method scales counts by a factor in "
+            f"[{low:g}, {high:g}] (method_update_factor_range); a factor outside it is not "
+            "a plausible change of method")
+    return MethodUpdate(method_version=form.method_version,
+                        effective_date=form.effective_date,
+                        categories=tuple(form.categories),
+                        method=ScaledCounts.for_categories(form.categories, form.factor),
+                        reason=form.reason)
+
+
+def run_form(root: DataRoot, cfg: MobilityConfig, form: MethodUpdateForm, *, run_id: str,
+             ledger_url: str) -> StepResult:
+    """Scaling factors for a method update from ``form.effective_date`` (ledger kind
+    ``method_update``, refused past the cap before any draw; a rerun reuses the stored
+    factors and spends nothing), then re-report the days from the effective date that
+    already have report rows."""
+    return run_method_update(root, cfg, update_from_form(cfg, form), run_id=run_id,
+                             ledger_url=ledger_url)
+
+
+def form_request(cfg: MobilityConfig, form: MethodUpdateForm) -> ApprovalRequest:
+    """The update as its approver approves it and as :func:`run_form` reserves it."""
+    return approval_request(cfg, update_from_form(cfg, form))
+
+
+def form_spends(cfg: MobilityConfig, form: MethodUpdateForm) -> tuple[str, list[SpendRequest]]:
+    """What the update spends, on every date of its comparison window (the preview)."""
+    what = (f"method update {form.method_version} of {REPORT} from {form.effective_date} "
+            f"({', '.join(form.categories)})")
+    return what, plan_requests(cfg, update_from_form(cfg, form))

@@ -38,7 +38,7 @@ from dp_ops.reports.mobility.report import (
 )
 from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.reports.mobility.statement import mobility_statement
-from dp_ops.steps import release, release_flow
+from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
 from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.day_files import read_release_days
@@ -53,10 +53,9 @@ from dp_ops.steps.release import (
 from dp_ops.steps.release_contract import arrow_table
 from dp_ops.steps.release_flow import Built, ReleasePlan
 from dp_ops.steps.release_values import GateOutcome, Staged
-from dp_ops.steps.result import StepResult
 
-__all__ = ["PARTS", "MobilityRelease", "assemble", "epsilon_accounting", "publish_staged",
-           "stage_and_validate", "staging_dir", "write_release_files"]
+__all__ = ["PARTS", "MobilityRelease", "assemble", "epsilon_accounting", "staging_dir",
+           "write_release_files"]
 
 GLOBAL_CSV = "Global_Mobility_Report.csv"
 GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
@@ -288,16 +287,3 @@ class MobilityRelease:
 
 PARTS = MobilityRelease()
 
-
-def stage_and_validate(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
-                       ledger_url: str) -> StepResult:
-    """Assemble, validate and stage the release of the recorded report days
-    (:func:`dp_ops.steps.release_flow.stage_and_validate`)."""
-    return release_flow.stage_and_validate(PARTS, root, cfg, run_id=run_id,
-                                           ledger_url=ledger_url)
-
-
-def publish_staged(root: DataRoot, cfg: MobilityConfig, *, run_id: str,
-                   ledger_url: str) -> StepResult:
-    """Publish what this run's gate staged (:func:`dp_ops.steps.release_flow.publish_staged`)."""
-    return release_flow.publish_staged(PARTS, root, cfg, run_id=run_id, ledger_url=ledger_url)

@@ -9,7 +9,7 @@ SPEC = ReportSpec(
     title="Community Mobility Report",
     daily_dag_id="mobility_report",
     sources=("location_history",),
-    steps_module="dp_ops.reports.mobility.steps",
+    declaration="dp_ops.reports.mobility.declaration",
     # the frozen baseline: one event, when it is frozen
     assets=("baseline",),
 )

@@ -13,11 +13,7 @@ from datetime import date
 
 from dp_ops.engine.base import BoundingSql, aggregate_sql
 from dp_ops.engine.sql import render_sql
-from dp_ops.layout import DataRoot
-from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
-from dp_ops.sources.search_activity import SOURCE
-from dp_ops.steps.bound import bound_clean_day
-from dp_ops.steps.result import StepResult
+from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 
 
 def bounding_params(cfg: SymptomsConfig, day: date) -> dict[str, object]:
@@ -40,8 +36,4 @@ def cell_aggregates_sql(searches: str) -> str:
     return aggregate_sql(bounded_contributions_sql(searches))
 
 
-def bound_day(root: DataRoot, cfg: SymptomsConfig, day: date, *,
-              shard: int | None = None) -> StepResult:
-    """Bound one day's clean searches and write the true cell sums (private)."""
-    return bound_clean_day(root, REPORT, SOURCE.name, day, BoundingSql(bounded_contributions_sql),
-                           bounding_params(cfg, day), shard=shard)
+BOUNDING = BoundingSql(bounded_contributions_sql)

@@ -22,6 +22,15 @@ VOLUME_CELL = "users_with_any_search"  # the noised cell name of B
 SYMPTOM_CELL_PREFIX = "symptom:"      # A cells are named "symptom:<Name>", as the columns
 
 
+def group_cells(symptoms: list[str]) -> dict[str, tuple[str, ...]]:
+    """The cells each ledger metric group noises per region and level: A one cell per
+    symptom of the public list (each noised with epsilon_A / k, sensitivity 1; a user-day
+    touches at most k of them), B one cell. Every cell of the public domain (region table
+    x symptom list) is noised, zeros included."""
+    return {SYMPTOM_METRIC: tuple(SYMPTOM_CELL_PREFIX + s for s in symptoms),
+            VOLUME_METRIC: (VOLUME_CELL,)}
+
+
 @dataclass(frozen=True)
 class SymptomsConfig(BudgetedConfig):
     """Parameters of the Search Trends Symptoms dataset (docs/design.md, Symptoms dataset).

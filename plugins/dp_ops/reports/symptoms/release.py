@@ -55,7 +55,6 @@ from dp_ops.steps.release import (
 from dp_ops.steps.release_contract import arrow_table
 from dp_ops.steps.release_flow import Built, ReleasePlan
 from dp_ops.steps.release_values import GateOutcome, Staged
-from dp_ops.steps.result import StepResult
 
 RESOLUTIONS_FILE = "series_resolution.parquet"
 
@@ -338,16 +337,3 @@ class SymptomsRelease:
 
 PARTS = SymptomsRelease()
 
-
-def stage_and_validate(root: DataRoot, cfg: SymptomsConfig, *, run_id: str, ledger_url: str,
-                       region: str | None = None) -> StepResult:
-    """Build, validate and stage the candidate release
-    (:func:`dp_ops.steps.release_flow.stage_and_validate`)."""
-    return release_flow.stage_and_validate(PARTS, root, cfg, run_id=run_id,
-                                           ledger_url=ledger_url, region=region)
-
-
-def publish_staged(root: DataRoot, cfg: SymptomsConfig, *, run_id: str,
-                   ledger_url: str) -> StepResult:
-    """Publish what this run's gate staged (:func:`dp_ops.steps.release_flow.publish_staged`)."""
-    return release_flow.publish_staged(PARTS, root, cfg, run_id=run_id, ledger_url=ledger_url)

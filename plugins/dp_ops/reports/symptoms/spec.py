@@ -10,7 +10,7 @@ SPEC = ReportSpec(
     title="Search Trends symptoms dataset",
     daily_dag_id="symptoms_dataset",
     sources=("search_activity",),
-    steps_module="dp_ops.reports.symptoms.steps",
+    declaration="dp_ops.reports.symptoms.declaration",
     # the weekly values sum Monday..Sunday: an epsilon change takes effect on a Monday only
     # (a week under two laws has no weekly rule; dp_ops.reports.symptoms.matrix.weekly)
     terms_change_weekday=0,

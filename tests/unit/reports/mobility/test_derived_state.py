@@ -22,15 +22,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from dp_demo.geography import demo_regions
+from support.report_steps import MOBILITY_STEPS as steps
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import DerivedStateTampered, LedgerMismatch
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.regions import write_regions
-from dp_ops.reports.mobility import noising, steps
 from dp_ops.reports.mobility.baseline import build_baseline_once, read_baseline
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import GROUP_CELLS, MobilityConfig
 from dp_ops.reports.mobility.report import report_day
 from dp_ops.steps.derived import store_recorded
 from dp_ops.steps.ledger_binding import IDENTITY_FILE
@@ -41,7 +41,7 @@ PUBLIC_DAY = date(2020, 3, 2)
 
 
 def _bounded(root: DataRoot, regions: pd.DataFrame, day: date) -> None:
-    metrics = [m for cells in noising.GROUP_CELLS.values() for m in cells]
+    metrics = [m for cells in GROUP_CELLS.values() for m in cells]
     cells = regions[["level", "region_id"]].merge(pd.DataFrame({"metric": metrics}),
                                                   how="cross")
     cells["value"] = np.int64(20_000 + 100 * day.weekday())

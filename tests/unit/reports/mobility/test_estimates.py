@@ -24,7 +24,7 @@ from dp_ops.reports.mobility.baseline import (
     residential_miss,
     residential_window_alpha,
 )
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility.config import GROUP_CELLS, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
     CATEGORIES,
     integer_change,
@@ -35,7 +35,6 @@ from dp_ops.reports.mobility.estimates import (
     within_promise,
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates
-from dp_ops.reports.mobility.noising import GROUP_CELLS
 from dp_ops.reports.mobility.report import day_changes
 from dp_ops.steps.release import sha256_file
 

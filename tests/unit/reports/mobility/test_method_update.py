@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from dp_demo.geography import demo_regions
 from support.approvals import approve_method_update, approve_renoise
+from support.report_steps import MOBILITY_STEPS as steps
 
 from dp_ops.engine.files import write_parquet_atomic
 from dp_ops.errors import (
@@ -31,8 +32,8 @@ from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.privacy.noise import noise_generator, sample_discrete_laplace
 from dp_ops.regions import write_regions
-from dp_ops.reports.mobility import method_update_step, noising, steps
-from dp_ops.reports.mobility.config import MobilityConfig
+from dp_ops.reports.mobility import method_update_step
+from dp_ops.reports.mobility.config import GROUP_CELLS, MobilityConfig
 from dp_ops.reports.mobility.method_update import (
     GROUP_KEYS,
     MethodUpdate,
@@ -236,7 +237,7 @@ def noised_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_regions(regions, root.regions_csv)
     cfg = MobilityConfig()
     url = f"sqlite:///{base / 'ledger.sqlite'}"
-    metrics = [m for cells in noising.GROUP_CELLS.values() for m in cells]
+    metrics = [m for cells in GROUP_CELLS.values() for m in cells]
     for day in comparison_window(EFFECTIVE):
         cells = regions[["level", "region_id"]].merge(pd.DataFrame({"metric": metrics}),
                                                       how="cross")
@@ -425,7 +426,7 @@ def _renoise(env: dict[str, object], day: date, *, run_id: str, repeat: bool = F
              cfg: MobilityConfig | None = None) -> str:
     """A re-noise of DM-01 on ``day`` by ``run_id``, approved."""
     root, default, url = _unpack(env)
-    approve_renoise(root, url, noising.noise_plan(cfg or default), day, "DM-01",
+    approve_renoise(root, url, steps.noise_plan(root, cfg or default), day, "DM-01",
                     "test: bad source file", run_id=run_id, repeat=repeat)
     return steps.noise(root, cfg or default, NoiseRequest(day=day, run_id=run_id,
                                                                 region="DM-01", renoise=True,

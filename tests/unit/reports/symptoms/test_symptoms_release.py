@@ -40,6 +40,7 @@ from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.daily import with_reliability
 from dp_ops.reports.symptoms.suites import validate_symptoms_release
 from dp_ops.sources.search_activity import symptom_list
+from dp_ops.steps import release_flow
 from dp_ops.steps.release import read_staged, staging_dir
 
 HEADER_FILE = Path(__file__).resolve().parents[3] / "data" / "google_weekly_symptoms_header.csv"
@@ -279,7 +280,7 @@ def _url(root: DataRoot) -> str:
 
 def _stage(root: DataRoot, rows: pd.DataFrame, regions: pd.DataFrame, run_id: str) -> None:
     write_days(root, rows, url=_url(root))  # as the report step writes them: recorded
-    release.stage_and_validate(root, CFG, run_id=run_id, ledger_url=_url(root))
+    release_flow.stage_and_validate(release.PARTS, root, CFG, run_id=run_id, ledger_url=_url(root))
 
 
 def _publishable(regions: pd.DataFrame, tmp_path: Path) -> tuple[DataRoot, str, pd.DataFrame]:
@@ -298,10 +299,10 @@ def test_publish_stores_factors_and_a_racing_stage_adopts_them(
     root, url, rows = _publishable(regions, tmp_path)
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
     _stage(root, rows, regions, "run-b")  # days 1..14, proposes its own factors
-    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-a", ledger_url=url)
     stored_a = release.read_scaling(root, Ledger(url))[0]
     assert len(stored_a) > 0
-    release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-b", ledger_url=url)
     stored = release.read_scaling(root, Ledger(url))[0]
     # run-a's factors are unchanged; run-b only added pairs run-a did not have
     merged = stored_a.merge(stored, on=["region_id", "resolution"], suffixes=("", "_b"))
@@ -316,7 +317,7 @@ def test_publish_stores_factors_and_a_racing_stage_adopts_them(
     assert (latest / "2020_DM_weekly_symptoms_dataset.csv").is_file()
     # nothing to publish twice: the staging area is gone
     with pytest.raises(PublishRefused, match="no staged release at .* for run 'run-b'"):
-        release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-b", ledger_url=url)
 
 
 def test_a_release_with_nothing_published_yet_is_valid(regions: pd.DataFrame,
@@ -388,7 +389,7 @@ def test_publish_refuses_a_release_over_the_cap(regions: pd.DataFrame, tmp_path:
         ledger.dispose()
     lowered = SymptomsConfig(cap_override=1.5)
     with pytest.raises(PublishRefused, match="over the cap 1.5000"):
-        release.publish_staged(root, lowered, run_id="over-cap", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, lowered, run_id="over-cap", ledger_url=url)
     assert not root.latest_release("symptoms").exists()
     assert not root.scaling_file("symptoms").exists()
 
@@ -400,7 +401,7 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
     last; the next publish verifies it and refuses, naming the file, nothing published."""
     root, url, rows = _publishable(regions, tmp_path)
     _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-a")
-    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-a", ledger_url=url)
     first = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     path = root.scaling_file("symptoms")
     scaling = pd.read_parquet(path)
@@ -410,7 +411,7 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
     with pytest.raises(DerivedStateTampered, match="scaling_factors.parquet has sha256"):
         _stage(root, rows, regions, "run-b")
     with pytest.raises(PublishRefused, match="no staged release"):
-        release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-b", ledger_url=url)
     latest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert latest["release_id"] == first["release_id"]
     path.unlink()
@@ -430,7 +431,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
         root, url, rows = _publishable(regions, where)
         _stage(root, rows[rows["date"] <= date(2020, 1, 7)], regions, "run-old")
         _stage(root, rows, regions, "run-new")
-        release.publish_staged(root, CFG, run_id="run-new", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-new", ledger_url=url)
         newer = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
         assert newer["inputs"]["report_days_sha256"]
         return root, url, rows, newer
@@ -438,7 +439,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     # issue 16: the newer release holds run-old's days from the same files: kept as it is
     # (a rebuild would give the same files), and the run says so
     root, url, rows, newer = overtaken(tmp_path / "same")
-    kept = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
+    kept = release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-old", ledger_url=url)
     assert "holds this run's days 2020-01-01..2020-01-07" in kept.summary
     assert kept.event is None
     assert not staging_dir(root, "symptoms", "run-old").exists()
@@ -451,7 +452,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     changed = with_reliability(changed.drop(columns=["ratio", "lower", "upper", "reliable"]),
                                CFG)
     write_days(root, changed, url=url)  # the report step rewrites (and records) the day
-    result = release.publish_staged(root, CFG, run_id="run-old", ledger_url=url)
+    result = release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-old", ledger_url=url)
     assert result.summary.startswith("published symptoms release")
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert manifest["last_date"] == "2020-01-14"
@@ -481,11 +482,11 @@ def test_the_gate_and_publish_enforce_the_release_contract(
     _stage(root, rows, regions, "run-a")
     monkeypatch.setattr(release_flow, "SCHEMA_VERSION", "0.9")  # a manifest of another version
     with pytest.raises(PublishRefused, match="manifest.schema.json"):
-        release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+        release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-a", ledger_url=url)
     assert not root.latest_release("symptoms").exists()
     assert not root.scaling_file("symptoms").exists()  # refused before anything changed
     monkeypatch.undo()
-    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-a", ledger_url=url)
     manifest = json.loads((root.latest_release("symptoms") / "manifest.json").read_text())
     assert manifest["schema_version"] == release_contract.SCHEMA_VERSION
     assert release_contract.check_manifest(manifest) == []
@@ -520,7 +521,8 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
     root, url, rows = _publishable(regions, tmp_path)
     validations = _counting_validation(monkeypatch)
     _stage(root, rows, regions, "run-a")
-    result = release.stage_and_validate(root, CFG, run_id="run-b", ledger_url=url)
+    result = release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="run-b",
+                                             ledger_url=url)
     assert validations == ["symptoms-run-a"]  # run-b validated nothing itself
     assert "is the one run run-a staged from the same inputs" in result.summary
     a_dir = staging_dir(root, "symptoms", "run-a")
@@ -533,9 +535,9 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
         assert (b_dir / "release" / name).read_bytes() == (a_dir / "release" / name).read_bytes()
     # run-a publishes and stores its new scaling factors; run-b's release is the same one,
     # so it is not rebuilt for the changed factors
-    release.publish_staged(root, CFG, run_id="run-a", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-a", ledger_url=url)
     latest = (root.latest_release("symptoms") / "manifest.json").read_text()
-    done = release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+    done = release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-b", ledger_url=url)
     assert "is out already: run run-a published these staged files" in done.summary
     assert done.event is None and validations == ["symptoms-run-a"]
     assert (root.latest_release("symptoms") / "manifest.json").read_text() == latest
@@ -565,12 +567,13 @@ def test_a_gate_builds_again_when_its_twin_does_not_hold(
     else:
         hours_ago = os.stat(a_dir / "staged.json").st_mtime - 2 * 3600
         os.utime(a_dir / "staged.json", (hours_ago, hours_ago))
-    result = release.stage_and_validate(root, CFG, run_id="run-b", ledger_url=url)
+    result = release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="run-b",
+                                             ledger_url=url)
     assert validations == ["symptoms-run-a", "symptoms-run-b"]
     assert result.summary.startswith("symptoms release candidate 2020-01-01..2020-01-14 passed")
     b = read_staged(staging_dir(root, "symptoms", "run-b"))
     assert b is not None and b.reused_from is None
-    release.publish_staged(root, CFG, run_id="run-b", ledger_url=url)
+    release_flow.publish_staged(release.PARTS, root, CFG, run_id="run-b", ledger_url=url)
 
 
 def test_gx_gate_checks_each_published_cell_against_what_it_was_derived_from(

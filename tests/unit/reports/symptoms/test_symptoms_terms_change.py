@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -21,13 +22,20 @@ import pytest
 from support.dates import date_range
 
 from dp_ops.errors import BadRequest, MixedWeekLaws, Refusal
+from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger, Slot, SpendRequest, terms_change_refusal
 from dp_ops.reports.spec import report_spec
-from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
+from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig, group_cells
+from dp_ops.reports.symptoms.declaration import REPORT as SYMPTOMS
 from dp_ops.reports.symptoms.matrix import from_rows, weekly
-from dp_ops.reports.symptoms.noising import noise_plan
 from dp_ops.steps.noise_request import NoiseRequest
-from dp_ops.steps.noising import week_law_refusal
+from dp_ops.steps.noising import NoisePlan, week_law_refusal
+
+
+def noise_plan(cfg: SymptomsConfig, symptoms: list[str]) -> NoisePlan:
+    """The symptoms noise plan over the symptom list ``symptoms``."""
+    report = replace(SYMPTOMS, cells=lambda root, c: group_cells(symptoms))
+    return report.noise_plan(DataRoot(Path()), cfg)
 
 MONDAY = date(2020, 3, 2)
 A_TERM = "epsilon.symptom_searches"
