@@ -24,7 +24,8 @@ def test_there_are_templates() -> None:
         "reports/mobility/templates/published.html",
         "reports/symptoms/templates/published.html",
         "templates/_page.html", "templates/budget_view.html",
-        "templates/data_docs_index.html", "templates/release_page.html"]
+        "templates/data_docs_index.html", "templates/release_page.html",
+        "templates/table_published.html"]
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)

@@ -56,6 +56,12 @@ class BoundingSql:
     contributions: ContributionsSql
     cell_sums_by_dialect: Mapping[str, ContributionsSql] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, query: Callable[..., str], relation: str) -> BoundingSql:
+        """The bounding of the per-user ``query`` (its Jinja identifiers by keyword) whose
+        SQL reads the relation of clean rows as ``{{ <relation> }}``."""
+        return cls(lambda rows: query(**{relation: rows}))
+
     def cell_sums_rows(self, relation: str, engine: str) -> str:
         """Rows over ``relation`` whose per-cell sums are the true cell sums, in the query
         the ``engine`` runs best (the per-user query where it has no faster one)."""

@@ -9,7 +9,8 @@ only (table names), never values.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, partial
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,12 @@ def render_sql_file(path: Path, **identifiers: Any) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"SQL file {path} not found")
     return _template(str(path)).render(**identifiers)
+
+
+def package_sql(package: str, name: str) -> Callable[..., str]:
+    """The query a package ships as ``<package>/sql/<name>.sql``, as a function of its Jinja
+    identifiers (how a plug-in's source or report declares its SQL)."""
+    return partial(render_sql_file, Path(str(files(package) / "sql" / f"{name}.sql")))
 
 
 def prepare_templates() -> None:
