@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from dp_ops.api import DataRoot, StepResult, load_noisy_cells, open_ledger
 from dp_ops.engine.files import exclusive_lock
 from dp_ops.errors import BaselineIncompatible, BaselineMissing
-from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
@@ -35,10 +35,7 @@ from dp_ops.reports.mobility.estimates import (
     strictly_below,
 )
 from dp_ops.steps.derived import read_recorded, store_recorded, verify_recorded
-from dp_ops.steps.ledger_binding import open_ledger
-from dp_ops.steps.noising import load_noisy_cells
 from dp_ops.steps.release import sha256_file
-from dp_ops.steps.result import StepResult
 
 WINDOW_DAYS_PER_WEEKDAY = 5
 

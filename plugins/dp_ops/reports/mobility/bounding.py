@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from datetime import date
 
+from dp_ops.api import BoundingSql
 from dp_ops.contract import LEVELS
-from dp_ops.engine.base import BoundingSql, aggregate_sql
+from dp_ops.engine.base import aggregate_sql
 from dp_ops.engine.sql import render_sql
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.sources.location_history import PLACE_CATEGORIES

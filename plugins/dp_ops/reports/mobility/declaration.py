@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import date
 
-from dp_ops.layout import DataRoot
-from dp_ops.reports.declared import Baseline, MethodUpdates, Report
+from dp_ops.api import Baseline, DataRoot, MethodUpdates, Report
 from dp_ops.reports.mobility import method_update_step
 from dp_ops.reports.mobility.baseline import build_baseline_once
 from dp_ops.reports.mobility.bounding import BOUNDING, bounding_params

@@ -68,8 +68,8 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from dp_ops.api import DataRoot
 from dp_ops.errors import MethodUpdateError
-from dp_ops.layout import DataRoot
 from dp_ops.privacy.inference import RatioTest, discrete_laplace_sum, ratio_edges, ratio_test
 from dp_ops.privacy.ledger import ALL_REGIONS, Ledger, Slot, SpendRequest
 from dp_ops.reports.mobility.config import GROUP_CELLS, REPORT, MobilityConfig

@@ -19,11 +19,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.api import (
+    DataRoot,
+    MethodUpdateForm,
+    StepResult,
+    closing_ledger,
+    load_noisy_cells,
+    open_ledger,
+    read_regions,
+)
 from dp_ops.errors import MethodUpdateError, PolicyMismatch
-from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import EPS_TOLERANCE, ApprovalRequest, Ledger, Spend, SpendRequest
 from dp_ops.privacy.noise import add_discrete_laplace, noise_generator
-from dp_ops.regions import read_regions
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import strictly_below
 from dp_ops.reports.mobility.method_update import (
@@ -43,13 +50,9 @@ from dp_ops.reports.mobility.method_update import (
 )
 from dp_ops.reports.mobility.new_methods import ScaledCounts
 from dp_ops.reports.mobility.report import report_day
-from dp_ops.reports.protocol import MethodUpdateForm
 from dp_ops.requests import shown
 from dp_ops.steps.day_files import recorded_days
 from dp_ops.steps.derived import store_recorded, verify_recorded
-from dp_ops.steps.ledger_binding import closing_ledger, open_ledger
-from dp_ops.steps.noising import load_noisy_cells
-from dp_ops.steps.result import StepResult
 
 
 def _noise_key(cells: pd.DataFrame, categories: Sequence[str], prefix: str,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dp_ops.api import PublishedSection
 from dp_ops.reports.mobility.charts import CATEGORY_LABELS
 from dp_ops.steps.charts import LEVEL_LABELS
-from dp_ops.steps.page import PublishedSection
 from dp_ops.templating import share
 
 ROW_REASONS = {

@@ -21,9 +21,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.api import (
+    Built,
+    DataRoot,
+    PublishedSection,
+    ReleasePlan,
+    StatementParts,
+    read_release_days,
+)
 from dp_ops.errors import BaselineMissing, GateFailed
 from dp_ops.faults import fault_point
-from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.mobility.baseline import BASELINE_NAME
 from dp_ops.reports.mobility.charts import write_mobility_charts
@@ -40,10 +47,7 @@ from dp_ops.reports.mobility.spec import SPEC
 from dp_ops.reports.mobility.statement import mobility_statement
 from dp_ops.steps import release
 from dp_ops.steps.charts import charted_regions
-from dp_ops.steps.data_statement import StatementParts
-from dp_ops.steps.day_files import read_release_days
 from dp_ops.steps.derived import verify_recorded
-from dp_ops.steps.page import PublishedSection
 from dp_ops.steps.release import (
     epsilon_summary,
     inputs_sha256,
@@ -51,7 +55,6 @@ from dp_ops.steps.release import (
     write_csv,
 )
 from dp_ops.steps.release_contract import arrow_table
-from dp_ops.steps.release_flow import Built, ReleasePlan
 from dp_ops.steps.release_values import GateOutcome, Staged
 
 __all__ = ["PARTS", "MobilityRelease", "assemble", "epsilon_accounting", "staging_dir",

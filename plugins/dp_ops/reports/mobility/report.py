@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dp_ops.layout import DataRoot
+from dp_ops.api import DataRoot, StepResult, load_noisy_cells, open_ledger, write_day_file
 from dp_ops.reports.mobility.baseline import read_baseline
 from dp_ops.reports.mobility.config import REPORT, MobilityConfig
 from dp_ops.reports.mobility.estimates import (
@@ -34,10 +34,6 @@ from dp_ops.reports.mobility.estimates import (
     strictly_below,
 )
 from dp_ops.reports.mobility.method_update import apply_method_updates, read_method_updates
-from dp_ops.steps.day_files import write_day_file
-from dp_ops.steps.ledger_binding import open_ledger
-from dp_ops.steps.noising import load_noisy_cells
-from dp_ops.steps.result import StepResult
 
 KEY_COLUMNS: tuple[str, ...] = (
     "country_region_code", "country_region", "sub_region_1", "sub_region_2", "metro_area",

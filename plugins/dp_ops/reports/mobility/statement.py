@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dp_ops.api import StatementParts
 from dp_ops.reports.mobility.charts import CATEGORY_LABELS
 from dp_ops.reports.mobility.config import MobilityConfig
 from dp_ops.steps.charts import LEVEL_LABELS
-from dp_ops.steps.data_statement import StatementParts
 
 
 def published_table(manifest: Mapping[str, Any]) -> str:

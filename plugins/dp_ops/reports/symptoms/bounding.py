@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from datetime import date
 
-from dp_ops.engine.base import BoundingSql, aggregate_sql
+from dp_ops.api import BoundingSql
+from dp_ops.engine.base import aggregate_sql
 from dp_ops.engine.sql import render_sql
 from dp_ops.reports.symptoms.config import SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass
 from datetime import date
 
-from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY, MetricBudget
-from dp_ops.reports.base_config import BudgetedConfig, check
+from dp_ops.api import BudgetedConfig, MetricBudget, check
+from dp_ops.privacy.plan import EPSILON_TOO_LARGE, MAX_EPSILON_PER_SENSITIVITY
 from dp_ops.reports.symptoms.spec import SPEC
 
 # The report's name in paths, the ledger and the DAGs.

@@ -14,13 +14,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from dp_ops.layout import DataRoot
+from dp_ops.api import DataRoot, StepResult, load_noisy_cells, open_ledger, write_day_file
 from dp_ops.reports.symptoms.config import REPORT, SYMPTOM_CELL_PREFIX, VOLUME_CELL, SymptomsConfig
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
-from dp_ops.steps.day_files import write_day_file
-from dp_ops.steps.ledger_binding import open_ledger
-from dp_ops.steps.noising import load_noisy_cells
-from dp_ops.steps.result import StepResult
 
 
 def pair_cells(cells: pd.DataFrame) -> pd.DataFrame:

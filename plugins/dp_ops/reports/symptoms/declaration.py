@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dp_ops.layout import DataRoot
-from dp_ops.reports.declared import Report
+from dp_ops.api import DataRoot, Report
 from dp_ops.reports.symptoms.bounding import BOUNDING, bounding_params
 from dp_ops.reports.symptoms.config import SymptomsConfig, group_cells, load_symptoms_config
 from dp_ops.reports.symptoms.daily import report_day

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from dp_ops.api import DataRoot
 from dp_ops.errors import MixedWeekLaws
-from dp_ops.layout import DataRoot
 from dp_ops.reports.symptoms.schema import NOISE_PARAMETERS
 
 KEYS = ("level", "region_id", "symptom")

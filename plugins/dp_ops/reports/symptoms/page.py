@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dp_ops.steps.page import PublishedSection
+from dp_ops.api import PublishedSection
 from dp_ops.templating import number, share
 
 

@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from dp_ops.layout import DataRoot
+from dp_ops.api import DataRoot
 from dp_ops.privacy import ledger_key
 from dp_ops.reports.symptoms.config import REPORT, SymptomsConfig
 from dp_ops.reports.symptoms.matrix import (

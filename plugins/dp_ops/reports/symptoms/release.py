@@ -22,9 +22,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_ops.api import Built, DataRoot, PublishedSection, ReleasePlan, StatementParts
 from dp_ops.errors import PublishRefused
 from dp_ops.faults import fault_point
-from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.reports.symptoms.assemble import (
     SCALING_COLUMNS,
@@ -41,9 +41,7 @@ from dp_ops.reports.symptoms.statement import symptoms_statement
 from dp_ops.sources.search_activity import read_symptoms, symptom_list
 from dp_ops.steps import release_flow
 from dp_ops.steps.charts import charted_regions
-from dp_ops.steps.data_statement import StatementParts
 from dp_ops.steps.derived import read_recorded, store_recorded
-from dp_ops.steps.page import PublishedSection
 from dp_ops.steps.release import (
     build_key,
     epsilon_summary,
@@ -53,7 +51,6 @@ from dp_ops.steps.release import (
     write_csv,
 )
 from dp_ops.steps.release_contract import arrow_table
-from dp_ops.steps.release_flow import Built, ReleasePlan
 from dp_ops.steps.release_values import GateOutcome, Staged
 
 RESOLUTIONS_FILE = "series_resolution.parquet"

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dp_ops.reports.spec import ReportSpec
+from dp_ops.api import ReportSpec
 
 SPEC = ReportSpec(
     name="symptoms",

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dp_ops.api import StatementParts
 from dp_ops.reports.symptoms.config import SymptomsConfig
 from dp_ops.reports.symptoms.reliability import INTERVAL_LEVEL
-from dp_ops.steps.data_statement import StatementParts
 
 
 def published_table(manifest: Mapping[str, Any]) -> str:
