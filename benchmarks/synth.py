@@ -1,7 +1,7 @@
 """Synthetic input for the benchmark: a country-sized region table and one day of stays.
 
 The stays are written in the pipeline's clean location-history format (the columns
-``include/sql/ingest_location_history.sql`` keeps: ``user_id, region_id, place_id,
+``include/sql/location_history/ingest.sql`` keeps: ``user_id, region_id, place_id,
 place_category, dwell_hours``), streamed one row group at a time, so memory does not grow
 with the number of rows. The geography has three levels: one country, ``--sub-regions``
 sub_region_1 and ``--finest`` sub_region_2 regions (defaults 50 and 3000), written with

@@ -257,8 +257,8 @@ def test_spark_writes_what_duckdb_writes(spark: object, root: DataRoot, report: 
 
 
 def test_spark_runs_the_spark_cell_sums_query() -> None:
-    """The mobility tests here compare DuckDB's mobility_cell_sums.sql with what the Spark
-    engine runs: its own mobility_cell_sums_spark.sql, not the per-user query."""
+    """The mobility tests here compare DuckDB's mobility/cell_sums.sql with what the Spark
+    engine runs: its own mobility/cell_sums_spark.sql, not the per-user query."""
     bounding = mobility_bounding.BOUNDING
     assert bounding.cell_sums_rows("s", "spark") == mobility_bounding.spark_cell_sums_sql("s")
     assert bounding.cell_sums_rows("s", "duckdb") == mobility_bounding.cell_sums_sql("s")

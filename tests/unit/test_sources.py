@@ -38,7 +38,7 @@ def _spec(**changes: object) -> SourceSpec:
     fields: dict[str, object] = {
         "name": "app_sessions", "label": "app sessions",
         "schema": SourceSchema(("user_id", "region_id", "app"), ("minutes",)),
-        "judging_sql": partial(render_sql, "ingest_search_activity")}
+        "judging_sql": partial(render_sql, "search_activity/ingest")}
     return SourceSpec(**(fields | changes))  # type: ignore[arg-type]
 
 

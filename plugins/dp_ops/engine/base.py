@@ -4,7 +4,7 @@ An engine does all the work on private rows. It reads a raw file's column types
 (:meth:`Engine.file_columns`: the ingest step checks them against the source's contract),
 runs a source's judging query over a day's raw files and writes the clean rows and the
 quarantine (:meth:`Engine.judge_to_parquet`), and runs one report's bounding query
-(``include/sql/<report>_bound_contributions.sql`` summed per cell by
+(``include/sql/<report>/bound_contributions.sql`` summed per cell by
 ``include/sql/aggregate_cells.sql``) over one day's clean Parquet rows and writes the
 true cell sums, atomically, as one Parquet file. The steps never name an engine:
 :func:`dp_ops.engine.registry.engine_for` picks it from the execution settings
@@ -38,7 +38,7 @@ from dp_ops.settings import ExecutionSettings
 # A report's bounding query over a relation of clean rows (a view name or a subquery).
 ContributionsSql = Callable[[str], str]
 
-# The cell-sums queries (mobility_cell_sums*.sql) pack three levels' region numbers into
+# The cell-sums queries (mobility/cell_sums*.sql) pack three levels' region numbers into
 # one BIGINT, 21 bits each (all ones marks "no region at that level").
 MAX_REGIONS = 2**21 - 1
 
@@ -47,7 +47,7 @@ MAX_REGIONS = 2**21 - 1
 class BoundingSql:
     """A report's bounding queries over a relation of clean rows.
 
-    ``contributions`` is the per-user query (``<report>_bound_contributions.sql``): it
+    ``contributions`` is the per-user query (``<report>/bound_contributions.sql``): it
     states the bounds, runs on every engine, and its rows summed per cell are the truth.
     ``cell_sums_by_dialect``, by engine dialect (``duckdb``, ``spark``), are queries, where a
     report has them, that give rows with exactly the same sums per cell, faster, each in

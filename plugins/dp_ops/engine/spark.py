@@ -3,7 +3,7 @@
 Selected with ``DP_ENGINE=spark`` (see :mod:`dp_ops.settings`). The SQL is DuckDB's: the
 judging and per-user queries are written in the subset both engines share (a Jinja
 ``dialect`` switch where spellings differ), and a report may give Spark a faster
-formulation of its cell sums (``BoundingSql``; mobility's ``mobility_cell_sums_spark.sql``)
+formulation of its cell sums (``BoundingSql``; mobility's ``mobility/cell_sums_spark.sql``)
 held equal to its per-user query. DuckDB's ``$name`` bind parameters become Spark's
 ``:name`` (values still go in as parameters, never into the string). The pseudo-random
 keys are ``md5`` strings, which both engines compute alike, so Spark judges and bounds

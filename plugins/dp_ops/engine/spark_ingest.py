@@ -2,7 +2,7 @@
 work done where the SparkSession runs (in a local JVM, on a cluster, or on a Spark
 Connect server); the calling process reads no raw row.
 
-The judging query is the one DuckDB runs (``include/sql/ingest_<source>.sql``, Spark
+The judging query is the one DuckDB runs (``include/sql/<source>/ingest.sql``, Spark
 spellings from :func:`dp_ops.engine.base.ingest_dialect`), over a view of the day's files
 that has the columns DuckDB's ``read_parquet(..., filename=true, file_row_number=true)``
 gives: each file is read on its own, with Spark's ``_metadata.row_index`` (the row's

@@ -32,7 +32,8 @@ def _template(path: str) -> jinja2.Template:
 
 
 def render_sql(name: str, **identifiers: Any) -> str:
-    """The SQL of ``<name>.sql`` (:func:`sql_dir`) with Jinja identifiers filled in."""
+    """The SQL of ``<name>.sql`` (:func:`sql_dir`; ``mobility/cell_sums`` names a file of a
+    report's or a source's own directory) with Jinja identifiers filled in."""
     return render_sql_file(sql_dir() / f"{name}.sql", **identifiers)
 
 
@@ -54,5 +55,5 @@ def prepare_templates() -> None:
     """Compile every SQL template of :func:`sql_dir` once. A process that forks task
     processes calls this first (``airflow_local_settings.py``), so that no task compiles
     them again."""
-    for path in sorted(sql_dir().glob("*.sql")):
+    for path in sorted(sql_dir().rglob("*.sql")):
         _template(str(path))

@@ -32,7 +32,7 @@ SOURCE = SourceSpec(
     label="location history",
     schema=SourceSchema(string_columns=("user_id", "region_id", "place_id", "place_category"),
                         numeric_columns=("dwell_hours",)),
-    judging_sql=partial(render_sql, "ingest_location_history"),
+    judging_sql=partial(render_sql, "location_history/ingest"),
     lookups=(FINEST_REGIONS,
              Lookup("stay_categories", "category", lambda root: ALL_STAY_CATEGORIES)),
 )

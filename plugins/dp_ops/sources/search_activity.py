@@ -54,7 +54,7 @@ SOURCE = SourceSpec(
     name=NAME,
     label="search activity",
     schema=SourceSchema(string_columns=("user_id", "region_id", "symptom")),
-    judging_sql=partial(render_sql, "ingest_search_activity"),
+    judging_sql=partial(render_sql, "search_activity/ingest"),
     lookups=(FINEST_REGIONS,
              Lookup("symptom_names", "symptom", lambda root: read_symptoms(symptom_list(root)))),
     reference_files=(SYMPTOM_LIST,),

@@ -1,4 +1,4 @@
-"""Contribution bounding (include/sql/mobility_bound_contributions.sql) keeps every user
+"""Contribution bounding (include/sql/mobility/bound_contributions.sql) keeps every user
 within the bounds that the noise step's sensitivities assume."""
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ tie_prone_stay = st.tuples(
 @given(st.lists(tie_prone_stay, min_size=0, max_size=40))
 def test_fast_query_equals_the_plain_reference(stays: list[tuple[str, str, str, float]]
                                                ) -> None:
-    """include/sql/mobility_bound_contributions.sql skips the per-user sorts where they
+    """include/sql/mobility/bound_contributions.sql skips the per-user sorts where they
     cannot matter (one region at a level, few place stays, no tie for the top); the plain
     query it was derived from (tests/data/reference_sql/, ranking every user) must give
     exactly the same contributions."""
@@ -177,7 +177,7 @@ def cell_sums(stays: list[tuple[str, str, str, float]], sql: str,
        st.sampled_from([(0, 1, 2), (1, 2), (2,), (0,)]))
 def test_cell_sums_query_equals_the_per_user_query(
         stays: list[tuple[str, str, str, float]], levels: tuple[int, ...]) -> None:
-    """mobility_cell_sums.sql (what DuckDB runs) gives exactly the cells, values and row
+    """mobility/cell_sums.sql (what DuckDB runs) gives exactly the cells, values and row
     set of the per-user query summed per cell (what Spark runs), on days built to tie
     between regions, to exceed the pair bound, to saturate the packed keys and to have a
     finest region without a level-2 region; for every choice of levels."""

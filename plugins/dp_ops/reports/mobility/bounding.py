@@ -1,9 +1,9 @@
 """Contribution bounding for the mobility report, run by DuckDB (or Spark) over Parquet.
 
-The SQL lives in ``include/sql/mobility_bound_contributions.sql`` (per-user bounded
+The SQL lives in ``include/sql/mobility/bound_contributions.sql`` (per-user bounded
 contributions; the statement of the bounds, which every engine can run),
-``include/sql/mobility_cell_sums.sql`` (the same cell sums computed directly, faster, run by
-DuckDB) and ``include/sql/mobility_cell_sums_spark.sql`` (its counterpart run by Spark),
+``include/sql/mobility/cell_sums.sql`` (the same cell sums computed directly, faster, run by
+DuckDB) and ``include/sql/mobility/cell_sums_spark.sql`` (its counterpart run by Spark),
 each summed per cell by ``include/sql/aggregate_cells.sql``. The bounds
 enforced per user-day and level are what the noise step's sensitivities assume;
 ``tests/unit/steps/test_bound.py`` checks them with property tests, and that both queries
@@ -40,18 +40,18 @@ def bounding_params(cfg: MobilityConfig, day: date) -> dict[str, object]:
 
 def bounded_contributions_sql(stays: str) -> str:
     """The per-user bounding query over the relation ``stays`` (an identifier/expression)."""
-    return render_sql("mobility_bound_contributions", stays=stays)
+    return render_sql("mobility/bound_contributions", stays=stays)
 
 
 def cell_sums_sql(stays: str) -> str:
     """Rows whose per-cell sums are the bounded cell sums over ``stays`` (DuckDB only)."""
-    return render_sql("mobility_cell_sums", stays=stays, levels=LEVELS)
+    return render_sql("mobility/cell_sums", stays=stays, levels=LEVELS)
 
 
 def spark_cell_sums_sql(stays: str) -> str:
-    """The same rows' sums in Spark's dialect (Spark only): ``mobility_cell_sums_spark.sql``,
+    """The same rows' sums in Spark's dialect (Spark only): ``mobility/cell_sums_spark.sql``,
     keyed by integers and shuffled once by user, as Spark runs fastest."""
-    return render_sql("mobility_cell_sums_spark", stays=stays, levels=LEVELS)
+    return render_sql("mobility/cell_sums_spark", stays=stays, levels=LEVELS)
 
 
 BOUNDING = BoundingSql(bounded_contributions_sql, cell_sums_by_dialect={

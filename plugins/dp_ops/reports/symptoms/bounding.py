@@ -1,6 +1,6 @@
 """Contribution bounding for the Search Trends Symptoms dataset, run by DuckDB.
 
-The SQL lives in ``include/sql/symptoms_bound_contributions.sql`` (per-user bounded
+The SQL lives in ``include/sql/symptoms/bound_contributions.sql`` (per-user bounded
 contributions; its header states the bounds) and ``include/sql/aggregate_cells.sql``
 (sum per cell). Per user-day and level: one region, once in B, at most once per symptom
 and in at most ``max_symptoms_per_day`` symptoms.
@@ -30,7 +30,7 @@ def bounding_params(cfg: SymptomsConfig, day: date) -> dict[str, object]:
 
 def bounded_contributions_sql(searches: str) -> str:
     """The per-user bounding query over the relation ``searches``."""
-    return render_sql("symptoms_bound_contributions", searches=searches)
+    return render_sql("symptoms/bound_contributions", searches=searches)
 
 
 def cell_aggregates_sql(searches: str) -> str:

@@ -18,7 +18,7 @@ a truncated tail of at most 1e-15 counted against us, by
 
 The true ratio is at most 1
 ---------------------------
-``include/sql/symptoms_bound_contributions.sql`` counts a user in a symptom cell (A) of a
+``include/sql/symptoms/bound_contributions.sql`` counts a user in a symptom cell (A) of a
 level only in the one region where it is counted in B at that level (its ``user_region``),
 so every user counted in ``a`` is counted in ``b``: ``0 <= a <= b`` for every region-day
 and symptom, hence also for weekly sums, and ``r = a / b`` lies in ``[0, 1]`` (when

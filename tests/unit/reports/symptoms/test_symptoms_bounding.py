@@ -1,4 +1,4 @@
-"""Symptoms contribution bounding (include/sql/symptoms_bound_contributions.sql) keeps
+"""Symptoms contribution bounding (include/sql/symptoms/bound_contributions.sql) keeps
 every user-day within the bounds the noise step's sensitivities assume: per level one
 region, once in B, at most once per symptom and in at most k symptoms."""
 

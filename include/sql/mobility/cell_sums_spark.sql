@@ -1,14 +1,14 @@
 -- Bounded cell sums of one day of the mobility report, computed directly (Spark only): the
--- Spark counterpart of mobility_cell_sums.sql, which states the method and every exactness
+-- Spark counterpart of mobility/cell_sums.sql, which states the method and every exactness
 -- argument; this file keeps that method and those arguments and says only where it differs.
 -- Output: (level, region_id, metric, value) rows whose sums per cell, taken by
--- aggregate_cells.sql, are exactly the cell sums of mobility_bound_contributions.sql (the
+-- aggregate_cells.sql, are exactly the cell sums of mobility/bound_contributions.sql (the
 -- per-user query, which states the bounds): the same users, the same pairs kept, the same
 -- regions chosen, the same pseudo-random md5 keys. Private, like that query's output.
 -- tests/integration/test_spark_engine.py holds it equal to DuckDB's queries on users built
 -- to tie and to exceed the bounds.
 --
--- Where it differs from mobility_cell_sums.sql, and why (Spark's costs are not DuckDB's):
+-- Where it differs from mobility/cell_sums.sql, and why (Spark's costs are not DuckDB's):
 --   * Spark shuffles, DuckDB does not: every stay is moved once, to the partition of its
 --     user (the REPARTITION hint on user_id), before any grouping, and every later grouping
 --     and join of per-user rows has user_id among its keys. Only the public region tables
@@ -39,7 +39,7 @@
 -- in a comment is not taken for a read.
 -- Inputs: the stays relation (clean stays), ancestors(finest_region_id, level, region_id,
 -- region_idx) (dp_ops.engine.base.ancestors_table: region_idx numbers the regions as DuckDB
--- does). Parameters: as mobility_bound_contributions.sql. Jinja: stays, levels (every level
+-- does). Parameters: as mobility/bound_contributions.sql. Jinja: stays, levels (every level
 -- a region table may have, 0..2; $levels picks those computed).
 WITH names AS (
     SELECT DISTINCT region_idx, region_id FROM ancestors
@@ -270,7 +270,7 @@ all_pairs AS (
     GROUP BY m.level, m.region_idx, c.category
 )
 -- A cell is present exactly where the per-user query has a row for it, as in
--- mobility_cell_sums.sql; region ids join in on the cells only. try_cast and nullif change
+-- mobility/cell_sums.sql; region ids join in on the cells only. try_cast and nullif change
 -- no value here (a level fits a TINYINT, no metric is ''): they make the columns nullable,
 -- as the per-user query's are in the cell file on both engines.
 SELECT try_cast(c.level AS TINYINT) AS level, n.region_id, nullif(c.metric, '') AS metric,

@@ -1,6 +1,6 @@
 -- Bounded cell sums of one day of the mobility report, computed directly (DuckDB only).
 -- Output: (level, region_id, metric, value) rows whose sums per cell, taken by
--- aggregate_cells.sql, are exactly the cell sums of mobility_bound_contributions.sql (the
+-- aggregate_cells.sql, are exactly the cell sums of mobility/bound_contributions.sql (the
 -- per-user query, which Spark runs and which states the bounds): the same users, the
 -- same pairs kept, the same regions chosen, the same pseudo-random keys. Private, like
 -- that query's output. tests/unit/steps/test_bound.py checks the equality on random days
@@ -36,7 +36,7 @@
 --     region) sums, with nothing to add up.
 -- Inputs: the stays relation (clean stays), ancestors(finest_region_id, level, region_id,
 -- region_idx) (dp_ops.engine.duckdb.register_ancestors: region_idx numbers the regions).
--- Parameters: as mobility_bound_contributions.sql. Jinja: stays, levels (every level a
+-- Parameters: as mobility/bound_contributions.sql. Jinja: stays, levels (every level a
 -- region table may have, 0..2; $levels picks those computed).
 WITH names AS (SELECT DISTINCT region_idx, region_id FROM ancestors),
 wide AS (
