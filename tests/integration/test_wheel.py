@@ -57,7 +57,7 @@ def test_a_wheel_in_a_fresh_venv_runs_a_report_without_the_checkout(tmp_path: Pa
                  "print(dp_ops.__file__); print(s.sql_dir())"], cwd=outside, env=env)
     package, sql = where.split()
     assert Path(package).is_relative_to(venv) and Path(sql).is_relative_to(venv), where
-    assert not Path(sql).is_symlink() and len(list(Path(sql).glob("*.sql"))) >= 7
+    assert not Path(sql).is_symlink() and len(list(Path(sql).rglob("*.sql"))) >= 8
 
     data = tmp_path / "data"
     env.update(DP_DATA_ROOT=str(data), DP_LEDGER_KEY="ab" * 32, GX_ANALYTICS_ENABLED="false")
