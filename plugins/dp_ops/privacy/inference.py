@@ -1,94 +1,14 @@
-r"""Exact noise laws and confidence sets for a ratio of noisy values, by test inversion.
+"""Exact noise laws and confidence sets for a ratio of noisy values, by test inversion.
 
-Everything here reads noisy values and public parameters only (epsilons, sensitivities,
-confidence levels), so the reliability rules built on it are post-processing: they cost
-no privacy budget.
-
-Laws
-----
-A :class:`Law` is a noise law on the real line held as buckets: ``mass[i]`` lies in
-``[lo[i], hi[i]]`` (``lo == hi`` for an exact integer atom), plus ``lost`` mass that may lie
-anywhere (the truncated tails; every bound below counts it against us). The law of a sum
-of ``n`` i.i.d. discrete Laplace draws is computed by numerical convolution
-(:func:`discrete_laplace`), the law of a maximum of ``k`` i.i.d. draws from the CDF
-(:func:`maximum`). Large supports are merged into at most ``MAX_BUCKETS`` buckets
-(:func:`coarsen`), which only widens what the bounds allow.
-
-Test inversion for a ratio
---------------------------
-Observed: a numerator ``N = n + E_N`` and a denominator ``D = d + E_D`` (``D > 0``), with
-the true ratio ``rho = n / d`` known to lie in ``[edges[0], edges[-1]]`` (or above
-``edges[0]`` with no upper end). Under the hypothesis "the true ratio is ``rho``",
-
-    N - rho D = E_N - rho E_D.
-
-The caller supplies two laws: ``X``, the numerator's noise (symmetric), and ``Y``, which
-*dominates* the denominator's error in the sense that for every ``rho`` in the range and
-every ``t``
-
-    P(E_N - rho E_D > t) <= P(X + rho Y > t)   and   P(rho E_D - E_N > t) <= P(X + rho Y > t).
-
-(For an independent symmetric ``E_D`` that is just ``Y = E_D``; an error known only by its
-size is handled jointly, below.) The test of "ratio ``rho``" at level
-``alpha`` rejects when ``|N - rho D| > q(rho)``, with ``q(rho)`` chosen so each of the two
-tails above is ``<= alpha / 2``; its acceptance region therefore holds with probability
-``>= 1 - alpha`` when ``rho`` is the true ratio, *whatever the true values are*. The set of
-ratios not rejected is a ``1 - alpha`` confidence set for the true ratio.
-
-Computing that set exactly over a continuum of ``rho`` is replaced by a certified
-superset. The range is cut into cells ``[e_j, e_{j+1}]``. For ``rho`` in a cell,
-``rho y <= g_j(y) = max(e_j y, e_{j+1} y)`` (linear in ``rho``), so ``X + rho Y <= X +
-g_j(Y)`` pointwise, and ``Q_j``, the smallest ``t`` with ``P(X + g_j(Y) > t) <= alpha /
-2`` (computed exactly from the laws, truncated mass added), bounds ``q(rho)`` for every
-``rho`` in the cell. Within the cell, a ratio can only be accepted when
-``|N - rho D| <= Q_j``, i.e. ``rho in [(N - Q_j) / D, (N + Q_j) / D]``. The *hull* is the
-smallest interval holding every cell's possibly-accepted part; above the last edge (when
-the range is unbounded) ``X + rho Y <= rho (|X| / e_K + max(Y, 0))`` for ``rho >= e_K``, so
-with ``u`` that variable's upper ``alpha / 2`` quantile every ``rho >= e_K`` is rejected
-when ``D - max(N, 0) / e_K > u``; otherwise the hull is unbounded above.
-
-A denominator error known by its size
--------------------------------------
-When all that is known of the denominator's error ``E`` (independent of the numerator's
-symmetric noise ``Z``) is a law ``|E~|`` with ``P(|E| > m) <= P(|E~| > m)`` for every ``m``,
-the two tails are bounded *together*: with ``S(x) = P(Z > x)``, pointwise in ``E``,
-
-    S(q + rho E) + S(q - rho E) <= S(q) + S(q - rho |E|)
-
-(if ``E >= 0`` the first term is at most ``S(q)``; if ``E < 0`` the second is), and ``S(q -
-rho y)`` grows with ``y``, so
-
-    P(|Z - rho E| > q) <= S(q) + E[S(q - rho |E~|)]        (``magnitude=True``).
-
-Only one side can be near its worst case at a time, so this spends ``alpha`` once where
-two one-sided bounds at ``alpha / 2`` would spend it twice.
-
-The median of five noisy values
--------------------------------
-``median_shift_magnitude`` gives such a law for ``E = median(t + W) - median(t)``, five
-i.i.d. symmetric integer noises ``W_j`` and *any* true integers ``t``. Label the days so that
-``t_1, t_2 <= t_3 = median(t) <= t_4, t_5`` and write ``g_j = t_j - t_3``. Then
-``E > m`` iff at least three days have ``W_j > m - g_j``, and ``E < -m`` iff at least three
-have ``W_j < -m - g_j``; for day ``j`` these events have probabilities ``x_j = S(m - g_j)``
-and ``y_j = S(m + g_j)``, the days are independent, and ``P(|E| > m)`` is a multilinear
-function of the pairs ``(x_j, y_j)``, non-decreasing in each ``x_j`` and each ``y_j``. As
-``g_j`` runs over ``[0, inf)`` (days 4, 5) the pair runs from ``(S(m), S(m))`` to ``(1, 0)``;
-when every such pair lies below the chord between those two ends (checked numerically for
-the law at hand by ``_holds_below_chord``; it holds for sums of discrete Laplace draws,
-whose pairs lie on the hyperbola ``x y = S(m)^2`` and then on a line), each pair is
-dominated componentwise by a mixture of the two ends, so replacing ``g_j`` by ``0`` or
-``+inf`` (whichever gives more) never lowers ``P(|E| > m)``; days 1, 2 likewise with ``0``
-or ``-inf``. So ``sup_t P(|E| > m)`` is the largest of nine extreme configurations (0, 1 or
-2 days far below, 0, 1 or 2 far above), each a binomial sum; the worst is essentially
-``b, b, b, 10b, 10b`` (``E`` = the maximum of three noises). If the check fails, the union
-bound ``2 (1 - F(m)^3)`` is used instead.
-
-So, for every true configuration, ``P(true ratio outside the hull) <= alpha``. A rule that
-publishes only when every ratio of the hull gives a published value within its promise
-therefore breaks the promise with probability at most ``alpha``. The cells cost a little
-(``Q_j`` uses the cell's far end): with relative cell widths of ``CELL_STEP`` (1%) a
-threshold grows by at most 1% of the denominator's share of it.
-"""
+Reads noisy values and public parameters only (epsilons, sensitivities, confidence
+levels), so the reliability rules built on it are post-processing: no privacy budget.
+A :class:`Law` holds a noise law as buckets plus the truncated ("lost") mass, which every
+bound counts against us: :func:`discrete_laplace` gives the law of a sum of i.i.d. draws
+by convolution, :func:`maximum` that of a maximum, :func:`coarsen` merges buckets (only
+widening what the bounds allow). The ratio test is inverted over cells of the ratio's
+range into a certified superset of the confidence set (its hull), also for a denominator
+error known only by its size (the median of five noisy values). The laws, the test and
+its guarantee are derived in docs/design.md, Derivations."""
 
 from __future__ import annotations
 

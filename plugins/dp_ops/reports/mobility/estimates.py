@@ -1,80 +1,14 @@
-r"""Published metrics and the reliability rule of the mobility report.
+"""Published metrics and the reliability rule of the mobility report.
 
-Everything here is post-processing of stored noisy cells, the frozen baseline and public
-parameters (epsilons, sensitivities, the rule's threshold and probability), so it costs
-no privacy budget.
-
-The promise
------------
-A change ``C`` (the published *integer*) is published only if, for any true values,
-
-    P(C is published and |C - c| > max_error_points) <= max_error_probability,
-
-with ``c = 100 (v / b - 1)`` the true change (``v`` the true metric, ``b`` the true
-baseline: the median of the five true same-weekday values of the baseline window). The
-default is the paper's: more than 10 points off with probability under 5%. Everything is
-built so the whole ``max_error_probability`` is used on one event, from exact laws, and
-nothing is spent twice.
-
-Count categories (retail and recreation, grocery and pharmacy, parks, transit, workplaces)
--------------------------------------------------------------------------------------------
-Today's value is ``V = v + Z``, the sum of the category's ``d`` noisy cells; ``Z`` is the
-sum of ``d`` independent discrete Laplace draws, whose law is computed exactly by
-convolution (``dp_ops.privacy.inference``; 1, 2 or 3 cells), not by adding per-cell margins.
-
-The baseline is ``B = median_j(t_j + W_j)`` over the five window days, with ``W_j`` i.i.d.
-with the law of one day's category noise. Its error ``E = B - median(t)`` depends on the
-true values ``t``, but its size is bounded for *any* of them: for every ``m``, ``P(|E| >
-m)`` is at most the largest of nine extreme configurations (``dp_ops.privacy.inference``,
-"The median of five noisy values"); the worst is essentially ``b, b, b, 10b, 10b``, where
-``E`` is the maximum of three noises. (The simpler bound ``P(|E| > m) <= 2 (1 - F(m)^3)``,
-``F`` the CDF of ``W``, holds too, from ``max_L W >= E >= min_H W`` over the three lowest-
-and three highest-ranked days; the nine configurations halve it.)
-
-The change is decided by test inversion (``dp_ops.privacy.inference``): under "true ratio
-``rho = v / b``", ``V - rho B = Z - rho E`` with ``Z`` and ``E`` independent (the window
-days are never public days), and ``P(|Z - rho E| > q) <= P(Z > q) + E[P(Z > q - rho
-|E~|)]`` with ``|E~|`` the bound above, both sides at once. The test's acceptance region,
-``|V - rho B| <= q(rho)``, therefore holds with probability ``>= 1 - alpha`` at the true
-ratio whatever the true values are, and its hull ``[r_lo, r_hi]`` holds the true ratio with
-probability ``>= 1 - alpha``. With the integer ``C = round(100 (max(V, 0) / B - 1))`` the
-change is published iff
-
-    (C + 100 - T) / 100 <= r_lo   and   r_hi <= (C + 100 + T) / 100,     T = max_error_points,
-
-so on the event that the hull holds, ``|C - c| <= T``: the promise, for the integer that is
-published, whatever the true values are. Today's noise and the baseline's are used
-jointly: no union bound.
-
-Residential
------------
-Hours at home are ``h = s / (g c) + 12`` from the noisy offset sum ``S = s + Z_S`` (grid
-``g`` units an hour, ``dp_ops.reports.mobility.config``) and noisy count ``C = c + Z_C``.
-Test inversion on the offset ``o = s / (g c)`` in ``[-12, 12]``: ``S - o g C = Z_S - o g
-Z_C``, both symmetric and independent, so ``X = Z_S`` and ``Y = g Z_C`` are exact; the hull
-gives hours ``[l, u]`` (clipped to ``[0, 24]``) at level ``alpha_day``.
-
-The baseline hours ``h_b`` are the median of the five daily estimates. With each window
-day's hull at level ``2 beta``, ``P(h_j > u_j) <= beta`` and ``P(h_j < l_j) <= beta``; if
-``median(h) > median(u)`` then three ``u_j`` are below ``median(h)``, and one of them is a
-day of ``H`` (3 + 3 > 5), whose true value is above its ``u_j``. So ``P(median(h) >
-median(u)) <= 1 - (1 - beta)^3 = gamma``, and the same below: ``[median(l), median(u)]``
-misses on each side with probability ``<= gamma`` (``baseline.py`` uses ``gamma = alpha /
-4``). Today's hull at ``alpha - 2 gamma`` then gives the change's interval ``[l / u_b, u /
-l_b]`` with a total miss probability ``<= alpha``, and the same integer check as above.
-(A ratio of two ratio estimates; the split between today and the baseline is the one
-union bound left, made once.)
-
-Method updates
---------------
-A category scaled by a stored factor (``method_update.py``) has its own ``1 - alpha_f``
-hull ``[f_lo, f_hi]`` for the true factor (test inversion on ``s_n / s_g``); today's ratio
-hull is taken at ``alpha - alpha_f`` and the scaled change's interval is ``[r_lo / f_hi,
-r_hi / f_lo]``.
-
-``tests/unit/reports/mobility/test_reliability_search.py`` searches adversarial true
-values for every class and checks the promise by simulation.
-"""
+Post-processing of stored noisy cells, the frozen baseline and public parameters, so it
+costs no privacy budget. A change ``C`` (the published integer) is published only if, for
+any true values, ``P(C is published and |C - c| > max_error_points) <=
+max_error_probability``: count categories by joint test inversion of today's value against
+the median-of-five baseline (exact laws, :mod:`dp_ops.privacy.inference`), residential
+hours by test inversion of the offset sum over the count with order statistics for the
+baseline, scaled categories with their factor's own hull. The derivation is in
+docs/design.md, Derivations; ``tests/unit/reports/mobility/test_reliability_search.py``
+searches adversarial true values and checks the promise by simulation."""
 
 from __future__ import annotations
 

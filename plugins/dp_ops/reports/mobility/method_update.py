@@ -1,60 +1,14 @@
-r"""Method updates for the mobility report (docs/design.md, Mobility report; the mobility
+"""Method updates for the mobility report (docs/design.md, Mobility report; the mobility
 paper's section 5).
 
 When the metric computation changes from an ``effective_date`` (a new method version),
 changes published against the frozen baseline would jump at that date. The baseline is
-never recomputed; instead, for each group of metrics that share the update's effect, a
-scaling factor ``s_n / s_g`` is estimated once, stored, and applied to the baseline of the
-later days.
-
-Grouping
---------
-A group is ``(level, region_id, category, weekday)`` over the *comparison window*: the
-``COMPARISON_WEEKS`` (4) whole weeks just before the effective date, so each group holds
-the 4 days of one weekday. Weekday groups follow the baseline, which is per weekday, and
-keep weekday-dependent effects of the change (parks at weekends) apart.
-
-- ``s_g``: the sum over the group's days of the stored noisy metric (the published
-  category: the sum of its noisy source cells). Post-processing, no budget.
-- ``s_n``: the same sum recomputed with the new method from the bounded (true, private)
-  aggregates of the window days, then noised. For each source cell of a chosen category
-  (e.g. ``places_parks``) and each group, the 4-day sum of the recomputed cell gets one
-  discrete Laplace draw with ``epsilon = method_update_fraction x cell_epsilon`` and the
-  new method's per-cell sensitivity (``NewMethod.sensitivity``); ``s_n`` of a category is
-  the sum of its cells' noisy sums.
-
-Privacy of ``s_n`` (unit: one user-day). A user-day touches one day of the window, so it
-changes each 4-day group sum by at most what it changes that day's cell: the cell's
-sensitivity. At one level it touches at most as many cells of a ledger metric group as in
-the daily noise (``MetricBudget.contributions``: 4 place pairs, 1 workplace region), so
-the update costs every user-day of every window date, per level and metric group touched,
-``method_update_fraction x`` the group's daily ledger epsilon (for places: 0.1 x 1.76 =
-0.176; an upper bound when fewer place categories are chosen). That spend is reserved in
-the ledger (kind ``method_update``, the new method version) on each window date before
-anything is drawn; the cap (which holds headroom for one method update) refuses it
-otherwise, and nothing is stored then.
-
-Intervals. The factor's true value ``phi = E[s_n] / E[s_g]`` (the window's true sums) gets a
-``1 - alpha_f`` hull ``[factor_lo, factor_hi]`` by test inversion
-(``dp_ops.privacy.inference``): under "factor ``phi``", ``s_n - phi s_g = Z_n - phi Z_g``,
-both noises exact sums of independent discrete Laplace draws (``s_g``: 4 days x the
-category's cells; ``s_n``: one draw per cell), symmetric and independent. ``alpha_f`` is
-``FACTOR_SHARE`` (a quarter) of the rule's ``max_error_probability``, stored with the
-factors; the report takes today's ratio hull at the rest and divides it by the factor's
-hull (``dp_ops.reports.mobility.estimates``, Method updates), so the promise keeps its
-probability. That holds for one update in effect per category, which is what the cap's
-headroom allows (two would leave ``alpha - 2 alpha_f``, still valid). The interval covers
-the window's true ratio; that the same ratio holds in the baseline window is the paper's
-modelling assumption. A non-positive ``s_g`` or ``s_n`` gives a NaN factor, which
-suppresses the group's changes from the effective date.
-
-Storage. One file per method version, ``baseline/mobility/method_updates/<version>.parquet``
-(one row per group: keys, ``s_g``, ``s_n``, margins, ``factor``, its interval, the
-effective date and what the update was), written first-writer-wins. A rerun reuses the
-stored file and spends nothing; a rerun after a crash between the reservation and the
-store reuses the reserved spends (the lost draw was never seen, so drawing again for the
-paid spends costs nothing more). The baseline file is never touched.
-"""
+never recomputed; instead, for each group ``(level, region_id, category, weekday)`` of the
+``COMPARISON_WEEKS`` whole weeks before the effective date, a scaling factor ``s_n / s_g``
+is estimated once (``s_g`` from the stored noisy metric, ``s_n`` from the new method's
+recomputation of the bounded aggregates, noised at ``method_update_fraction`` of the cell
+epsilon), stored, and applied to the baseline of the later days. The grouping, the
+privacy of ``s_n`` and the factor's interval are derived in docs/design.md, Derivations."""
 
 from __future__ import annotations
 

@@ -1,94 +1,13 @@
-r"""The reliability rule of the symptoms dataset: a confidence set for the true ratio a / b
+"""The reliability rule of the symptoms dataset: a confidence set for the true ratio a / b
 by inverting an exact test, and the verdict drawn from it.
 
-Everything here is post-processing of noisy counts and public parameters (epsilons,
-sensitivities, the configured probability and tolerance), so it costs no privacy budget.
-
-Noise
------
-For a region-day, ``A = a + Z_A`` is the noisy number of users searching a symptom and
-``B = b + Z_B`` the noisy number of users with any search; ``Z_A`` and ``Z_B`` are
-independent discrete Laplace draws (``dp_ops.privacy.noise``: ``P(Z = k)`` proportional to
-``exp(-epsilon |k| / sensitivity)``), each symmetric about 0. A weekly ``A_w``
-(``B_w``) is the sum of the ``n`` daily noisy values of Monday..Sunday, so its noise is
-the sum of ``n`` i.i.d. discrete Laplace draws, whatever the daily true values were (a
-re-noised day has the same law, so this stays true). Both laws are computed exactly, up to
-a truncated tail of at most 1e-15 counted against us, by
-:func:`dp_ops.privacy.inference.discrete_laplace`.
-
-The true ratio is at most 1
----------------------------
-``include/sql/symptoms/bound_contributions.sql`` counts a user in a symptom cell (A) of a
-level only in the one region where it is counted in B at that level (its ``user_region``),
-so every user counted in ``a`` is counted in ``b``: ``0 <= a <= b`` for every region-day
-and symptom, hence also for weekly sums, and ``r = a / b`` lies in ``[0, 1]`` (when
-``b = 0`` there is nothing to cover: ``a = 0`` too). The test below is built on that range
-(``bounded=True``); a ratio above 1 is never considered.
-
-Derivation of the rule (its guarantee)
---------------------------------------
-Let ``p`` be ``reliability_probability`` (0.5), ``alpha`` the test's level
-``reliability_test_level`` (at most ``1 - p``; below) and ``t`` the tolerance (0.25).
-Under the hypothesis "the true ratio is ``rho``" (``a = rho b``),
-
-    A - rho B = Z_A - rho Z_B,
-
-whose law is known exactly and does not depend on the unknown ``b``.
-:func:`dp_ops.privacy.inference.ratio_test` (with ``X`` = the law of ``Z_A``, ``Y`` = the
-law of ``Z_B``, both symmetric and independent) rejects "ratio ``rho``" when
-``|A - rho B| > q(rho)``, with ``q(rho)`` set so that each tail of ``Z_A - rho Z_B`` beyond
-it has probability at most ``alpha / 2``. At the true ratio the acceptance event
-``|Z_A - r Z_B| <= q(r)`` therefore has probability at least ``1 - alpha >= p``, *for
-any true (a, b)*. The hull ``[lower, upper]`` (:meth:`~dp_ops.privacy.inference.RatioTest.hull`)
-contains every ratio of ``[0, 1]`` that is not rejected (the test is run on cells of
-relative width ``CELL_STEP``, which makes it a certified superset of the exact set), so
-
-    P(r not in [lower, upper]) <= alpha <= 1 - p.
-
-With ``R = A / B``, a value is *reliable* (published) only if ``A > 0``, ``B > 0``, the hull
-is not empty, and ``(1 - t) R <= lower`` and ``upper <= (1 + t) R``. A published value whose
-true ratio lies in the hull is thus within ``t R`` of it, so for any true ``(a, b)``
-
-    P(published and r not in [(1 - t) R, (1 + t) R]) <= P(r not in hull) <= alpha <= 1 - p,
-
-which is the rule of docs/design.md, Symptoms dataset: the true ratio lies within +/-25% of
-A / B with probability at least 50%. (An empty hull means every ratio of ``[0, 1]`` was
-rejected, which at the true ratio happens with probability at most ``alpha``; such values
-are not published.) The promise is unconditional: it bounds P(published and off), not
-P(off | published), which would need a prior on the true counts.
-
-Why the test's level is 0.45, not 1 - p = 0.5
----------------------------------------------
-At ``alpha = 1 - p`` the rule keeps the promise for every value, but a release is read as
-a whole: most weekly cells of small regions have true counts near zero, each publishes
-with a small probability when its noise happens to be large, and there are so many of
-them that they outnumber the good values among those published. A smaller level only
-makes the rule stricter (the promise holds a fortiori); 0.45 leaves room for the
-selection step that follows the rule (:mod:`dp_ops.reports.symptoms.selection`), which
-publishes, per day or week and level, only the passing values whose estimated share
-within the tolerance is at least ``1 - reliability_test_level``: the share among the
-values actually published. ``python -m dp_ops evaluate symptoms`` shows the realised
-share and the oracle's coverage for any data root.
-
-A box of two independent margins (``P(|Z_A| <= m_A) = P(|Z_B| <= m_B) = sqrt(p)``) would
-cover the ratio far more often than the 50% promised: the joint law of ``Z_A - rho Z_B``
-is exact where the box is only a sufficient condition, so the rule publishes smaller
-counts for the same promise.
-``tests/unit/reports/symptoms/test_symptoms_reliability_search.py`` checks the promise by
-simulation over adversarial true counts, daily and weekly.
-
-Cost
-----
-A :class:`~dp_ops.privacy.inference.RatioTest` is costly to build and is cached per
-parameter set (:func:`ratio_test_for`). Its hull costs a comparison per cell of ``[0, 1]``
-(about 900 cells) for each value, so :func:`apply_test` first drops the
-values that provably cannot pass: if a value is reliable, the cell holding ``(1 - t) R``
-(and, when ``(1 + t) R`` is below the top edge, the cell holding ``(1 + t) R``) must have
-a threshold ``Q_j <= t A`` -- were it larger, that cell's possibly-accepted part
-``[(A - Q_j) / B, (A + Q_j) / B]`` would reach past the tolerance band (:func:`_may_pass`).
-Small counts, the bulk of a symptoms domain, fail that and get no hull (``lower`` and
-``upper`` are NaN); the verdict is the same as with every hull computed.
-"""
+Post-processing of noisy counts and public parameters (epsilons, sensitivities, the
+configured probability and tolerance), so it costs no privacy budget. Under "true ratio
+``rho``", ``A - rho B = Z_A - rho Z_B`` has an exact law (a weekly value's: the
+convolution of its days'), the true ratio lies in ``[0, 1]`` (the bounding counts a user in
+A only where it is counted in B), and a value is published when the ratios the test does
+not reject lie within the tolerance of ``A / B``. The noise laws, the range and the
+rule's guarantee are derived in docs/design.md, Derivations."""
 
 from __future__ import annotations
 

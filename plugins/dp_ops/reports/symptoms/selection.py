@@ -1,76 +1,15 @@
-r"""The promise among the values actually published: which of the values the reliability
+"""The promise among the values actually published: which of the values the reliability
 rule passes a release publishes.
 
-Why the rule alone is not enough
---------------------------------
-The rule (:mod:`dp_ops.reports.symptoms.reliability`) bounds, for every value and every
-true ``(a, b)``, the probability that the value is published *and* its true ratio lies
-outside ``[(1 - t) R, (1 + t) R]`` (``R = A / B``, ``t`` the tolerance). That is a
-statement about each value before selection. A reader sees only the published values, and
-the share of them within the tolerance can be far below the promise: a weekly family of a
-fine level holds tens of thousands of near-empty cells, each published with a small
-probability when its noise happens to be large, and together they outnumber the real
-signals the rule lets through (on a small population they can outnumber them among
-the published weekly values of the finest level).
-
-Method: empirical Bayes, one family at a time
----------------------------------------------
-A *family* is the set of values decided together: one date (a day, or the Monday of a
-week), one level, one set of noise parameters and number of summed days. Within a family,
-value ``i`` has noisy ``A_i`` and ``B_i`` and an unknown true ratio ``r_i`` in ``[0, 1]``.
-
-- Likelihood. Given ``r_i = rho``, ``A_i - rho B_i = Z_A - rho Z_B``. The rule's test
-  uses this law exactly; here ``rho Z_B`` is left out (true ratios are small: a symptom's
-  share of all searchers) and the likelihood of ``rho`` is
-  ``P(Z_A = round(A_i - rho B_i))``, ``Z_A`` the exact law of the value's summed discrete
-  Laplace noise (:func:`dp_ops.privacy.inference.discrete_laplace_pmf`).
-- Prior. The family's true ratios are treated as draws from an unknown law ``G``, the
-  family's own distribution of ratios. ``G`` is estimated on :data:`GRID` (0, then
-  :data:`GRID_POINTS` points spaced geometrically from 1e-4 to 1) by nonparametric maximum
-  likelihood (Kiefer and Wolfowitz), with :data:`EM_ITERATIONS` EM steps from the uniform
-  law: a fixed number, so the same noisy values always give the same decision.
-- Posterior. ``off_i = P(r_i not in [(1 - t) R_i, (1 + t) R_i] | A_i, B_i)`` under the
-  estimated ``G`` (:func:`posterior`).
-- Selection. Of the values the rule passes that the release can publish (its eligible
-  regions; daily values only of series it publishes daily), per resolution, date and
-  level, taken in increasing ``off_i``, the largest leading set whose mean ``off_i`` is
-  at most the bound (:func:`select_published`). The fit reads the whole family; the
-  selection only the publishable values: a value of a series published daily is one of
-  a strong series, better than the family's law says, so its ``off_i`` errs on the safe
-  side.
-  The mean of ``off_i`` over a set is the expected share of its values outside the
-  tolerance, so the release publishes, per family, the largest set whose expected share
-  within the tolerance is at least ``1 - bound``. This is Bayesian false discovery rate
-  control with local false discovery rates (Efron 2001; Sun and Cai 2007), the "false
-  discovery" being a published value outside its tolerance.
-- Intervals. A published value's interval (the hull of the exact test at level
-  ``1 - INTERVAL_LEVEL``) is widened to also hold its posterior interval at the same
-  level (:func:`widened`): the test's hull alone covers with probability 0.95 for every
-  value before selection, but among the lucky near-empty values a release publishes it
-  covers far less; the union keeps the first guarantee and adds the second, under the
-  same model as the selection.
-- The bound is ``reliability_test_level`` (0.45, at most ``1 - p``): the same level the
-  per-value test uses, so the share among published values is held at the level the rule
-  holds each value at, which leaves room for the estimation error of ``G`` and for the
-  randomness of a finite release.
-
-What it guarantees, and what it does not
-----------------------------------------
-It only withholds values the rule passed, so the rule's per-value guarantee is untouched.
-The share among published values is an estimate: it is exact if ``G`` is the family's
-distribution of true ratios and the left-out ``rho Z_B`` is negligible, and
-``tests/unit/reports/symptoms/test_symptoms_selection.py`` checks it by simulation on a
-family shaped like the one that failed. It is not a worst-case bound: a family whose true
-ratios the noise hides completely can be misjudged. ``python -m dp_ops evaluate symptoms``
-measures the realised share for any data root. Everything here reads noisy values and
-public parameters only: post-processing, no privacy budget.
-
-Cost
-----
-Values with the same ``(A, B)`` share a likelihood row, so the fit runs on the distinct
-pairs (a few thousand in a family of tens of thousands); families where the rule passes
-nothing are not fitted at all.
-"""
+The rule bounds each value's error before selection; among the published values of a
+family (one date, level, set of noise parameters and number of summed days) near-empty
+cells published by luck can outnumber the real signals. Per family, the law of the true
+ratios is estimated by nonparametric maximum likelihood (EM on ``GRID``), each value's
+posterior probability of lying outside its tolerance follows (:func:`posterior`), and the
+largest set of the values the rule passes whose mean of those probabilities is at most
+the bound is published (:func:`select_published`), with intervals widened to hold the
+posterior's (:func:`widened`). Why the rule alone is not enough, the method and what it
+guarantees are in docs/design.md, Derivations."""
 
 from __future__ import annotations
 
