@@ -45,7 +45,6 @@ from dp_ops.steps.release_contract import (
     READABLE_VERSIONS,
     check_manifest,
     check_release_files,
-    load_schema,
 )
 
 MANIFEST = "manifest.json"
@@ -182,6 +181,18 @@ def _present_files(root: Path) -> set[str]:
     return found
 
 
+def installed_columns(report: str) -> Mapping[str, Any] | None:
+    """The column schema of ``report`` when it is installed here (its release parts'
+    ``column_contract``), else None."""
+    from dp_ops.reports.registry import declared_report
+    from dp_ops.reports.spec import UnknownReport, report_spec
+
+    try:
+        return declared_report(report_spec(report)).release.column_contract
+    except (UnknownReport, FileNotFoundError):
+        return None
+
+
 def verify_release(directory: Path, column_schema: Mapping[str, Any] | None = None,
                    trusted: Sequence[sshsig.TrustedKey] | None = None) -> Verification:
     """Check the release in ``directory`` (see the module docstring); with ``trusted``
@@ -264,9 +275,8 @@ def verify_release(directory: Path, column_schema: Mapping[str, Any] | None = No
 
     contract = column_schema
     if contract is None and report is not None:
-        try:
-            contract = load_schema(f"{report}.columns.json")
-        except (FileNotFoundError, ValueError):
+        contract = installed_columns(report)
+        if contract is None:
             notes.append(f"no column schema is shipped for report {report!r}: the data "
                          "files' columns were not checked (pass the report's own with "
                          "--columns)")

@@ -204,9 +204,8 @@ def test_a_report_dp_ops_does_not_ship_needs_its_column_schema(release: Path) ->
     outcome = verify_release(release)
     assert outcome.ok and "no column schema is shipped for report 'presence'" in (
         outcome.notes[0])
-    from dp_ops.steps.release_contract import load_schema
+    from dp_ops.reports.mobility.release import CONTRACT as mobility
 
-    mobility = load_schema("mobility.columns.json")
     assert verify_release(release, {**mobility, "report": "presence"}).ok
 
 

@@ -1,9 +1,10 @@
 """The versioned release contract (docs/release-contract.md): what consumers may rely on.
 
-Shipped with the package, under ``dp_ops/schemas/``:
-
-- ``manifest.schema.json``: the JSON Schema (draft 2020-12) of every ``manifest.json``;
-- ``<report>.columns.json``: the columns of each published data file, by file pattern:
+- ``manifest.schema.json`` (shipped with the package, under ``dp_ops/schemas/``): the
+  JSON Schema (draft 2020-12) of every ``manifest.json``;
+- ``<report>.columns.json`` (shipped beside each report, in its package's ``schemas/``,
+  :func:`load_columns`; the release parts' ``column_contract``): the columns of each
+  published data file, by file pattern:
   name, type (``string``, ``date`` as YYYY-MM-DD, ``integer``, ``number``) and whether it
   may be empty; a ``name_prefix`` entry stands for the run of columns that start with it
   (the symptoms' ``symptom:<name>`` columns).
@@ -45,8 +46,18 @@ _MAX_PER_FILE = 5
 
 @cache
 def load_schema(name: str) -> dict[str, Any]:
-    """A shipped schema file (``manifest.schema.json``, ``mobility.columns.json``, ...)."""
-    text = resources.files("dp_ops").joinpath("schemas", name).read_text(encoding="utf-8")
+    """A schema file shipped with the factory (``manifest.schema.json``)."""
+    return load_columns_file("dp_ops", name)
+
+
+@cache
+def load_columns(package: str, report: str) -> dict[str, Any]:
+    """The column schema a report's package ships: ``<package>/schemas/<report>.columns.json``."""
+    return load_columns_file(package, f"{report}.columns.json")
+
+
+def load_columns_file(package: str, name: str) -> dict[str, Any]:
+    text = resources.files(package).joinpath("schemas", name).read_text(encoding="utf-8")
     parsed: dict[str, Any] = json.loads(text)
     return parsed
 
@@ -222,15 +233,17 @@ _ARROW_TYPES = {"string": pa.large_string(), "date": pa.large_string(),
                 "integer": pa.int64(), "number": pa.float64()}
 
 
-def column_contract(report: str, contract: Mapping[str, Any] | None = None
-                    ) -> Mapping[str, Any]:
-    """``contract`` if given (a report package of its own ships its column schema), else
-    the shipped ``<report>.columns.json``."""
-    return contract if contract is not None else load_schema(f"{report}.columns.json")
+def column_contract(report: str, contract: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``contract``, the report's column schema (its release parts' ``column_contract``);
+    a report without one is a :class:`GateFailed` naming it."""
+    if contract is None:
+        raise GateFailed(f"report {report!r} ships no column schema: its release parts "
+                         "give none (column_contract)")
+    return contract
 
 
 def arrow_table(frame: Any, report: str, pattern: str,
-                contract: Mapping[str, Any] | None = None) -> pa.Table:
+                contract: Mapping[str, Any] | None) -> pa.Table:
     """``frame`` as an Arrow table typed by the contract's columns for ``pattern``, so that
     a column with no value in this release still has its contracted type (not Arrow's
     ``null`` type, which a consumer's reader would trip over)."""
@@ -284,7 +297,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def check_release_files(report: str, release_dir: Path,
-                        contract: Mapping[str, Any] | None = None, *,
+                        contract: Mapping[str, Any] | None, *,
                         version: str = SCHEMA_VERSION) -> list[str]:
     """Every way the data files under ``release_dir`` break ``report``'s column schema
     (:func:`column_contract`), each naming the file; a pattern no file matches is a
@@ -307,7 +320,7 @@ def check_release_files(report: str, release_dir: Path,
 
 
 def require_contract(report: str, release_dir: Path,
-                     contract: Mapping[str, Any] | None = None) -> None:
+                     contract: Mapping[str, Any] | None) -> None:
     """The gate's contract check: raise :class:`GateFailed` naming every problem."""
     problems = check_release_files(report, release_dir, contract)
     if problems:

@@ -21,12 +21,16 @@ from dp_ops.steps.release_contract import (
     SCHEMA_VERSION,
     check_manifest,
     check_release_files,
+    load_columns,
     load_schema,
 )
 
+CONTRACTS = {report: load_columns(f"dp_ops.reports.{report}", report)
+             for report in ("mobility", "symptoms")}
+
 
 def _names(report: str, pattern: str) -> list[str]:
-    for entry in load_schema(f"{report}.columns.json")["files"]:
+    for entry in CONTRACTS[report]["files"]:
         if entry["pattern"] == pattern:
             return [c.get("name", c.get("name_prefix")) for c in entry["columns"]]
     raise AssertionError(pattern)
@@ -37,7 +41,7 @@ def test_the_shipped_column_schemas_are_the_columns_the_code_writes() -> None:
     assert _names("symptoms", "*_daily_symptoms_dataset.csv") == [*KEY_COLUMNS, "symptom:"]
     assert _names("symptoms", "scaling_factors.parquet") == list(SCALING_COLUMNS)
     for report in ("mobility", "symptoms"):
-        assert load_schema(f"{report}.columns.json")["schema_version"] == SCHEMA_VERSION
+        assert CONTRACTS[report]["schema_version"] == SCHEMA_VERSION
     versions = load_schema("manifest.schema.json")["properties"]["schema_version"]["enum"]
     assert versions == list(READABLE_VERSIONS) and versions[-1] == SCHEMA_VERSION
 
@@ -73,7 +77,7 @@ def mobility_release(tmp_path: Path) -> Path:
 def test_a_release_written_by_the_code_conforms(mobility_release: Path) -> None:
     """Including columns with no value at all in this release (here every sub-region
     column): the writer types them as the contract says, not as Arrow's null type."""
-    assert check_release_files("mobility", mobility_release) == []
+    assert check_release_files("mobility", mobility_release, CONTRACTS["mobility"]) == []
 
 
 @pytest.mark.parametrize("edit, expected", [
@@ -92,7 +96,7 @@ def test_each_kind_of_break_is_named_with_its_file(mobility_release: Path, edit:
     path = mobility_release / "Global_Mobility_Report.csv"
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     edit(frame).to_csv(path, index=False)
-    problems = check_release_files("mobility", mobility_release)
+    problems = check_release_files("mobility", mobility_release, CONTRACTS["mobility"])
     assert problems and all(p.startswith("Global_Mobility_Report.csv: ") for p in problems)
     assert any(expected in p for p in problems), problems
 
@@ -106,7 +110,7 @@ def test_a_missing_file_and_a_wrong_parquet_type_are_problems(mobility_release: 
     frame.to_parquet(mobility_release / "Global_Mobility_Report.parquet", index=False)
     for csv_file in (mobility_release / "Region_Mobility_Report_CSVs").glob("*.csv"):
         csv_file.unlink()
-    problems = check_release_files("mobility", mobility_release)
+    problems = check_release_files("mobility", mobility_release, CONTRACTS["mobility"])
     assert any("Region_Mobility_Report_CSVs/*_Region_Mobility_Report.csv: no such file" in p
                for p in problems)
     assert any(p.startswith("Global_Mobility_Report.parquet: 'parks_percent_change_from_"
@@ -127,7 +131,7 @@ def test_parquet_nulls_and_dates_are_found_with_or_without_statistics(
     table.loc[2, "date"] = "03/03/2020"
     pq.write_table(pa.Table.from_pandas(table, schema=pq.read_schema(path)),
                    path, write_statistics=statistics, row_group_size=2)
-    problems = check_release_files("mobility", mobility_release)
+    problems = check_release_files("mobility", mobility_release, CONTRACTS["mobility"])
     assert "Global_Mobility_Report.parquet: 'country_region' has 1 null value(s)" in problems
     assert "Global_Mobility_Report.parquet: 'date': 1 value(s) not YYYY-MM-DD" in problems
     assert not any("country_region_code" in p for p in problems)
@@ -185,12 +189,11 @@ def test_every_demo_manifest_shape_is_in_the_schema() -> None:
 
 def test_the_gate_refuses_a_release_that_breaks_the_contract(
         monkeypatch: pytest.MonkeyPatch, mobility_release: Path) -> None:
-    contract = copy.deepcopy(load_schema("mobility.columns.json"))
+    contract = copy.deepcopy(CONTRACTS["mobility"])
     contract["files"][0]["columns"].append(
         {"name": "retail_percent_change_from_baseline", "type": "integer", "nullable": True})
-    monkeypatch.setattr(release_contract, "load_schema", lambda name: contract)
     with pytest.raises(release_contract.GateFailed, match="release contract mobility"):
-        release_contract.require_contract("mobility", mobility_release)
+        release_contract.require_contract("mobility", mobility_release, contract)
 
 
 def _symptoms_wide(rows: int = 40, symptoms: int = 60) -> pd.DataFrame:
@@ -211,7 +214,7 @@ def _symptoms_wide(rows: int = 40, symptoms: int = 60) -> pd.DataFrame:
 def test_a_bad_value_deep_in_a_wide_csv_is_named(tmp_path: Path, bad: str) -> None:
     """The wide check runs one kind of column at a time; a break anywhere in it is still
     reported column by column, with its name and line."""
-    spec = next(e for e in load_schema("symptoms.columns.json")["files"]
+    spec = next(e for e in CONTRACTS["symptoms"]["files"]
                 if e["pattern"] == "*_daily_symptoms_dataset.csv")
     frame = _symptoms_wide().astype({f"symptom:S{i}": object for i in range(60)})
     path = tmp_path / "2020_XX_daily_symptoms_dataset.csv"
@@ -235,8 +238,8 @@ def test_a_wide_table_is_typed_as_from_pandas_types_it() -> None:
 
     frame = _symptoms_wide()
     pattern = "*_daily_symptoms_dataset.parquet"
-    fast = release_contract.arrow_table(frame, "symptoms", pattern)
-    entry = next(e for e in load_schema("symptoms.columns.json")["files"]
+    fast = release_contract.arrow_table(frame, "symptoms", pattern, CONTRACTS["symptoms"])
+    entry = next(e for e in CONTRACTS["symptoms"]["files"]
                  if e["pattern"] == pattern)
     specs = release_contract._expected(entry["columns"], list(frame.columns))
     assert not isinstance(specs, str)

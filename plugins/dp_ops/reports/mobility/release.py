@@ -54,11 +54,14 @@ from dp_ops.steps.release import (
     sha256_file,
     write_csv,
 )
-from dp_ops.steps.release_contract import arrow_table
+from dp_ops.steps.release_contract import arrow_table, load_columns
 from dp_ops.steps.release_values import GateOutcome, Staged
 
 __all__ = ["PARTS", "MobilityRelease", "assemble", "epsilon_accounting", "staging_dir",
            "write_release_files"]
+
+# the columns of each published file (schemas/<report>.columns.json, beside this module)
+CONTRACT = load_columns("dp_ops.reports.mobility", REPORT)
 
 GLOBAL_CSV = "Global_Mobility_Report.csv"
 GLOBAL_PARQUET = "Global_Mobility_Report.parquet"
@@ -119,10 +122,11 @@ def write_release_files(published: pd.DataFrame, target: Path,
     target.mkdir(parents=True, exist_ok=True)
     write_csv(published, target / GLOBAL_CSV)
     fault_point("release.mid_write")
-    pq.write_table(arrow_table(published, REPORT, GLOBAL_PARQUET), target / GLOBAL_PARQUET)
+    pq.write_table(arrow_table(published, REPORT, GLOBAL_PARQUET, CONTRACT),
+                   target / GLOBAL_PARQUET)
     if intervals is not None:
         write_csv(intervals, target / INTERVALS_CSV)
-        pq.write_table(arrow_table(intervals, REPORT, INTERVALS_PARQUET),
+        pq.write_table(arrow_table(intervals, REPORT, INTERVALS_PARQUET, CONTRACT),
                        target / INTERVALS_PARQUET)
     years = published["date"].str.slice(0, 4)
     for (year, code), part in published.groupby([years, "country_region_code"], sort=True):
@@ -237,7 +241,7 @@ class MobilityRelease:
 
     report = REPORT
     title = SPEC.title
-    column_contract = None  # the shipped schemas/<report>.columns.json
+    column_contract = CONTRACT
     page_section: PublishedSection = published_mobility
 
     def plan(self, root: DataRoot, cfg: MobilityConfig, ledger: Ledger, days: list[date],

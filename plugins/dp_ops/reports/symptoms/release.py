@@ -50,9 +50,11 @@ from dp_ops.steps.release import (
     sha256_file,
     write_csv,
 )
-from dp_ops.steps.release_contract import arrow_table
+from dp_ops.steps.release_contract import arrow_table, load_columns
 from dp_ops.steps.release_values import GateOutcome, Staged
 
+# the columns of each published file (schemas/<report>.columns.json, beside this module)
+CONTRACT = load_columns("dp_ops.reports.symptoms", REPORT)
 RESOLUTIONS_FILE = "series_resolution.parquet"
 
 
@@ -124,19 +126,21 @@ def write_release_files(candidate: Candidate, code: str, target: Path) -> None:
         write_csv(frame, target / f"{name}.csv")
         fault_point("release.mid_write")
         kind = "daily" if name.endswith("_daily_symptoms_dataset") else "weekly"
-        pq.write_table(arrow_table(frame, REPORT, f"*_{kind}_symptoms_dataset.parquet"),
+        pq.write_table(arrow_table(frame, REPORT, f"*_{kind}_symptoms_dataset.parquet",
+                                   CONTRACT),
                        target / f"{name}.parquet")
     for name, frame in interval_file_names(candidate, code).items():
         write_csv(frame, target / f"{name}.csv")
         kind = "daily" if "_daily_" in name else "weekly"
         pq.write_table(arrow_table(frame, REPORT,
-                                   f"*_{kind}_symptoms_dataset{INTERVALS_SUFFIX}.parquet"),
+                                   f"*_{kind}_symptoms_dataset{INTERVALS_SUFFIX}.parquet",
+                                   CONTRACT),
                        target / f"{name}.parquet")
     resolutions = candidate.resolutions[["region_id", "symptom", "resolution"]]
-    pq.write_table(arrow_table(resolutions, REPORT, RESOLUTIONS_FILE),
+    pq.write_table(arrow_table(resolutions, REPORT, RESOLUTIONS_FILE, CONTRACT),
                    target / RESOLUTIONS_FILE)
     scaling = candidate.scaling[list(SCALING_COLUMNS)]
-    pq.write_table(arrow_table(scaling, REPORT, "scaling_factors.parquet"),
+    pq.write_table(arrow_table(scaling, REPORT, "scaling_factors.parquet", CONTRACT),
                    target / "scaling_factors.parquet")
 
 
@@ -267,7 +271,7 @@ class SymptomsRelease:
 
     report = REPORT
     title = SPEC.title
-    column_contract = None  # the shipped schemas/<report>.columns.json
+    column_contract = CONTRACT
     page_section: PublishedSection = published_symptoms
 
     def plan(self, root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, days: list[date],

@@ -470,15 +470,13 @@ def test_the_gate_and_publish_enforce_the_release_contract(
     from dp_ops.steps import release_contract, release_flow
 
     root, url, rows = _publishable(regions, tmp_path)
-    real = release_contract.load_schema
-    contract = copy.deepcopy(real("symptoms.columns.json"))
+    contract = copy.deepcopy(release.CONTRACT)
     contract["files"][0]["columns"].insert(1, {"name": "region_name", "type": "string",
                                                "nullable": False})
-    monkeypatch.setattr(release_contract, "load_schema",
-                        lambda name: contract if name == "symptoms.columns.json" else real(name))
+    monkeypatch.setattr(type(release.PARTS), "column_contract", contract)
     with pytest.raises(GateFailed, match="release contract symptoms.columns.json"):
         _stage(root, rows, regions, "run-a")
-    monkeypatch.setattr(release_contract, "load_schema", real)
+    monkeypatch.setattr(type(release.PARTS), "column_contract", release.CONTRACT)
     _stage(root, rows, regions, "run-a")
     monkeypatch.setattr(release_flow, "SCHEMA_VERSION", "0.9")  # a manifest of another version
     with pytest.raises(PublishRefused, match="manifest.schema.json"):
