@@ -49,8 +49,24 @@ def test_the_noise_plan_books_and_samples_the_configs_budgets(root: DataRoot) ->
 
 def test_a_report_has_no_epsilon_of_its_own_to_book() -> None:
     """Nothing in a declaration states a budget: the cells it declares are noised at the
-    config's budgets or not at all."""
+    config's budgets or not at all. A report that tries to book another epsilon beside
+    them is refused when it is built (and by mypy before)."""
     assert not [f.name for f in fields(Report) if "epsilon" in f.name or "budget" in f.name]
+    with pytest.raises(TypeError, match="ledger_epsilons"):
+        replace(MOBILITY, ledger_epsilons={"places": 9.9})  # type: ignore[call-arg]
+
+
+def test_policy_terms_that_state_another_epsilon_than_the_budgets_are_refused(
+        root: DataRoot) -> None:
+    """The other way to book another epsilon, a config whose recorded policy terms
+    disagree with its budgets, is refused when the noise plan is built."""
+    class Lying(MobilityConfig):
+        @property
+        def policy_terms(self) -> dict[str, float]:
+            return {**super().policy_terms, "epsilon.places": 9.9}
+
+    with pytest.raises(ValueError, match="derived from the budgets"):
+        MOBILITY.noise_plan(root, Lying())
 
 
 def test_cells_without_a_budget_or_a_budget_without_cells_are_refused(root: DataRoot) -> None:
