@@ -18,7 +18,7 @@
 ``whole-day``     every step of one day (``run_days`` for one date: ingest, bound,
                   noise, baseline, report, then gate and publish) on a data root whose
                   baseline window was prepared by ``whole-day-prepare``
-``profile-bounding`` ``steps.bound_contributions`` with DuckDB's JSON profiler on each of
+``profile-bounding`` the bound step with DuckDB's JSON profiler on each of
                   its queries
 ``exact-bounded`` (validation, not timed) sum over users of min(distinct place pairs, 4)
                   per level: what every correct contender's place counts add up to before
@@ -360,7 +360,7 @@ def _read_profile(path: Path) -> dict[str, Any]:
 
 
 def profile_bounding(data: Path, work: Path, top: int = 10) -> dict[str, Any]:
-    """``steps.bound_contributions`` exactly as ``ours-step`` runs it, with DuckDB's JSON
+    """The bound step exactly as ``ours-step`` runs it, with DuckDB's JSON
     profiler on every query it sends (the pipeline may bound a big day in several user parts): the
     operators' thread time summed over the queries, spill and peak buffer memory.
 

@@ -38,7 +38,7 @@ PEERS_PYTHON = BENCH_DIR / ".venv-peers" / "bin" / "python"
 # contender -> (label in the table, interpreter, script)
 CONTENDERS: dict[str, tuple[str, str, str]] = {
     "duckdb-floor": ("(d) DuckDB floor, non-private", "project", "contenders.py"),
-    "ours-step": ("(a) ours: steps.bound_contributions + steps.noise", "project", "contenders.py"),
+    "ours-step": ("(a) ours: the bound and noise steps", "project", "contenders.py"),
     "ours-places": ("(a') ours: places-only SQL + noise", "project", "contenders.py"),
     "opendp": ("(c) OpenDP 0.16 Polars", "peers", "peer_opendp.py"),
     "pipelinedp": ("(b) PipelineDP 0.3.1 LocalBackend", "peers", "peer_pipelinedp.py"),
@@ -541,7 +541,7 @@ def markdown(report: dict[str, Any]) -> str:
     prof = report.get("profile")
     if prof and prof.get("result"):
         p = prof["result"]
-        lines += ["", "## Profile of (a): steps.bound_contributions at "
+        lines += ["", "## Profile of (a): the bound step at "
                   f"{human(prof['stays'])} stays "
                   "(DuckDB JSON profiler on each query the step runs, pipeline settings)", ""]
         if p.get("error"):

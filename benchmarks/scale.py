@@ -9,8 +9,8 @@ For each size the synthetic day of ``synth.py`` (the ``make bench`` generator: ~
 per user, 3,051 regions) is generated once (cached under ``benchmarks/data/``; the largest
 days take gigabytes of Parquet). Then each engine runs in a fresh child process that does
 what the pipeline's ``ingest``, ``bound_contributions`` and ``noise`` tasks do:
-``steps.ingest`` (the day as a raw partition -> clean rows and quarantine),
-``steps.bound_contributions``, then ``steps.noise`` (ledger on SQLite).
+``ingest`` (the day as a raw partition -> clean rows and quarantine), ``bound``, then
+``noise`` (ledger on SQLite) of the mobility report bound to the data root.
 
 * **duckdb**: the pipeline's settings (``dp_ops.settings``): memory limit
   ``--duckdb-memory`` (``DP_DUCKDB_MEMORY_LIMIT``, default the pipeline's 1GB), user parts
