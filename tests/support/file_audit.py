@@ -239,20 +239,18 @@ def _child(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from dp_ops.layout import DataRoot
-    from dp_ops.reports.protocol import Step
     from dp_ops.reports.registry import load_report
     from dp_ops.steps.noise_request import NoiseRequest
 
     report = load_report(args.report)
     if args.step == "prepare":  # the day's steps before the gate, untraced
-        report.run_step(Step.INGEST, args.day, run_id=args.run_id)
-        report.run_step(Step.BOUND_CONTRIBUTIONS, args.day, run_id=args.run_id)
+        report.ingest(args.day)
+        report.bound(args.day)
         report.noise(NoiseRequest(day=args.day, run_id=args.run_id))
         if report.needs_baseline(args.day) and "baseline" not in report.skipped_after_noise(
                 args.day):
-            mobility: Any = report.steps  # the one report with a baseline step
-            mobility.build_baseline(report.root, report.cfg, ledger_url=report.ledger_url)
-        report.run_step(Step.REPORT, args.day, run_id=args.run_id)
+            report.build_baseline()
+        report.report_day(args.day)
         return 0
     with open(args.calls, "w", encoding="utf-8") as log:
         installed = _install_readers(log)
@@ -261,7 +259,7 @@ def _child(argv: list[str]) -> int:
         if args.step == "gate":
             result = report.gate(run_id=args.run_id)
         else:
-            result = report.run_step(Step.PUBLISH, None, run_id=args.run_id)
+            result = report.publish(run_id=args.run_id)
     print(result.summary)
     return 0
 
