@@ -84,6 +84,7 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     from dp_ops.regions import read_regions
     from dp_ops.reports.registry import prepare_noise_samplers
     from dp_ops.settings import data_root
+    from dp_ops.sources.spec import source_specs
 
     def _read_region_table() -> None:
         """The data root's public region table, validated (every task reads it; a task
@@ -98,6 +99,9 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     # The ledger's newest migration and the schema it must have (every task that opens or
     # verifies the ledger compares with them)
     _warm(prepare_checks, "ledger checks", "each task that opens the ledger builds them")
+    # The installed sources, found through their entry points (each ingest task would
+    # scan every distribution's metadata for them otherwise)
+    _warm(source_specs, "sources", "each ingest task finds them itself")
     # The SQL templates the engines render, compiled
     _warm(prepare_templates, "SQL templates", "each task compiles the ones it runs")
     # The public region table (no private data)
