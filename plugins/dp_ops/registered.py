@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Protocol, TypeVar
 
@@ -18,6 +19,7 @@ class Named(Protocol):
 
 
 T = TypeVar("T", bound=Named)
+S = TypeVar("S")
 
 
 def registered(group: str, kind: type[T]) -> dict[str, T]:
@@ -39,3 +41,13 @@ def registered(group: str, kind: type[T]) -> dict[str, T]:
                              f"{origin[spec.name]} and {ep.value}")
         specs[spec.name], origin[spec.name] = spec, ep.value
     return dict(sorted(specs.items()))
+
+
+def find(specs: Mapping[str, S], name: str, unknown: type[ValueError], noun: str,
+         hint: str = "") -> S:
+    """``specs[name]``; ``unknown`` (a ``ValueError``) naming the known names otherwise."""
+    try:
+        return specs[str(name)]
+    except KeyError:
+        raise unknown(f"{noun}={str(name)[:40]!r}: unknown {noun}, expected one of "
+                      f"{sorted(specs)}{hint}") from None

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
-from dp_ops.registered import NAME_PATTERN, registered
+from dp_ops.registered import NAME_PATTERN, find, registered
 
 ENTRY_POINT_GROUP = "dp_ops.reports"
 
@@ -100,9 +100,4 @@ def report_names() -> list[str]:
 def report_spec(name: str) -> ReportSpec:
     """The installed report ``name``; :class:`UnknownReport` (a ``ValueError``) naming
     the known ones otherwise."""
-    specs = report_specs()
-    try:
-        return specs[str(name)]
-    except KeyError:
-        raise UnknownReport(f"report={str(name)[:40]!r}: unknown report, expected one of "
-                            f"{sorted(specs)}") from None
+    return find(report_specs(), name, UnknownReport, "report")

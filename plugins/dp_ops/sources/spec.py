@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dp_ops.registered import NAME_PATTERN, registered
+from dp_ops.registered import NAME_PATTERN, find, registered
 
 if TYPE_CHECKING:
     from dp_ops.layout import DataRoot
@@ -142,10 +142,5 @@ def source_specs() -> dict[str, SourceSpec]:
 def source_spec(name: str) -> SourceSpec:
     """The installed source ``name``; :class:`UnknownSource` (a ``ValueError``) naming
     the known ones otherwise."""
-    specs = source_specs()
-    try:
-        return specs[str(name)]
-    except KeyError:
-        raise UnknownSource(f"source={str(name)[:40]!r}: unknown source, expected one of "
-                            f"{sorted(specs)} (a source is registered under the entry-point "
-                            f"group {ENTRY_POINT_GROUP})") from None
+    return find(source_specs(), name, UnknownSource, "source",
+                f" (a source is registered under the entry-point group {ENTRY_POINT_GROUP})")
