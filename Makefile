@@ -1,6 +1,6 @@
 # Two commands do all the setup on a fresh machine with Python 3.11:
 #   make demo   build the environment, generate demo data, run both reports (mobility and
-#               symptoms, at once) through Airflow (real scheduler, backfills 2020-01-01..2020-03-31,
+#               symptoms, at once) through Airflow (real scheduler, backfills 2020-01-01..2020-02-23,
 #               SQLite metadata DB), then compare the releases with the synthetic truth
 #   make test   build the environment and run every test (what .ci/run runs), the ledger
 #               tests on SQLite and on a throwaway PostgreSQL server
@@ -11,8 +11,11 @@ PYTEST_WORKERS ?= auto
 PYTHON := $(PYTHON)
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# The demo's range: the mobility baseline window (2020-01-03..02-06), then nine public days
+# from 2020-02-15 to a Sunday, which closes the symptoms report's seventh whole week;
+# DEMO_END=2020-03-31 for the whole quarter (docs/airflow.md, "The demo's range")
 DEMO_START ?= 2020-01-01
-DEMO_END   ?= 2020-03-31
+DEMO_END   ?= 2020-02-23
 DEMO_USERS ?= 100000
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from datetime import date
@@ -52,6 +53,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dp_demo.evaluation import (
         MobilityEvaluation,
         SymptomsEvaluation,
+        TruthMismatch,
         evaluate_mobility,
         evaluate_symptoms,
     )
@@ -59,11 +61,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     root = settings.data_root()
     evaluation: MobilityEvaluation | SymptomsEvaluation
-    if args.report == "mobility":
-        oracle = {k: v for k, v in (("draws", args.draws), ("seed", args.seed)) if v is not None}
-        evaluation = evaluate_mobility(root, **oracle)
-    else:
-        evaluation = evaluate_symptoms(root)
+    try:
+        if args.report == "mobility":
+            oracle = {k: v for k, v in (("draws", args.draws), ("seed", args.seed))
+                      if v is not None}
+            evaluation = evaluate_mobility(root, **oracle)
+        else:
+            evaluation = evaluate_symptoms(root)
+    except TruthMismatch as exc:
+        print(f"evaluate {args.report}: {exc}", file=sys.stderr)
+        return 2
     print(evaluation.describe())
     if args.json is not None:
         args.json.write_text(json.dumps(evaluation.figures(), indent=2) + "\n")

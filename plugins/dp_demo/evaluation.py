@@ -211,6 +211,26 @@ def _release_days(release_dir: Path) -> tuple[dict[str, Any], list[date]]:
     return manifest, [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
+class TruthMismatch(ValueError):
+    """The release covers days the synthetic truth does not: it was published from other
+    input (an earlier, longer demo on the same data root), so no figure would be sound."""
+
+
+def require_truth_covers(release_dir: Path, truth_file: Path, truth_dates: pd.Series) -> None:
+    """Refuse to compare the release in ``release_dir`` with a truth (``truth_file``, its
+    ``truth_dates``) that lacks some of the release's days: the comparison would count
+    them as misses and print figures about another input."""
+    _, days = _release_days(release_dir)
+    known = set(pd.to_datetime(truth_dates).dt.date)
+    missing = [d for d in days if d not in known]
+    if missing:
+        raise TruthMismatch(
+            f"{release_dir}: the release covers {days[0]}..{days[-1]}, but {truth_file} has "
+            f"no truth for {len(missing)} of its days (first {missing[0]}): the release was "
+            "published from other input, e.g. an earlier demo over a longer range on this "
+            "data root. Evaluate on a fresh data root (delete it, or set DP_DATA_ROOT).")
+
+
 # -- mobility ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -390,6 +410,7 @@ def evaluate_mobility(root: DataRoot, release_dir: Path | None = None, *,
     regions = read_regions(root.regions_csv)[["region_id", "level", "place_id"]]
     published = published.merge(regions, on="place_id", how="left")
     truth = pq.read_table(root.truth_dir / TRUTH_FILE).to_pandas()
+    require_truth_covers(release_dir, root.truth_dir / TRUTH_FILE, truth["date"])
     truth["date"] = pd.to_datetime(truth["date"]).dt.strftime("%Y-%m-%d")
     joined = published.merge(truth, on=["region_id", "level", "date"], how="left",
                              validate="one_to_one")
@@ -617,6 +638,8 @@ def evaluate_symptoms(root: DataRoot, release_dir: Path | None = None, *,
     """
     cfg = cfg or load_symptoms_config()
     release_dir = release_dir or root.latest_release("symptoms")
+    truth = pq.read_table(root.truth_dir / SYMPTOMS_TRUTH_FILE).to_pandas()
+    require_truth_covers(release_dir, root.truth_dir / SYMPTOMS_TRUTH_FILE, truth["date"])
     resolutions = pq.read_table(release_dir / "series_resolution.parquet").to_pandas()
     scaling = pq.read_table(release_dir / "scaling_factors.parquet").to_pandas()
     manifest, days = _release_days(release_dir)
@@ -626,7 +649,7 @@ def evaluate_symptoms(root: DataRoot, release_dir: Path | None = None, *,
     values = values.merge(scaling[["region_id", "resolution", "c"]],
                           on=["region_id", "resolution"], how="left")
     keys = ["resolution", "date", "region_id", "symptom"]
-    values = values.merge(_true_ratios(root), on=keys, how="left")
+    values = values.merge(_true_ratios(root, truth), on=keys, how="left")
     values = values.merge(_symptoms_intervals(release_dir),
                           on=["resolution", "open_covid_region_code", "date", "symptom"],
                           how="left", validate="one_to_one")

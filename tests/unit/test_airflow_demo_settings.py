@@ -213,7 +213,7 @@ def test_the_demo_writes_its_figures_to_a_stamped_results_file(tmp_path: Path) -
     figures.write_text(json.dumps({"published_values": 12, "within_10_points": 1.0}))
     text = tmp_path / "evaluate-mobility.log"
     text.write_text("published values: 12\n")
-    md = demo.write_results(args, 61.4, {"mobility_report": 50.2},
+    md = demo.write_results(args, 61.4, {"mobility_report": 50.2}, 20.1,
                             {"mobility": figures}, {"mobility": text},
                             results_dir=tmp_path / "results")
     assert md == tmp_path / "results" / "demo.md"
@@ -222,8 +222,11 @@ def test_the_demo_writes_its_figures_to_a_stamped_results_file(tmp_path: Path) -
                           cwd=Path(demo.__file__).parents[1]).stdout.strip()
     assert f"Measured at commit {head[:12]}" in body
     assert "| end to end (wall) | 61 |" in body and "published values: 12" in body
+    # the backfills themselves: from the scheduler's start to the last run done
+    assert ("the scheduler started at 20, the last run done at 50 | 30 |") in body
     data = json.loads((tmp_path / "results" / "demo.json").read_text())
     assert data["stamp"]["commit"] == head and data["users"] == 5000
     assert data["seconds"] == 61.4 and data["end"] == "2020-02-20"
     assert data["evaluation"]["mobility"]["published_values"] == 12
     assert data["backfill_done_after_seconds"] == {"mobility_report": 50.2}
+    assert data["runs_executing_after_seconds"] == 20.1

@@ -172,3 +172,33 @@ def test_cli_writes_the_figures_as_json(root: DataRoot, monkeypatch: pytest.Monk
     assert figures["published"] == sym.published
     assert figures["within_25"] == pytest.approx(sym.within_25)
     assert len(figures["coverage"]) == len(sym.coverage)
+
+
+@pytest.mark.parametrize("report", ["mobility", "symptoms"])
+def test_a_release_past_the_truth_is_refused(
+        root: DataRoot, report: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A release that covers days the truth does not (an earlier, longer demo on the same
+    data root, then a shorter one regenerating the truth) is not evaluated: the
+    comparison would count those days as misses. The command says which file and day."""
+    import shutil
+
+    from dp_demo.evaluation import SYMPTOMS_TRUTH_FILE, TRUTH_FILE, TruthMismatch
+
+    from dp_ops import cli
+
+    short = DataRoot(tmp_path / "root")
+    shutil.copytree(root.root, short.root, symlinks=True)
+    name = TRUTH_FILE if report == "mobility" else SYMPTOMS_TRUTH_FILE
+    release = short.latest_release(report)
+    last = date.fromisoformat(json.loads((release / "manifest.json").read_text())["last_date"])
+    truth = pq.read_table(short.truth_dir / name).to_pandas()
+    before = truth[pd.to_datetime(truth["date"]).dt.date < last]
+    before.to_parquet(short.truth_dir / name, index=False)
+
+    evaluate = evaluate_mobility if report == "mobility" else evaluate_symptoms
+    with pytest.raises(TruthMismatch, match=f"no truth for 1 of its days \\(first {last}\\)"):
+        evaluate(short)
+    monkeypatch.setenv("DP_DATA_ROOT", str(short.root))
+    assert cli.main(["evaluate", report]) == 2
+    assert name in capsys.readouterr().err
