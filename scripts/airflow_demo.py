@@ -545,6 +545,26 @@ def check_input(data_root: Path, start: date, end: date) -> None:
             f"--start {start} --end {end}")
 
 
+def check_no_later_release(data_root: Path, end: date, reports: list[str]) -> None:
+    """Refuse, before anything starts, a demo whose evaluation would fail at the end: a
+    report's release in ``data_root`` (``latest``) already ends after ``end``, from an
+    earlier demo over a longer range. The backfill would leave it published (a release
+    never moves back to an earlier day) and the evaluation refuses to compare it with the
+    truth of the shorter range (docs/airflow.md, "The demo's range")."""
+    for report in reports:
+        manifest = data_root / "published" / report / "latest" / "manifest.json"
+        try:
+            last = date.fromisoformat(json.loads(manifest.read_text())["last_date"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # no release (or none readable): the pipeline judges it, not this
+        if last > end:
+            raise DemoError(
+                f"{manifest}: the {report} release already ends on {last}, after --end "
+                f"{end} (an earlier demo over a longer range): the evaluation could not "
+                f"compare it with the truth of this range. Use a fresh data root (delete "
+                f"{data_root}, or set DP_DATA_ROOT), or --end {last} or later")
+
+
 # The truth for the evaluation and the evaluations themselves run beside the backfill at
 # this niceness: they take the cores' idle moments (a run's tasks waiting for the scheduler)
 # instead of slowing the task processes down; nothing waits for them before the end.
@@ -762,6 +782,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.skip_input_check and args.generate_users is None:
             check_input(data_root, args.start, args.end)
+        if args.evaluate:
+            check_no_later_release(data_root, args.end,
+                                   [REPORT_OF[d] for d in args.dag_ids if d in REPORT_OF])
     except DemoError as exc:
         log(str(exc))
         return 2

@@ -230,3 +230,33 @@ def test_the_demo_writes_its_figures_to_a_stamped_results_file(tmp_path: Path) -
     assert data["evaluation"]["mobility"]["published_values"] == 12
     assert data["backfill_done_after_seconds"] == {"mobility_report": 50.2}
     assert data["runs_executing_after_seconds"] == 20.1
+
+
+def test_a_release_past_the_end_is_refused_before_anything_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A data root whose release ends after ``--end`` (an earlier, longer demo) would make
+    the evaluation refuse at the end: the demo says so at once, naming the manifest, and
+    starts nothing (no Airflow home written). A release ending on ``--end`` is fine."""
+    import json
+    import os
+    import sys
+
+    demo = load_airflow_demo()
+    root, home = tmp_path / "data", tmp_path / "airflow_home"
+    latest = root / "published" / "symptoms" / "latest"
+    latest.mkdir(parents=True)
+    (latest / "manifest.json").write_text(json.dumps({"last_date": "2020-03-31"}))
+    monkeypatch.setenv("DP_DATA_ROOT", str(root))
+    # the venv's airflow on PATH, as make puts it (the demo checks for it first)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    argv = ["--airflow-home", str(home), "--generate-users", "100", "--evaluate",
+            "--end", "2020-02-23"]
+    assert demo.main(argv) == 2
+    out = capsys.readouterr().out
+    assert str(latest / "manifest.json") in out and "ends on 2020-03-31" in out
+    assert not home.exists()
+
+    demo.check_no_later_release(root, demo.date(2020, 3, 31), ["mobility", "symptoms"])
+    with pytest.raises(demo.DemoError, match="after --end 2020-03-30"):
+        demo.check_no_later_release(root, demo.date(2020, 3, 30), ["symptoms"])
