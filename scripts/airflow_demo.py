@@ -508,12 +508,12 @@ def dag_processor_stopped(services: Services, *, restart: bool) -> Iterator[None
 
 def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, home: Path,
                   t0: float, input_ready: Callable[[], None] = lambda: None,
-                  done: Callable[[str], None] = lambda dag_id: None,
-                  executing: Callable[[], None] = lambda: None) -> None:
+                  done: Callable[[str], None] = lambda dag_id: None) -> float | None:
     """Backfill every DAG of ``args.dag_ids`` over the date range and follow them to the
     end: all at once (``--together``, the default: while the runs of one DAG wait for the
     scheduler between tasks, the other's tasks use the CPU), or one DAG after the other.
-    ``executing`` is called when the scheduler that executes the runs has started."""
+    Returns when (``time.monotonic()``) the first scheduler that executed runs started."""
+    executing: float | None = None
     per_dag = [argparse.Namespace(**{**vars(args), "dag_id": d}) for d in args.dag_ids]
     groups = [per_dag] if args.together else [[a] for a in per_dag]
     for group in groups:
@@ -523,11 +523,12 @@ def backfill_dags(services: Services, meta: Metadata, args: argparse.Namespace, 
         # Started only now: `backfill create` racing the scheduler's writes on SQLite
         # failed with "database is locked" and once crashed the scheduler (StaleDataError).
         services.start("scheduler", "scheduler")
-        executing()
+        executing = time.monotonic() if executing is None else executing
         for dag_args in group:
             follow_backfill(services, meta, dag_args, home, t0)
             log(f"{dag_args.dag_id}: backfill done in {time.monotonic() - t_group:.0f} s")
             done(dag_args.dag_id)
+    return executing
 
 
 def check_input(data_root: Path, start: date, end: date) -> None:
@@ -819,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluations = Evaluations(data_root, log_dir)
 
     backfilled: dict[str, float] = {}
-    executing: list[float] = []  # when the scheduler executing the runs started
+    executing: float | None = None  # when the scheduler executing the runs started
 
     def evaluate(dag_id: str) -> None:
         backfilled[dag_id] = time.monotonic() - t0
@@ -837,9 +838,9 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_api(services, api_port, timeout=180)
         log(f"api-server up: UI at http://localhost:{api_port} (user admin, password in "
             f"{home / 'simple_auth_manager_passwords.json.generated'})")
-        backfill_dags(services, meta, args, home, t0, input_ready=generator.input_written,
-                      done=evaluate,
-                      executing=lambda: executing.append(time.monotonic() - t0))
+        started = backfill_dags(services, meta, args, home, t0,
+                                input_ready=generator.input_written, done=evaluate)
+        executing = None if started is None else started - t0
         generator.wait()  # the truth, for the evaluation
         ok = True
     except DemoError as exc:
@@ -881,8 +882,7 @@ def main(argv: list[str] | None = None) -> int:
         status = max(status, evaluations.finish())
         log(f"evaluated; elapsed {time.monotonic() - t0:.0f} s")
     if status == 0 and args.results:
-        path = write_results(args, time.monotonic() - t0, backfilled,
-                             executing[0] if executing else None,
+        path = write_results(args, time.monotonic() - t0, backfilled, executing,
                              {r: evaluations.figures_file(r) for r in evaluated},
                              {r: log_dir / f"evaluate-{r}.log" for r in evaluated})
         log(f"figures written to {path}")
@@ -920,9 +920,9 @@ def write_results(args: argparse.Namespace, elapsed: float, backfilled: dict[str
              f"| end to end (wall) | {elapsed:.0f} |", f"| CPU, every process | {cpu:.0f} |"]
     lines += [f"| {d} backfill done | {t:.0f} |" for d, t in backfilled.items()]
     if executing is not None and backfilled:
+        last = max(backfilled.values())
         lines += [f"| the backfills themselves: the scheduler started at {executing:.0f}, "
-                  f"the last run done at {max(backfilled.values()):.0f} | "
-                  f"{max(backfilled.values()) - executing:.0f} |"]
+                  f"the last run done at {last:.0f} | {last - executing:.0f} |"]
     for report, text in texts.items():
         lines += ["", f"## {report}: the release against the synthetic truth", "",
                   "```", text.read_text(errors="replace").rstrip(), "```"]

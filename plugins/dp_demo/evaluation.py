@@ -216,11 +216,11 @@ class TruthMismatch(ValueError):
     input (an earlier, longer demo on the same data root), so no figure would be sound."""
 
 
-def require_truth_covers(release_dir: Path, truth_file: Path, truth_dates: pd.Series) -> None:
-    """Refuse to compare the release in ``release_dir`` with a truth (``truth_file``, its
-    ``truth_dates``) that lacks some of the release's days: the comparison would count
-    them as misses and print figures about another input."""
-    _, days = _release_days(release_dir)
+def require_truth_covers(release_dir: Path, days: list[date], truth_file: Path,
+                         truth_dates: pd.Series) -> None:
+    """Refuse to compare the release in ``release_dir`` (its ``days``) with a truth
+    (``truth_file``, its ``truth_dates``) that lacks some of them: the comparison would
+    count them as misses and print figures about another input."""
     known = set(pd.to_datetime(truth_dates).dt.date)
     missing = [d for d in days if d not in known]
     if missing:
@@ -410,7 +410,8 @@ def evaluate_mobility(root: DataRoot, release_dir: Path | None = None, *,
     regions = read_regions(root.regions_csv)[["region_id", "level", "place_id"]]
     published = published.merge(regions, on="place_id", how="left")
     truth = pq.read_table(root.truth_dir / TRUTH_FILE).to_pandas()
-    require_truth_covers(release_dir, root.truth_dir / TRUTH_FILE, truth["date"])
+    _, period = _release_days(release_dir)
+    require_truth_covers(release_dir, period, root.truth_dir / TRUTH_FILE, truth["date"])
     truth["date"] = pd.to_datetime(truth["date"]).dt.strftime("%Y-%m-%d")
     joined = published.merge(truth, on=["region_id", "level", "date"], how="left",
                              validate="one_to_one")
@@ -432,7 +433,6 @@ def evaluate_mobility(root: DataRoot, release_dir: Path | None = None, *,
                           .apply(lambda s: s.notna().mean()) for c in CATEGORIES})
 
     # the oracle, on the eligible cells of the release period
-    _, period = _release_days(release_dir)
     eligible = mobility_oracle(root, cfg, _eligible_mobility_cells(root, period),
                                draws=draws, seed=seed)
     keys = ["date", "level", "region_id"]
@@ -638,11 +638,12 @@ def evaluate_symptoms(root: DataRoot, release_dir: Path | None = None, *,
     """
     cfg = cfg or load_symptoms_config()
     release_dir = release_dir or root.latest_release("symptoms")
+    manifest, days = _release_days(release_dir)
     truth = pq.read_table(root.truth_dir / SYMPTOMS_TRUTH_FILE).to_pandas()
-    require_truth_covers(release_dir, root.truth_dir / SYMPTOMS_TRUTH_FILE, truth["date"])
+    require_truth_covers(release_dir, days, root.truth_dir / SYMPTOMS_TRUTH_FILE,
+                         truth["date"])
     resolutions = pq.read_table(release_dir / "series_resolution.parquet").to_pandas()
     scaling = pq.read_table(release_dir / "scaling_factors.parquet").to_pandas()
-    manifest, days = _release_days(release_dir)
     regions = read_regions(root.regions_csv)
     values = _published_symptoms(release_dir).merge(
         regions[["region_id", "level", "open_covid_region_code"]], on="open_covid_region_code")
