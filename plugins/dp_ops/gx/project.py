@@ -46,6 +46,7 @@ SITE_DIR = Path("gx", "uncommitted", "data_docs", SITE_NAME)
 RESULTS_DIR = Path("gx", "uncommitted", "validations")
 
 _IN_MEMORY = {"class_name": "InMemoryStoreBackend"}
+VIEWS = "dp_ops.gx.views"
 
 _thread_lock = threading.Lock()
 
@@ -93,8 +94,12 @@ def project_config(gx_dir: Path) -> DataContextConfig:
             "class_name": "SiteBuilder",
             "show_how_to_buttons": False,
             "store_backend": _on_disk(gx_dir / SITE_DIR),
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-            "site_section_builders": {"expectations": "None", "profiling": "None"},
+            # GX's page views with their compiled templates kept (dp_ops.gx.views)
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder",
+                                   "view": {"module_name": VIEWS, "class_name": "IndexPageView"}},
+            "site_section_builders": {
+                "expectations": "None", "profiling": "None",
+                "validations": {"view": {"module_name": VIEWS, "class_name": "PageView"}}},
         }},
         analytics_enabled=False,
         progress_bars=ProgressBarsConfig(globally=False),

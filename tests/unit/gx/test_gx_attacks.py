@@ -280,15 +280,21 @@ def _leaves(config: object, at: str = "") -> Iterator[tuple[str, object]]:
 
 
 def test_the_gate_context_is_configured_in_code_alone(tmp_path: Path) -> None:
-    """No plugins folder, no variables file, no module named, nothing GX would substitute;
-    suites, validation definitions and checkpoints in memory; what is on disk (results,
-    Data Docs) under ``gx_dir``; no profiling or suite section (the gates never profile;
-    GX's default site would list every stored result again at each build)."""
+    """No plugins folder, no variables file, no module named but dp_ops's own page views,
+    nothing GX would substitute; suites, validation definitions and checkpoints in memory;
+    what is on disk (results, Data Docs) under ``gx_dir``; no profiling or suite section
+    (the gates never profile; GX's default site would list every stored result again at
+    each build)."""
     gx_dir = tmp_path / "gx"
     config = project.project_config(gx_dir)
     assert config.plugins_directory is None and config.config_variables_file_path is None
     leaves = dict(_leaves(config.to_json_dict()))
-    assert not [k for k in leaves if k.endswith(".module_name")]
+    modules = {k: v for k, v in leaves.items() if k.endswith(".module_name")}
+    assert modules == {
+        f".data_docs_sites.{project.SITE_NAME}.site_index_builder.view.module_name":
+            "dp_ops.gx.views",
+        f".data_docs_sites.{project.SITE_NAME}.site_section_builders.validations.view"
+        ".module_name": "dp_ops.gx.views"}
     assert not [v for v in leaves.values() if isinstance(v, str) and "$" in v]
     backends = {k: v for k, v in leaves.items() if k.endswith("store_backend.class_name")}
     on_disk = {k for k, v in backends.items() if v != "InMemoryStoreBackend"}
@@ -297,7 +303,8 @@ def test_the_gate_context_is_configured_in_code_alone(tmp_path: Path) -> None:
     assert all(Path(str(v)).is_relative_to(gx_dir)
                for k, v in leaves.items() if k.endswith(".base_directory"))
     sections = config.data_docs_sites[project.SITE_NAME]["site_section_builders"]
-    assert sections == {"expectations": "None", "profiling": "None"}
+    assert sections == {"expectations": "None", "profiling": "None", "validations": {
+        "view": {"module_name": "dp_ops.gx.views", "class_name": "PageView"}}}
     context = project.open_context(gx_dir)
     assert context.plugins_directory is None
 

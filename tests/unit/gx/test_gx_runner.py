@@ -95,3 +95,55 @@ def test_frames_are_validated_without_a_data_fingerprint(
     assert not result.success and len(result.failed) == 2  # "cc" and 30, as above
     stored = list((tmp_path / "gx").rglob("validations/**/*.json"))
     assert stored and all("pandas_data_fingerprint" not in p.read_text() for p in stored)
+
+
+def _normalised_page(path: str) -> str:
+    """A Data Docs page without what differs between two builds of the same result: the
+    build's timestamps in links and the element ids GX draws at random."""
+    import re
+
+    text = Path(path).read_text()
+    text = re.sub(r"\d{8}T\d{6}\.\d{6}Z", "<time>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d[:%0-9A-F]*(\.\d+)?(Z|\+00:00)?", "<time>", text)
+    text = re.sub(r"'_run_time_sort': [\d.]+", "<time>", text)
+    return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>",
+                  text)
+
+
+def test_data_docs_compile_gx_templates_once_per_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's page views (dp_ops.gx.views) keep Jinja's compiled templates for the
+    process: a second gate compiles none, and its pages are the ones GX's own views
+    write for the same result."""
+    import jinja2
+
+    from dp_ops.gx import views
+
+    compiled: list[str] = []
+    real_compile = jinja2.Environment.compile
+
+    def counting(self: jinja2.Environment, source: str, name: str | None = None,
+                 *args: object, **kwargs: object) -> object:
+        compiled.append(name or "")
+        return real_compile(self, source, name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    views.COMPILED.clear()
+    run = {"parameters": {"top": 10}, "run_name": "same"}
+    first = runner.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "one", **run)
+    assert compiled and len(views.COMPILED) > 0
+    compiled.clear()
+    second = runner.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "two", **run)
+    assert compiled == []
+    assert first.validation_pages and second.validation_pages
+    assert first.data_docs_index and second.data_docs_index
+
+    # GX's own views in their place write the same pages
+    monkeypatch.setattr(views, "PageView", views.DefaultJinjaPageView)
+    monkeypatch.setattr(views, "IndexPageView", views.DefaultJinjaIndexPageView)
+    theirs = runner.run_suites([(_suite(), "asset", FRAME)], gx_dir=tmp_path / "gx", **run)
+    assert compiled  # GX's views compile their templates
+    for ours, gxs in ((first.validation_pages[0], theirs.validation_pages[0]),
+                      (first.data_docs_index, theirs.data_docs_index)):
+        assert ours is not None and gxs is not None
+        assert _normalised_page(ours) == _normalised_page(gxs)
