@@ -82,6 +82,7 @@ def test_generating_the_input_beside_the_start_up(tmp_path: Path) -> None:
 
 
 
+@pytest.mark.slow
 def test_the_scheduler_starts_once_the_input_is_written(tmp_path: Path) -> None:
     """A generator still running (the truth) but with the last day's files written: the
     wait for the input returns at once, the final wait waits for the process."""

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from dp_ops.airflow.provider import PACKAGE_NAME, get_provider_info
 
@@ -28,6 +29,7 @@ def test_the_provider_info_follows_airflows_schema() -> None:
     assert conn["hook-class-name"] == "dp_ops.airflow.hooks.ledger.LedgerHook"
 
 
+@pytest.mark.slow
 def test_airflow_lists_the_provider_with_its_connection_type(tmp_path: Path) -> None:
     """``airflow providers list`` and ``airflow providers hooks`` (a fresh process, a
     throwaway AIRFLOW_HOME) show the package and its ledger hook."""

@@ -1,6 +1,7 @@
-"""The Spark engine bounds as DuckDB does, cell by cell, on a tiny input: the fast-tier
-twin of ``tests/integration/test_spark_engine.py`` (which runs a generated day, per user
-shard too, in the slow tier).
+"""The Spark engine bounds as DuckDB does, cell by cell, on a tiny input: the small twin
+of ``tests/integration/test_spark_engine.py`` (which runs a generated day, per user shard
+too). Slow tier as well: starting the JVM alone takes longer than the inner loop
+(``make test-fast``) can give one module.
 
 The input is a few hundred clean rows made by hand, where the bounding's choices decide
 the output: every user over some bound (more place pairs or symptoms than allowed, hours
@@ -38,6 +39,8 @@ from dp_ops.sources.location_history import NAME as LOCATION_SOURCE
 from dp_ops.sources.search_activity import NAME as SEARCH_SOURCE
 from dp_ops.sources.search_activity import symptom_list
 from dp_ops.steps.result import StepResult
+
+pytestmark = pytest.mark.slow
 
 DAY = date(2020, 3, 10)
 MOBILITY = MobilityConfig()

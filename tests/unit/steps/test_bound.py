@@ -132,6 +132,7 @@ tie_prone_stay = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(tie_prone_stay, min_size=0, max_size=40))
 def test_fast_query_equals_the_plain_reference(stays: list[tuple[str, str, str, float]]
@@ -175,6 +176,7 @@ def cell_sums(stays: list[tuple[str, str, str, float]], sql: str,
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(cell_stay, min_size=0, max_size=50),
        st.sampled_from([(0, 1, 2), (1, 2), (2,), (0,)]))
+@pytest.mark.slow
 def test_cell_sums_query_equals_the_per_user_query(
         stays: list[tuple[str, str, str, float]], levels: tuple[int, ...]) -> None:
     """mobility/cell_sums.sql (what DuckDB runs) gives exactly the cells, values and row

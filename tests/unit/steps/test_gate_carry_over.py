@@ -119,6 +119,7 @@ def _build(root: DataRoot, url: str, target: Path) -> release_flow.Built:
         return plan.build(target)
 
 
+@pytest.mark.slow
 def test_a_carried_gate_writes_the_bytes_of_a_full_gate(
         tmp_path: Path, published: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the same ledger and stored noise, the release built on the published one (GX on

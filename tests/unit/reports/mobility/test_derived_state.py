@@ -72,6 +72,7 @@ def template(window_noised: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return base
 
 
+@pytest.mark.slow
 def test_runs_freezing_together_compute_the_baseline_once(
         window_noised: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The baseline sensors of a backfill's runs reach the freeze together: one computes

@@ -327,6 +327,7 @@ def test_rerun_reuses_the_stored_factors_and_spends_nothing(
         run_method_update(root, cfg, parks_update(factor=1.5), run_id="x", ledger_url=url)
 
 
+@pytest.mark.slow
 def test_a_crash_before_the_store_reuses_the_reserved_spends(
         noised_window: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
     root, cfg, url = _unpack(noised_window)

@@ -420,6 +420,7 @@ def test_validations_run_under_a_shared_lock(tmp_path: Path) -> None:
         assert child.exitcode == 0
 
 
+@pytest.mark.slow
 def test_an_exclusive_holder_blocks_a_validation(tmp_path: Path) -> None:
     # ... but a change of the project (exclusive lock) does.
     gx_dir = tmp_path / "gx"
@@ -432,6 +433,7 @@ def test_an_exclusive_holder_blocks_a_validation(tmp_path: Path) -> None:
     assert child.exitcode == 0
 
 
+@pytest.mark.slow
 def test_the_site_index_is_rebuilt_on_failure_or_when_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

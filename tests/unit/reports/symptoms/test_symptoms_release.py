@@ -292,6 +292,7 @@ def _publishable(regions: pd.DataFrame, tmp_path: Path) -> tuple[DataRoot, str, 
     return root, f"sqlite:///{tmp_path / 'ledger.sqlite'}", rows
 
 
+@pytest.mark.slow
 def test_publish_stores_factors_and_a_racing_stage_adopts_them(
         regions: pd.DataFrame, tmp_path: Path) -> None:
     """Two runs staged before either published: the second to publish rebuilds with the
@@ -419,6 +420,7 @@ def test_scaling_factors_multiplied_by_ten_are_refused(regions: pd.DataFrame,
         release.read_scaling(root, Ledger(url))[0]
 
 
+@pytest.mark.slow
 def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
         regions: pd.DataFrame, tmp_path: Path) -> None:
     """Issue 14, finding 6: a publish that found a release covering later days kept it and
@@ -461,6 +463,7 @@ def test_a_publish_overtaken_by_a_later_release_rebuilds_instead_of_skipping(
     assert manifest["inputs"]["report_days_sha256"] != newer["inputs"]["report_days_sha256"]
 
 
+@pytest.mark.slow
 def test_the_gate_and_publish_enforce_the_release_contract(
         regions: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 15, point 7: staged files are checked against the shipped column schema at
@@ -542,6 +545,7 @@ def test_a_gate_beside_a_twin_copies_its_staged_release(
     assert not b_dir.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["input", "tampered", "old"])
 def test_a_gate_builds_again_when_its_twin_does_not_hold(
         regions: pd.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -257,6 +257,7 @@ def test_the_rule_publishes(daily: Simulation, weekly_grid: Simulation) -> None:
     assert day.published.mean() > 0.4 and week.published.mean() > 0.5
 
 
+@pytest.mark.slow
 def test_the_search_catches_a_rule_that_ignores_the_noise(daily: Simulation,
                                                           weekly_grid: Simulation) -> None:
     """Power: the same search, on the same draws, finds a rule in breach of the promise.

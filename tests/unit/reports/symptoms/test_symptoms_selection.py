@@ -221,6 +221,7 @@ def _family(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return np.minimum(a, np.floor(0.2 * b)).astype(np.int64), b
 
 
+@pytest.mark.slow
 def test_published_values_keep_the_promise_where_the_rule_alone_does_not() -> None:
     """Twelve weeks of such a family, about 700 values the rule passes.
 
