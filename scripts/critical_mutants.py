@@ -10,9 +10,13 @@ The repository's tracked files are copied once per worker (``--jobs``, default o
 core) to a temporary directory; each worker takes the next mutant, applies its edits in
 its own copy (each ``old`` text must occur exactly once in its file, so a
 mutant that no longer matches the code fails the run instead of passing silently), the
-mutant's tests run in a child pytest (fast tier, first failure stops it) with the copy's
-``plugins`` first on ``PYTHONPATH``, and the file is restored. First the union of all the
-mutants' tests runs once on the unmutated copy: it must pass, else nothing is proven.
+mutant's tests run in a pytest child (fast tier, first failure stops it) with the copy's
+``plugins`` first on ``PYTHONPATH``, and the file is restored. The child is forked from
+the copy's pytest server (``scripts/pytest_fork_server.py``), which has imported the heavy
+third-party libraries once; the child imports the project's modules from the copy as it
+is then, without a bytecode cache. First the union of all the
+mutants' tests runs once on the unmutated copies (shared out among the workers): it must
+pass, else nothing is proven.
 
 A mutant is *killed* when pytest reports failed tests (exit status 1). Any other outcome
 fails the run: survived (exit 0), or a mutant that broke collection or import (exit 2-5:
@@ -115,24 +119,78 @@ def copy_repository(dst: Path) -> None:
             shutil.copy2(src, target)
 
 
-def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[int, float, str]:
-    """pytest's exit status on ``tests`` in ``copy`` (fast tier, stop at the first failure),
-    its wall time, and the failing test (``FAILED ...``) or else the last lines of its
-    output."""
-    # no bytecode cache: a mutant and the original it replaces may have the same size and
-    # the same modification second, which is all a .pyc is checked against
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join(
-        [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+class PytestServer:
+    """``scripts/pytest_fork_server.py`` for one copy: each :meth:`run` is a pytest run
+    in a child forked from a process that imported the heavy libraries once, instead of
+    a new interpreter importing them again for every mutant."""
+
+    def __init__(self, copy: Path) -> None:
+        self.copy = copy
+        # no bytecode cache: a mutant and the original it replaces may have the same size
+        # and the same modification second, which is all a .pyc is checked against
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join(
+            [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        self._process = subprocess.Popen(
+            [sys.executable, str(copy / "scripts" / "pytest_fork_server.py"), str(copy)],
+            cwd=copy, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._runs = 0
+
+    def run(self, tests: tuple[str, ...], timeout: float = 900
+            ) -> tuple[int, float, str]:
+        """pytest's exit status on ``tests`` (fast tier, stop at the first failure; -9
+        when it ran past ``timeout`` seconds), its wall time, and the failing test
+        (``FAILED ...``) or else the last lines of its output."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._runs += 1
+        # beside the copy, not in it: a test that looks at the repository's files never
+        # sees it
+        log = self.copy.parent / f"{self.copy.name}-run-{self._runs}.log"
+        # each copy its own pytest temporary root: workers run side by side
+        args = ["-q", "-x", "-m", "not slow", "-p", "no:cacheprovider", "--no-header",
+                f"--basetemp={self.copy / '.pytest-tmp'}", *tests]
+        started = time.perf_counter()
+        self._process.stdin.write(json.dumps({"args": args, "log": str(log),
+                                              "timeout": timeout}) + "\n")
+        self._process.stdin.flush()
+        answer = self._process.stdout.readline()
+        seconds = time.perf_counter() - started
+        if not answer:
+            raise SystemExit(f"the pytest server of {self.copy} stopped "
+                             f"(exit {self._process.wait()})")
+        status = int(json.loads(answer)["status"])
+        lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+        log.unlink(missing_ok=True)
+        failed = [line for line in lines if line.startswith("FAILED ")]
+        tail = failed[0][:160] if failed else "\n".join(lines[-3:])
+        return status, seconds, tail
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=60)
+
+
+def run_unmutated(servers: list[PytestServer], tests: tuple[str, ...]
+                  ) -> tuple[int, float, str]:
+    """``tests`` on the unmutated copies, shared out among the servers side by side: the
+    first failing share's status and tail (0 when every share passes), and the wall
+    time."""
+    shares = [tests[i::len(servers)] for i in range(len(servers))]
+    results: list[tuple[int, float, str]] = [(0, 0.0, "")] * len(servers)
+
+    def work(i: int) -> None:
+        if shares[i]:
+            results[i] = servers[i].run(shares[i])
+
     started = time.perf_counter()
-    # each copy its own pytest temporary root: workers run side by side
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow",
-                          "-p", "no:cacheprovider", "--no-header",
-                          f"--basetemp={copy / '.pytest-tmp'}", *tests], cwd=copy, env=env,
-                         capture_output=True, text=True, timeout=900)
-    lines = (res.stdout + res.stderr).strip().splitlines()
-    failed = [line for line in lines if line.startswith("FAILED ")]
-    tail = failed[0][:160] if failed else "\n".join(lines[-3:])
-    return res.returncode, time.perf_counter() - started, tail
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(servers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    failing = [r for r in results if r[0] != 0]
+    status, _, tail = failing[0] if failing else (0, 0.0, "")
+    return status, time.perf_counter() - started, tail
 
 
 def apply(copy: Path, mutant: Mutant) -> dict[Path, bytes]:
@@ -152,11 +210,12 @@ def apply(copy: Path, mutant: Mutant) -> dict[Path, bytes]:
     return originals
 
 
-def run_one(copy: Path, mutant: Mutant) -> dict[str, object]:
-    """Apply ``mutant`` in ``copy``, run its tests, restore the files; its result row."""
-    originals = apply(copy, mutant)
+def run_one(server: PytestServer, mutant: Mutant) -> dict[str, object]:
+    """Apply ``mutant`` in the server's copy, run its tests, restore the files; its result
+    row."""
+    originals = apply(server.copy, mutant)
     try:
-        status, seconds, tail = run_tests(copy, mutant.tests)
+        status, seconds, tail = server.run(mutant.tests)
     finally:
         for path, data in originals.items():
             path.write_bytes(data)
@@ -167,8 +226,9 @@ def run_one(copy: Path, mutant: Mutant) -> dict[str, object]:
             "tail": tail}
 
 
-def run_mutants(mutants: list[Mutant], copies: list[Path]) -> list[dict[str, object]]:
-    """Each mutant alone, one worker per copy, each taking the next mutant; the rows in
+def run_mutants(mutants: list[Mutant], servers: list[PytestServer]
+                ) -> list[dict[str, object]]:
+    """Each mutant alone, one worker per copy (its server), each taking the next mutant; the rows in
     the mutants' order, each line printed as its mutant ends."""
     todo: queue.Queue[int] = queue.Queue()
     for i in range(len(mutants)):
@@ -176,13 +236,13 @@ def run_mutants(mutants: list[Mutant], copies: list[Path]) -> list[dict[str, obj
     rows: dict[int, dict[str, object]] = {}
     printing = threading.Lock()
 
-    def work(copy: Path) -> None:
+    def work(server: PytestServer) -> None:
         while True:
             try:
                 i = todo.get_nowait()
             except queue.Empty:
                 return
-            row = run_one(copy, mutants[i])
+            row = run_one(server, mutants[i])
             rows[i] = row
             with printing:
                 print(f"{row['outcome']:>8}  {row['id']}  ({row['seconds']} s)")
@@ -193,7 +253,7 @@ def run_mutants(mutants: list[Mutant], copies: list[Path]) -> list[dict[str, obj
                     print(f"          {row['why']}\n          {tail}")
                 sys.stdout.flush()
 
-    workers = [threading.Thread(target=work, args=(copy,)) for copy in copies]
+    workers = [threading.Thread(target=work, args=(server,)) for server in servers]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -228,14 +288,19 @@ def main(argv: list[str] | None = None) -> int:
         for copy in copies:
             copy.mkdir()
             copy_repository(copy)
-        everything = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
-        status, seconds, tail = run_tests(copies[0], everything)
-        print(f"unmutated: pytest exit {status} in {seconds:.1f} s", flush=True)
-        if status != 0:
-            print(f"the mutants' tests fail on the unmutated code, so no mutant proves "
-                  f"anything:\n{tail}")
-            return 1
-        rows = run_mutants(mutants, copies)
+        servers = [PytestServer(copy) for copy in copies]
+        try:
+            everything = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
+            status, seconds, tail = run_unmutated(servers, everything)
+            print(f"unmutated: pytest exit {status} in {seconds:.1f} s", flush=True)
+            if status != 0:
+                print(f"the mutants' tests fail on the unmutated code, so no mutant proves "
+                      f"anything:\n{tail}")
+                return 1
+            rows = run_mutants(mutants, servers)
+        finally:
+            for server in servers:
+                server.close()
     total = time.perf_counter() - started
     killed = sum(r["outcome"] == "killed" for r in rows)
     print(f"{killed} of {len(rows)} critical mutants killed in {total:.0f} s")
