@@ -79,7 +79,10 @@ def run_child(copy: Path, args: list[str], log: Path) -> None:
 def wait(pid: int, timeout: float) -> int:
     """The child's exit status, or -9 once ``timeout`` seconds passed (it is killed)."""
     deadline = time.monotonic() + timeout
-    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3: poll instead
+        pidfd = None
     try:
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
