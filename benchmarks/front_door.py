@@ -11,7 +11,8 @@ time includes the environment build. The installer's download cache is the machi
 machine that never installed these packages. For ``make demo`` the clone's own results
 file (``benchmarks/results/demo.json``) gives the backfills' part, and it is copied over
 this checkout's ``demo.{md,json}`` (a first run on a fresh data root); for the tests, the
-log gives pytest's summary, the critical mutants' and the slowest test phases.
+log gives pytest's summary, the critical mutants' and the slowest test phases, and
+``make test``'s ``critical_mutants.{md,json}`` are copied over this checkout's.
 
 Writes ``benchmarks/results/front_door_<command>.{md,json}`` per command measured, stamped
 with the commit, date and machine; prints one line per command. Exit status: 1 when a
@@ -65,13 +66,18 @@ def demo_parts(clone: Path) -> dict[str, Any]:
             "runs_executing_after_s": data.get("runs_executing_after_seconds")}
 
 
-def copy_demo_results(clone: Path) -> list[str]:
-    """Copy the clone's own ``make demo`` results file (``demo.{md,json}``, stamped with
-    the clone's commit) over this checkout's: the committed one is then the figure of a
-    first run on a fresh clone (a re-run on a data root that holds stored noise and gate
-    records does less). Returns the names copied."""
+# The results files a command writes in its clone, copied over this checkout's when it
+# succeeds: the committed figure is then a first run's on a fresh clone (a demo re-run on
+# a data root holding stored noise and gate records does less).
+OWN_RESULTS = {"demo": ("demo.md", "demo.json"),
+               "test": ("critical_mutants.md", "critical_mutants.json")}
+
+
+def copy_results(clone: Path, command: str) -> list[str]:
+    """Copy the clone's own results files of ``command`` (:data:`OWN_RESULTS`, stamped
+    with the clone's commit) over this checkout's; return the names copied."""
     copied = []
-    for name in ("demo.md", "demo.json"):
+    for name in OWN_RESULTS.get(command, ()):
         source = clone / "benchmarks" / "results" / name
         if source.is_file():
             shutil.copyfile(source, REPO / "benchmarks" / "results" / name)
@@ -131,10 +137,10 @@ def measure(command: str, workdir: Path, cold_cache: bool) -> dict[str, Any]:
                                "cold_cache": cold_cache, "limit_s": LIMITS[command]}
     if command == "demo":
         figures.update(demo_parts(clone))
-        if status == 0:
-            figures["copied"] = copy_demo_results(clone)
     else:
         figures.update(test_parts(log_path.read_text()))
+    if status == 0:
+        figures["copied"] = copy_results(clone, command)
     if status != 0:
         figures["log_tail"] = log_path.read_text().splitlines()[-40:]
     return figures
