@@ -228,8 +228,8 @@ def run_one(server: PytestServer, mutant: Mutant) -> dict[str, object]:
 
 def run_mutants(mutants: list[Mutant], servers: list[PytestServer]
                 ) -> list[dict[str, object]]:
-    """Each mutant alone, one worker per copy (its server), each taking the next mutant; the rows in
-    the mutants' order, each line printed as its mutant ends."""
+    """Each mutant alone, one worker per copy (its server), each taking the next mutant;
+    the rows in the mutants' order, each line printed as its mutant ends."""
     todo: queue.Queue[int] = queue.Queue()
     for i in range(len(mutants)):
         todo.put(i)

@@ -64,6 +64,11 @@ def run_child(copy: Path, args: list[str], log: Path) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+        # the server's requests come on fd 0: nothing in the child may read them (pytest's
+        # capture puts /dev/null there too, but only once it has started)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
         sys.stdin = open(os.devnull)  # noqa: SIM115  (the child exits without closing)
         import pytest
 
