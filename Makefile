@@ -92,8 +92,9 @@ mutation: venv
 	$(PY) -m pip install -q -r requirements-mutation.txt -c constraints.txt
 	$(PY) scripts/mutation.py
 
-# The inner loop: the fast tier (every test not marked slow: the unit tests, the critical
-# mutants' tests among them, and the DAG checks), on one pytest-xdist worker per core.
+# The inner loop: the fast tier (every test not marked slow: the unit tests but those that
+# take several seconds, every critical mutant's test among them, and the DAG checks), on
+# one pytest-xdist worker per core.
 test-fast: venv
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
