@@ -110,18 +110,17 @@ def wait(pid: int, timeout: float) -> int:
 
 def serve(copy: Path) -> None:
     preload()
-    # the children inherit these, and the parent's standard output carries the answers
-    out = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)
+        # nothing buffered may be written twice: the child gets a copy of the buffers
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             run_child(copy, list(request["args"]), Path(request["log"]))
         status = wait(pid, float(request.get("timeout", 900)))
-        out.write(json.dumps({"status": status}) + "\n")
-        out.flush()
+        sys.stdout.write(json.dumps({"status": status}) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
