@@ -62,13 +62,46 @@ def read_groups(directory: Path) -> dict[str, str]:
     return groups
 
 
+# The groups whose module fixtures run the longest scenarios, handed out first and in
+# this order (longest first), so that none of them starts late and ends the run alone:
+# the Celery stack's backfills, the Spark Connect backfill, the modules sharing
+# ``previous``, then the Airflow end-to-end and operations deployments. Every other
+# group follows in xdist's order (most tests first), then the tests of no group.
+LONGEST_FIRST = (
+    "tests/integration/test_topology.py",
+    "tests/integration/test_spark_connect_backfill.py",
+    "previous",
+    "tests/integration/test_mobility_dag_e2e.py",
+    "tests/integration/test_airflow_operations.py",
+)
+
+
+def longest_first(scopes: list[str]) -> list[str]:
+    """``scopes`` (xdist's work units, ``group:<name>`` for a group) with the groups of
+    ``LONGEST_FIRST`` moved to the front in that order; the rest keep their order."""
+    rank = {f"group:{name}": i for i, name in enumerate(LONGEST_FIRST)}
+    return sorted(scopes, key=lambda scope: rank.get(scope, len(rank)))
+
+
 class FileGroupScheduling(LoadGroupScheduling):
-    """xdist's ``loadgroup`` scheduling with the groups read from the workers' files."""
+    """xdist's ``loadgroup`` scheduling with the groups read from the workers' files, and
+    the longest groups handed out first (``LONGEST_FIRST``)."""
 
     def __init__(self, config: pytest.Config, log: Producer | None, directory: Path) -> None:
         super().__init__(config, log)
         self.directory = directory
         self.groups: dict[str, str] | None = None
+        self.ordered = False
+
+    def _assign_work_unit(self, node: Any) -> None:
+        # the first call comes once schedule() has filled the whole queue
+        if not self.ordered:
+            units = dict(self.workqueue)
+            self.workqueue.clear()
+            for scope in longest_first(list(units)):
+                self.workqueue[scope] = units[scope]
+            self.ordered = True
+        super()._assign_work_unit(node)
 
     def _split_scope(self, nodeid: str) -> str:
         # first called once every worker has collected (and so written its file)
