@@ -113,8 +113,9 @@ def generated_roots(config: pytest.Config,
     """The cache of generated roots: in ``.pytest_cache`` (kept between runs), or with
     ``-p no:cacheprovider`` in the run's base temporary directory, which every xdist
     worker's own is under."""
-    if config.cache is not None:
-        return GeneratedRoots(config.cache.mkdir(CACHE_SUBDIR), generator_digest())
+    cache = getattr(config, "cache", None)  # no attribute at all without the plug-in
+    if cache is not None:
+        return GeneratedRoots(cache.mkdir(CACHE_SUBDIR), generator_digest())
     base = tmp_path_factory.getbasetemp()
     if hasattr(config, "workerinput"):  # <run's basetemp>/popen-gwN
         base = base.parent
