@@ -12,7 +12,7 @@ its own copy (each ``old`` text must occur exactly once in its file, so a
 mutant that no longer matches the code fails the run instead of passing silently), the
 mutant's tests run in a pytest child (fast tier, first failure stops it) with the copy's
 ``plugins`` first on ``PYTHONPATH``, and the file is restored. The child is forked from
-the copy's pytest server (``scripts/pytest_fork_server.py``), which has imported the heavy
+the copy's pytest server (``scripts/fork_server.py``), which has imported the heavy
 third-party libraries once; the child imports the project's modules from the copy as it
 is then, without a bytecode cache. First the union of all the
 mutants' tests runs once on the unmutated copies (shared out among the workers): it must
@@ -120,7 +120,7 @@ def copy_repository(dst: Path) -> None:
 
 
 class PytestServer:
-    """``scripts/pytest_fork_server.py`` for one copy: each :meth:`run` is a pytest run
+    """``scripts/fork_server.py`` for one copy: each :meth:`run` is a pytest run
     in a child forked from a process that imported the heavy libraries once, instead of
     a new interpreter importing them again for every mutant."""
 
@@ -131,7 +131,7 @@ class PytestServer:
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join(
             [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
         self._process = subprocess.Popen(
-            [sys.executable, str(copy / "scripts" / "pytest_fork_server.py"), str(copy)],
+            [sys.executable, str(copy / "scripts" / "fork_server.py"), str(copy)],
             cwd=copy, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._runs = 0
 
@@ -149,7 +149,7 @@ class PytestServer:
         args = ["-q", "-x", "-m", "not slow", "-p", "no:cacheprovider", "--no-header",
                 f"--basetemp={self.copy / '.pytest-tmp'}", *tests]
         started = time.perf_counter()
-        self._process.stdin.write(json.dumps({"args": args, "log": str(log),
+        self._process.stdin.write(json.dumps({"pytest": args, "log": str(log),
                                               "timeout": timeout}) + "\n")
         self._process.stdin.flush()
         answer = self._process.stdout.readline()

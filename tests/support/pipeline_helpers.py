@@ -18,6 +18,7 @@ from typing import Any
 from dp_ops.layout import DataRoot
 from dp_ops.privacy.ledger import Ledger
 from dp_ops.steps.release import sha256_file
+from support import cli_server
 
 REPO = Path(__file__).resolve().parents[2]
 START = date(2020, 1, 1)
@@ -54,19 +55,22 @@ def load_airflow_demo() -> ModuleType:
 
 
 def cli(root: Path, *args: str, fault: str | None = None,
-        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        extra_env: dict[str, str] | None = None,
+        fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m dp_ops args...`` on ``root``, forked from the test process's CLI server
+    (:mod:`support.cli_server`), or in a new interpreter when ``fresh``."""
     env = child_env(root)
     env.update(extra_env or {})
     if fault:
         env["DP_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "dp_ops", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    return cli_server.run(list(args), env, REPO, timeout=600, fresh=fresh)
 
 
 def run_day(root: Path, report: str, day: date, *more: str, fault: str | None = None,
-            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            extra_env: dict[str, str] | None = None,
+            fresh: bool = False) -> subprocess.CompletedProcess[str]:
     return cli(root, "run", report, "--start", day.isoformat(), "--end", day.isoformat(),
-               *more, fault=fault, extra_env=extra_env)
+               *more, fault=fault, extra_env=extra_env, fresh=fresh)
 
 
 def ok(res: subprocess.CompletedProcess[str]) -> None:
@@ -126,10 +130,11 @@ def release_files(directory: Path) -> dict[str, bytes]:
 def uninterrupted_reference(previous_root: Path, recovered: Path, report: str, day: date,
                             dst: Path) -> Path:
     """A fresh copy of the previous state given the recovered run's stored noise and
-    ledger, then ``day`` run once without a fault."""
+    ledger, then ``day`` run once without a fault, in a new interpreter: its own hash
+    seed, not the CLI server's, so that a release equal to it does not hang on one."""
     ref = copy_root(previous_root, dst)
     noise = DataRoot(recovered).noise_dir(report, day)
     shutil.copytree(noise, DataRoot(ref).noise_dir(report, day))
     shutil.copy2(recovered / "ledger.sqlite", ref / "ledger.sqlite")
-    ok(run_day(ref, report, day, "--run-id", "reference"))
+    ok(run_day(ref, report, day, "--run-id", "reference", fresh=True))
     return ref

@@ -31,13 +31,13 @@ def test_every_mutant_matches_the_code_once_and_names_existing_tests() -> None:
 
 @pytest.mark.slow
 def test_each_forked_run_sees_the_files_as_they_are_then(tmp_path: Path) -> None:
-    """The pytest server (scripts/pytest_fork_server.py) imports no project module
+    """The pytest server (scripts/fork_server.py) imports no project module
     itself: a run after an edit sees the edit, a run after the restore sees the original,
     and a run past its timeout is killed."""
     script = load_script("critical_mutants")
     copy = tmp_path / "copy"
     (copy / "scripts").mkdir(parents=True)
-    shutil.copy2(REPO / "scripts" / "pytest_fork_server.py", copy / "scripts")
+    shutil.copy2(REPO / "scripts" / "fork_server.py", copy / "scripts")
     package = copy / "plugins" / "dp_ops"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("VALUE = 1\n")
