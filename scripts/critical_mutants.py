@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fork_server import Client, ServerStopped  # noqa: E402  (the server's own client)
+
 REPO = Path(__file__).resolve().parents[1]
 MUTANTS = REPO / "tests" / "mutation" / "critical_mutants.toml"
 # further sets, one file per area (tests/mutation/critical/<area>.toml), loaded after it
@@ -130,9 +133,7 @@ class PytestServer:
         # and the same modification second, which is all a .pyc is checked against
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": os.pathsep.join(
             [str(copy / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        self._process = subprocess.Popen(
-            [sys.executable, str(copy / "scripts" / "fork_server.py"), str(copy)],
-            cwd=copy, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._client = Client(copy, env)
         self._runs = 0
 
     def run(self, tests: tuple[str, ...], timeout: float = 900
@@ -140,7 +141,6 @@ class PytestServer:
         """pytest's exit status on ``tests`` (fast tier, stop at the first failure; -9
         when it ran past ``timeout`` seconds), its wall time, and the failing test
         (``FAILED ...``) or else the last lines of its output."""
-        assert self._process.stdin is not None and self._process.stdout is not None
         self._runs += 1
         # beside the copy, not in it: a test that looks at the repository's files never
         # sees it
@@ -149,15 +149,13 @@ class PytestServer:
         args = ["-q", "-x", "-m", "not slow", "-p", "no:cacheprovider", "--no-header",
                 f"--basetemp={self.copy / '.pytest-tmp'}", *tests]
         started = time.perf_counter()
-        self._process.stdin.write(json.dumps({"pytest": args, "log": str(log),
-                                              "timeout": timeout}) + "\n")
-        self._process.stdin.flush()
-        answer = self._process.stdout.readline()
+        try:
+            answer = self._client.request({"pytest": args, "log": str(log),
+                                           "timeout": timeout})
+        except ServerStopped as stopped:
+            raise SystemExit(str(stopped)) from None
         seconds = time.perf_counter() - started
-        if not answer:
-            raise SystemExit(f"the pytest server of {self.copy} stopped "
-                             f"(exit {self._process.wait()})")
-        status = int(json.loads(answer)["status"])
+        status = int(answer["status"])
         lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
         log.unlink(missing_ok=True)
         failed = [line for line in lines if line.startswith("FAILED ")]
@@ -165,9 +163,7 @@ class PytestServer:
         return status, seconds, tail
 
     def close(self) -> None:
-        if self._process.stdin is not None:
-            self._process.stdin.close()
-        self._process.wait(timeout=60)
+        self._client.close()
 
 
 def run_unmutated(servers: list[PytestServer], tests: tuple[str, ...]

@@ -40,10 +40,12 @@ import json
 import os
 import runpy
 import select
+import subprocess
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,40 @@ def wait(pid: int, timeout: float) -> dict[str, Any]:
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+class ServerStopped(RuntimeError):
+    """The server process ended before it answered."""
+
+
+class Client:
+    """A server process for ``copy`` (started with ``env``) and the requests sent to it,
+    one at a time; each answer is the dict the module docstring describes. Importing
+    this module imports only the standard library: the client preloads nothing."""
+
+    def __init__(self, copy: Path, env: Mapping[str, str]) -> None:
+        self.copy = copy
+        self._process = subprocess.Popen(
+            [sys.executable, str(copy / "scripts" / "fork_server.py"), str(copy)],
+            cwd=copy, env=dict(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+        self._lock = threading.Lock()
+
+    def request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        with self._lock:
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+            line = self._process.stdout.readline()
+        if not line:
+            raise ServerStopped(f"the fork server of {self.copy} stopped "
+                                f"(exit {self._process.wait()})")
+        return dict(json.loads(line))
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=60)
 
 
 def serve(copy: Path) -> None:

@@ -16,7 +16,6 @@ exits.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import subprocess
 import sys
@@ -25,16 +24,16 @@ import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER = REPO / "scripts" / "fork_server.py"
 
 
 class CliServer:
     """One ``scripts/fork_server.py`` process and the runs asked of it, one at a time."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, str(SERVER), str(REPO)], cwd=REPO, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # imported here: support.pipeline_helpers imports this module
+        from support.pipeline_helpers import load_script
+
+        self._client = load_script("fork_server").Client(REPO, env)
         self._lock = threading.Lock()
         self._outputs = Path(tempfile.mkdtemp(prefix="dp-cli-server-"))
 
@@ -44,17 +43,11 @@ class CliServer:
         ``subprocess.run(..., capture_output=True, text=True)`` returns it (a negative
         return code for a signal), or ``subprocess.TimeoutExpired`` once it was killed
         after ``timeout`` seconds."""
-        assert self._process.stdin is not None and self._process.stdout is not None
-        with self._lock:
+        with self._lock:  # the two output files are reused by every run
             stdout, stderr = self._outputs / "stdout", self._outputs / "stderr"
-            request = {"module": module, "argv": argv, "env": env, "cwd": str(cwd),
-                       "stdout": str(stdout), "stderr": str(stderr), "timeout": timeout}
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-            line = self._process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the CLI fork server stopped (exit {self._process.wait()})")
-            answer = json.loads(line)
+            answer = self._client.request(
+                {"module": module, "argv": argv, "env": env, "cwd": str(cwd),
+                 "stdout": str(stdout), "stderr": str(stderr), "timeout": timeout})
             out = stdout.read_text(errors="replace")
             err = stderr.read_text(errors="replace")
         args = [sys.executable, "-m", module, *argv]
@@ -64,9 +57,7 @@ class CliServer:
         return subprocess.CompletedProcess(args, int(code), out, err)
 
     def close(self) -> None:
-        if self._process.stdin is not None:
-            self._process.stdin.close()
-        self._process.wait(timeout=60)
+        self._client.close()
         for name in ("stdout", "stderr"):
             (self._outputs / name).unlink(missing_ok=True)
         self._outputs.rmdir()
