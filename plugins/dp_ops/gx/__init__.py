@@ -31,6 +31,7 @@ costs no privacy budget. No Airflow imports; ``dp_ops.airflow.operators`` wraps 
 Modules: :mod:`~dp_ops.gx.suites` (building suites, what they check),
 :mod:`~dp_ops.gx.project` (the context built in code, its locks and Data Docs site),
 :mod:`~dp_ops.gx.runner` (:func:`~dp_ops.gx.runner.run_suites`, the validation itself),
+:mod:`~dp_ops.gx.memo` (what GX recomputes per metric, kept for one validation),
 :mod:`~dp_ops.gx.result` (the gate's verdict and its log-safe failure lines) and
 :mod:`~dp_ops.gx.validated` (what earlier gates validated).
 """

@@ -18,6 +18,7 @@ from great_expectations.data_context.types.resource_identifiers import (
 )
 from great_expectations.expectations.row_conditions import Column
 
+from dp_ops.gx.memo import validation_memo
 from dp_ops.gx.project import (
     SITE_NAME,
     index_due,
@@ -128,7 +129,7 @@ def run_suites(
     context, checkpoints = prepared(gx_dir, runs)
     results: list[tuple[Any, ExpectationSuiteValidationResult]] = []
     with project_lock(gx_dir, exclusive=False):
-        with no_data_fingerprint():
+        with no_data_fingerprint(), validation_memo():
             for checkpoint, (_, _, frame) in zip(checkpoints, runs, strict=True):
                 results += run_checkpoint(checkpoint, frame, parameters, run_id)
         failed: list[str] = []
