@@ -5,7 +5,7 @@
 #
 # The same pins either way: requirements.txt and requirements-dev.txt under constraints.txt,
 # requirements-nodeps.txt without dependencies, then dp_ops/dp_demo editable (`-e .`).
-# The installer is uv (pinned below, installed into the venv by pip) when it can be had:
+# The installer is uv (pinned below, put into the venv by the interpreter's pip) when it can be had:
 # it resolves and downloads in parallel and links from its cache (tried offline first, see
 # below). pip is the fallback when uv cannot be installed here or fails, and
 # DP_INSTALLER=pip asks for pip outright.
@@ -19,7 +19,27 @@ VENV=${2:?usage: build_venv.sh PYTHON VENV}
 UV_PIN="uv==0.13.9"
 PY="$VENV/bin/python"
 
-"$PYTHON" -m venv "$VENV"
+# Without ensurepip: it installs pip and setuptools from the interpreter's bundled wheels
+# by running pip, which takes seconds; uv installs the same wheels (with_pip below).
+"$PYTHON" -m venv --without-pip "$VENV"
+
+with_pip() {  # pip (and setuptools) in the venv, as `python -m venv` would have put them
+    "$PY" -m pip --version >/dev/null 2>&1 && return 0
+    local wheels
+    wheels=$("$PYTHON" -c 'import ensurepip, pathlib
+print("\n".join(map(str, sorted(pathlib.Path(ensurepip.__file__).parent.glob("_bundled/*.whl")))))' \
+        2>/dev/null || true)
+    if [ -n "$wheels" ] && [ -x "$VENV/bin/uv" ] && mapfile -t bundled <<<"$wheels" &&
+            "$VENV/bin/uv" pip install --quiet --offline --python "$PY" "${bundled[@]}"; then
+        return 0
+    fi
+    "$PY" -m ensurepip --default-pip >/dev/null
+}
+
+get_uv() {  # uv into the venv: by the interpreter's own pip, else by the venv's
+    "$PYTHON" -m pip --python "$PY" install --quiet "$UV_PIN" 2>/dev/null ||
+        { with_pip && "$PY" -m pip install --quiet "$UV_PIN"; }
+}
 
 install_with() {  # install_with <installer words...>: the project's three installs
     "$@" -r requirements.txt -r requirements-dev.txt -c constraints.txt &&
@@ -29,7 +49,7 @@ install_with() {  # install_with <installer words...>: the project's three insta
 
 installer=${DP_INSTALLER:-uv}
 if [ "$installer" = uv ]; then
-    if "$PY" -m pip install --quiet "$UV_PIN"; then
+    if get_uv && with_pip; then
         uv_install=("$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$PY")
         # uv's cache first, without the network: every version is pinned, so what the
         # cache holds is what the index would give. An index that answers every
@@ -50,6 +70,7 @@ elif [ "$installer" != pip ]; then
     echo "build_venv: DP_INSTALLER must be uv or pip, not '$installer'" >&2
     exit 2
 fi
+with_pip
 "$PY" -m pip install --quiet --upgrade pip
 install_with "$PY" -m pip install --quiet
 echo "build_venv: installed with pip"
