@@ -86,25 +86,26 @@ def main(argv: list[str] | None = None) -> int:
             with closing_ledger(open_ledger(root, url)) as ledger:
                 days, digests = release_days(ledger, "symptoms", cfg.first_public_date)
                 scaling = release.read_scaling(root, ledger)[0]
+                frozen = release.frozen_resolutions(root, ledger)[0]
             regions = read_regions(root.regions_csv)
-            symptoms = read_symptoms(symptom_list(root))
+            names = read_symptoms(symptom_list(root))
             labels = [d.isoformat() for d in days]
             mondays = [d.isoformat() for d in complete_weeks(days[0], days[-1])]
             charted, _ = charted_regions(regions, cfg.levels)
             for rep in range(args.repeat):
                 seconds.clear()
                 period = timed("period summary", load_period, root, cfg, days, digests)
-                cand = timed("candidate", build_candidate, period, regions, symptoms, cfg,
-                             scaling, release._frozen_resolutions(root), None)
+                cand = timed("candidate", build_candidate, period, regions, names, cfg,
+                             scaling, frozen, None)
                 timed("published values", published_values, cand, regions)
-                timed("validation (all)", validate_symptoms_release, cand, regions, symptoms,
+                timed("validation (all)", validate_symptoms_release, cand, regions, names,
                       days=labels, mondays=mondays, gx_dir=root.gx_dir, cfg=cfg,
                       run_name=f"parts-{n}-{rep}")
                 out = base / f"out-{n}-{rep}"
                 timed("charts", write_symptom_charts, cand.daily, cand.weekly, charted, labels,
                       out)
                 timed("files", release.write_release_files, cand, "XX", out)
-                timed("contract check", require_contract, "symptoms", out)
+                timed("contract check", require_contract, "symptoms", out, release.CONTRACT)
                 shutil.rmtree(out)
             print(f"day {n}: {len(cand.daily)} daily rows, {len(cand.values)} values; "
                   + ", ".join(f"{k} {v:.3f}" for k, v in seconds.items()), flush=True)
