@@ -116,14 +116,6 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
         # The DAG files do not change during a demo: re-parse them every 5 min instead of
         # every 30 s (re-parsing costs the dag-processor CPU the backfill could use)
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",
-        # A task's supervisor can miss its task's exit: when the task's last socket
-        # closes a moment before the process is reaped, the supervisor sits in select()
-        # with nothing left to watch for [workers] min_heartbeat_interval (Airflow's
-        # default 5 s) before it looks again, holding the executor slot and holding back
-        # the task's final state, so the run's next task. At 1 s (the least Airflow
-        # reads: the setting is an integer) that wait is at most a second; the price is a
-        # heartbeat a second from each running task instead of one every 5 s.
-        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "GX_ANALYTICS_ENABLED": "false",
         "DP_DATA_ROOT": str(data_root),

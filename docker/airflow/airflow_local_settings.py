@@ -9,7 +9,9 @@ matplotlib, Great Expectations and dp_ops there once saves every task those impo
 (Great Expectations' the slowest; DuckDB and its engine not when ``DP_ENGINE=spark``);
 it also builds the noise samplers' tables, compiles the SQL templates, computes what every
 ledger check compares with, reads the public region table and runs one throwaway
-validation, whose set-up the gate tasks then skip. Other processes import nothing more.
+validation, whose set-up the gate tasks then skip, and makes the task supervisors there
+notice their task's exit at once (``dp_ops.airflow.supervisor``). Other processes import
+nothing more.
 
 Mounted at /opt/airflow/config by docker-compose.yaml; ``scripts/airflow_demo.py`` links
 it into its Airflow home.
@@ -109,3 +111,10 @@ if any(sys.argv[1:1 + len(cmd)] == cmd for cmd in _FORKS_TASKS):
     # One throwaway Great Expectations validation of a made-up two-row frame in a
     # temporary project: a forked gate task then skips GX's first-validation set-up.
     _warm(warm_up, "release gate", "each gate task sets Great Expectations up itself")
+
+    # The task supervisors run here: each notices its task's exit as soon as the task has
+    # closed its sockets, instead of after a heartbeat interval (dp_ops.airflow.supervisor)
+    from dp_ops.airflow.supervisor import install as _install_supervisor_wait
+
+    _warm(_install_supervisor_wait, "supervisor exit check",
+          "a supervisor may notice its task's exit a heartbeat interval late")

@@ -42,11 +42,12 @@ def test_the_dag_files_are_not_reparsed_every_30_s(tmp_path: Path) -> None:
     assert env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] == "300"
 
 
-def test_supervisors_look_for_their_task_s_exit_every_second(tmp_path: Path) -> None:
-    # a supervisor that missed its task's exit waits this long with the executor slot
-    # and the task's final state held (scripts/airflow_demo.py); 1 is the least the
-    # integer setting allows
-    assert _env([], tmp_path)["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"] == "1"
+def test_tasks_heartbeat_at_airflow_s_default_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a supervisor notices its task's exit without waiting out an interval
+    # (dp_ops.airflow.supervisor), so the demo sets none: no heartbeat a second per task
+    monkeypatch.delenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", raising=False)
+    assert "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL" not in _env([], tmp_path)
 
 
 def test_the_scheduler_idle_sleep_follows_how_many_dags_run_at_once(
