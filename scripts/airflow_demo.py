@@ -129,6 +129,11 @@ def airflow_env(args: argparse.Namespace, home: Path, data_root: Path, api_port:
     both_at_once = args.together and len(args.dag_ids) > 1
     env.setdefault("AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME",
                    "1" if both_at_once else "0.2")
+    if not args.warm_imports:
+        # Without the local settings file no supervisor notices its task's exit at once
+        # (dp_ops.airflow.supervisor): each may hold its executor slot a whole heartbeat
+        # interval after its task ended. 1 s, the least Airflow reads, bounds that.
+        env.setdefault("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", "1")
     return env
 
 

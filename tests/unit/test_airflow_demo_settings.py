@@ -48,6 +48,10 @@ def test_tasks_heartbeat_at_airflow_s_default_interval(
     # (dp_ops.airflow.supervisor), so the demo sets none: no heartbeat a second per task
     monkeypatch.delenv("AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL", raising=False)
     assert "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL" not in _env([], tmp_path)
+    # without the local settings file (--no-warm-imports) the supervisors are Airflow's
+    # own, and a second a heartbeat bounds how long one holds its slot after its task
+    assert _env(["--no-warm-imports"], tmp_path)[
+        "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"] == "1"
 
 
 def test_the_scheduler_idle_sleep_follows_how_many_dags_run_at_once(
