@@ -40,6 +40,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -186,55 +187,147 @@ def check_whole(split: SplitSuite, frame: pd.DataFrame,
 
 
 # -- row digests ----------------------------------------------------------------------------
-# Two independent 64-bit hashes of each row (pandas' SipHash of every cell, combined per
-# row): a 128-bit digest, so that a changed row matching some carried one is out of reach
-# by chance. An object column is categorized before it is hashed: each distinct value is
-# hashed once (a release repeats its region codes, dates and symptom names on every row),
-# and its nulls (None, NaN, pd.NA) hash alike, as GX's null checks treat them, and apart
-# from the text "None" (hashed without categorizing, a null is hashed as that text). An
-# object column holding anything but strings, booleans or nulls is not digested (1 and
-# True would hash alike).
-_HASH_KEYS = ("dp-ops-row-dig-0", "dp-ops-row-dig-1")
+# Two 64-bit lanes per row: a 128-bit digest, so that a changed row matching some carried
+# one is out of reach by chance. Each cell is first a 64-bit word, exactly its value: a
+# float's bits, an integer, a datetime's ticks; a text (or boolean) cell is hashed with
+# BLAKE2b (type-tagged, so the text "True" is not the boolean), 64 bits of it for each lane,
+# and every null of a text column is one word (None, NaN and pd.NA alike, as GX's null checks
+# treat them, and apart from the text "None"). The word is mixed under a key of its column's
+# position (splitmix64's finalizer, a bijection): lane 0 adds the mixed cells up, lane 1 adds
+# them times an odd key of the column. A change to one cell changes both lanes for certain;
+# two rows that differ in several cells agree on a lane only by chance. An object column
+# holding anything but strings, booleans or nulls is not digested (1 and True compare equal).
+_DIGEST_TAG = b"dp-ops row digest v3"
 _DIGESTED_OBJECTS = frozenset({"string", "boolean", "empty"})
+_NULL_TEXT = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 def schema_of(frame: pd.DataFrame) -> list[list[str]]:
     """Each column's name, dtype and, for an object column, what it holds: two tables
     whose rows are compared by digest must have the same."""
-    return [[str(c), str(frame[c].dtype),
-             infer_dtype(frame[c], skipna=True) if frame[c].dtype == object else ""]
-            for c in frame.columns]
+    return [[str(c), str(t), infer_dtype(frame.iloc[:, j], skipna=True)
+             if isinstance(t, np.dtype) and t.kind == "O" else ""]
+            for j, (c, t) in enumerate(zip(frame.columns, frame.dtypes, strict=True))]
+
+
+@lru_cache(maxsize=32)
+def _column_keys(n: int) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+    """Per column position: the key its words are mixed under, and lane 1's odd factor."""
+    raw = b"".join(hashlib.blake2b(_DIGEST_TAG + j.to_bytes(4, "little"),
+                                   digest_size=16).digest() for j in range(n))
+    keys = np.frombuffer(raw, dtype="<u8").reshape(n, 2).astype(np.uint64)
+    return keys[:, 0].copy(), keys[:, 1] | np.uint64(1)
+
+
+def _mix(x: NDArray[np.uint64], scratch: NDArray[np.uint64]) -> None:
+    """splitmix64's finalizer on ``x`` in place (a bijection of 64-bit words)."""
+    for shift, factor in ((_S30, _M1), (_S27, _M2)):
+        np.right_shift(x, shift, out=scratch)
+        x ^= scratch
+        x *= factor
+    np.right_shift(x, _S31, out=scratch)
+    x ^= scratch
+
+
+def _text_words(column: pd.Series) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+    """Lane 0's and lane 1's word of each cell of a text, boolean or null column."""
+    codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    raw = b"".join(
+        hashlib.blake2b((b"b1" if value else b"b0") if isinstance(value, bool | np.bool_)
+                        else b"s" + str(value).encode(), digest_size=16).digest()
+        for value in uniques)
+    words = np.frombuffer(raw, dtype="<u8").reshape(len(uniques), 2).astype(np.uint64)
+    words = np.vstack([words, np.array([_NULL_TEXT], dtype=np.uint64)])  # code -1: null
+    return words[codes, 0], words[codes, 1]
+
+
+def _words(column: pd.Series) -> NDArray[np.uint64] | tuple[NDArray[np.uint64],
+                                                              NDArray[np.uint64]] | None:
+    """The cells of ``column`` as 64-bit words (one array, both lanes' for a numeric
+    column; a pair for a text one), or None for a dtype the digest does not know (a
+    pandas extension dtype other than text: its table is validated whole)."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.StringDtype):
+        return _text_words(column)
+    if not isinstance(dtype, np.dtype):
+        return None
+    values: NDArray[Any] = column.to_numpy()
+    if dtype.kind == "f" and dtype.itemsize < 8:  # float16 and float32: exact in float64
+        return values.astype(np.float64).view(np.uint64)
+    if dtype.itemsize == 8 and dtype.kind in "fiuMm":
+        return values.view(np.uint64)
+    if dtype.kind in "iub":
+        return values.astype(np.int64).view(np.uint64)
+    if dtype.kind == "O":
+        return _text_words(column)
+    return None
 
 
 def row_digests(frame: pd.DataFrame, schema: list[list[str]] | None = None
                 ) -> pd.DataFrame | None:
     """(d0, d1) per row of ``frame`` in its order, or None when a column holds values
-    whose digests could confuse them (:data:`_DIGESTED_OBJECTS`); ``schema`` is
-    :func:`schema_of` the frame, when the caller has it."""
+    whose digests could confuse them (:data:`_DIGESTED_OBJECTS`) or has a dtype the
+    digest does not know; ``schema`` is :func:`schema_of` the frame, when the caller has
+    it. A row's digest depends on its cells and their column positions only."""
     schema = schema_of(frame) if schema is None else schema
     if any(kind and kind not in _DIGESTED_OBJECTS for _, _, kind in schema):
         return None
-    plain = frame.reset_index(drop=True)
-    return pd.DataFrame({
-        f"d{i}": pd.util.hash_pandas_object(plain, index=False, hash_key=key,
-                                            categorize=True).to_numpy(np.uint64)
-        for i, key in enumerate(_HASH_KEYS)})
+    rows = len(frame)
+    k0, k1 = _column_keys(frame.shape[1])
+    lane0, lane1 = np.zeros(rows, np.uint64), np.zeros(rows, np.uint64)
+    is_double = np.array([t == np.float64 for t in frame.dtypes], dtype=bool)
+    # the float64 columns as one block, a row per column (a wide table has hundreds: one
+    # Series each would cost more than the hashing)
+    doubles = np.flatnonzero(is_double)
+    block = frame.iloc[:, doubles].to_numpy(np.float64).T.view(np.uint64)
+    step = max(1, (1 << 16) // max(rows, 1))  # mix a few columns at a time, in cache
+    for at in range(0, len(doubles), step):
+        cells = block[at:at + step] ^ k0[doubles[at:at + step], None]
+        _mix(cells, np.empty_like(cells))
+        lane0 += cells.sum(axis=0, dtype=np.uint64)
+        cells *= k1[doubles[at:at + step], None]
+        lane1 += cells.sum(axis=0, dtype=np.uint64)
+    cell, scratch = np.empty(rows, np.uint64), np.empty(rows, np.uint64)
+    for j in np.flatnonzero(~is_double):
+        words = _words(frame.iloc[:, j])
+        if words is None:
+            return None
+        first, second = words if isinstance(words, tuple) else (words, None)
+        np.bitwise_xor(first, k0[j], out=cell)
+        _mix(cell, scratch)
+        lane0 += cell
+        if second is not None:  # text: lane 1 has its own 64 bits of the hash
+            np.bitwise_xor(second, k0[j], out=cell)
+            _mix(cell, scratch)
+        cell *= k1[j]
+        lane1 += cell
+    return pd.DataFrame({"d0": lane0, "d1": lane1})
 
 
 def new_rows(digests: pd.DataFrame, carried: pd.DataFrame | None) -> NDArray[np.bool_]:
     """Per row, whether its digest is not among ``carried`` (None: every row is new)."""
     if carried is None:
         return np.ones(len(digests), dtype=bool)
-    known = pd.MultiIndex.from_frame(carried[["d0", "d1"]])
-    return np.asarray(~pd.MultiIndex.from_frame(digests[["d0", "d1"]]).isin(known),
-                      dtype=bool)
+    known = carried[["d0", "d1"]].drop_duplicates()
+    if known.empty:
+        return np.ones(len(digests), dtype=bool)
+    d0, d1 = (digests[c].to_numpy(np.uint64) for c in ("d0", "d1"))
+    first = pd.Index(known["d0"].to_numpy(np.uint64))
+    if not first.is_unique:  # two carried rows share a lane: look both lanes up together
+        pairs = pd.MultiIndex.from_arrays([d0, d1])
+        return np.asarray(~pairs.isin(pd.MultiIndex.from_frame(known)), dtype=bool)
+    at = first.get_indexer(d0)
+    second = known["d1"].to_numpy(np.uint64)
+    return np.asarray((at < 0) | (second[at] != d1), dtype=bool)
 
 
 # -- the record of what a release's gate validated -----------------------------------------
 ROWS_DIR = "validated"
-# 2: object columns categorized before hashing (a record of version 1 digested a null as
-# the text "None"; it is not carried, so the first gate after the change validates all)
-_VERSION = 2
+# 3: the digest of this module (a record of an earlier version is not carried: the first
+# gate after the change validates every row)
+_VERSION = 3
 _KIND = "gx_release_rows"
 # records kept per report: the gates of a backfill's concurrent runs each leave one, and
 # the release published is among the newest

@@ -58,7 +58,7 @@ from dp_ops.steps.result import StepResult
 if TYPE_CHECKING:  # GX takes seconds to import: only a gate that validates does
     from dp_ops.gx.carried import Tables
 
-__all__ = ["Built", "GateOutcome", "Manifest", "ReleaseConfig", "ReleaseParts",
+__all__ = ["Built", "GateOutcome", "GateRows", "Manifest", "ReleaseConfig", "ReleaseParts",
            "ReleasePlan", "Staged", "carried_gate_rows", "holds_current_inputs",
            "publish_staged", "record_gate_rows", "stage_and_validate"]
 
@@ -94,7 +94,10 @@ class Built:
     """What a report's build hands back once its files are written and its gate passed.
 
     ``inputs_sha256`` and ``build_key`` are those of what the build actually read (a
-    report that reads its day files again may read newer ones than its plan named)."""
+    report that reads its day files again may read newer ones than its plan named).
+    ``gate_rows`` is what the gate validated row by row, under which rules (None:
+    nothing to record); the flow records it once the release passed the contract and its
+    files' checksums are taken (:func:`record_gate_rows`)."""
 
     rows: dict[str, int]
     suppression: dict[str, Any]
@@ -104,6 +107,16 @@ class Built:
     inputs_sha256: str
     build_key: str
     extras: dict[str, Any] = field(default_factory=dict)
+    gate_rows: GateRows | None = None
+
+
+@dataclass(frozen=True)
+class GateRows:
+    """The row digests a gate validated (:func:`dp_ops.gx.carried.table_digests`) and the
+    digest of the rules it validated them under."""
+
+    rules: str
+    tables: Tables
 
 
 @dataclass(frozen=True)
@@ -201,17 +214,21 @@ def stage_and_validate(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id
         return stage_once(root, report, plan.key, run_id=run_id, stage=stage,
                           label=plan.label,
                           build=lambda: _build(parts, plan, stage, days, run_id=run_id,
-                                               region=region))
+                                               region=region, root=root, ledger=ledger))
 
 
 def _build(parts: ReleaseParts[C], plan: ReleasePlan, stage: Path, days: list[date], *,
-           run_id: str, region: str | None) -> StepResult:
+           run_id: str, region: str | None, root: DataRoot, ledger: Ledger) -> StepResult:
     target = stage / "release"
     built = plan.build(target)
     require_contract(parts.report, target, parts.column_contract)  # GateFailed
+    files = checksums(target)
+    if built.gate_rows is not None:
+        record_gate_rows(root, ledger, parts.report, built.gate_rows,
+                         {name: str(meta["sha256"]) for name, meta in files.items()})
     write_staged(stage, Staged(
         run_id=run_id, region=region, first_date=days[0], last_date=days[-1],
-        files=checksums(target), rows=built.rows, suppression=built.suppression,
+        files=files, rows=built.rows, suppression=built.suppression,
         inputs_sha256=built.inputs_sha256, build_key=built.build_key, gate=built.gate,
         charts=built.charts, uncharted_levels=built.uncharted_levels, extras=built.extras))
     return StepResult(f"{plan.label} passed the gate ({built.gate.evaluated} expectations); "
@@ -252,17 +269,15 @@ def carried_gate_rows(root: DataRoot, ledger: Ledger, report: str, rules: str, *
     return recorded_rows(root.gx_dir, report, rules, previous.files, key=ledger.key())
 
 
-def record_gate_rows(root: DataRoot, ledger: Ledger, report: str, rules: str, target: Path,
-                     tables: Tables | None) -> None:
-    """Record the digests of the rows this gate validated (``tables``; None: nothing) for
-    the release written in ``target`` (:func:`dp_ops.gx.carried.record_rows`); call after
+def record_gate_rows(root: DataRoot, ledger: Ledger, report: str, gate_rows: GateRows,
+                     files: Mapping[str, str]) -> None:
+    """Record the digests of the rows a gate validated (``gate_rows``) for the release whose
+    files are ``files`` (name: sha256) (:func:`dp_ops.gx.carried.record_rows`); call after
     its gate passed and its files are written."""
     from dp_ops.gx.carried import record_rows
 
-    if tables is None:
-        return
-    files = {name: str(meta["sha256"]) for name, meta in checksums(target).items()}
-    record_rows(root.gx_dir, report, rules, files, tables, key=ledger.key())
+    record_rows(root.gx_dir, report, gate_rows.rules, files, gate_rows.tables,
+                key=ledger.key())
 
 
 def publish_staged(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id: str,

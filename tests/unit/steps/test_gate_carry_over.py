@@ -111,12 +111,17 @@ def _gx_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def _build(root: DataRoot, url: str, target: Path) -> release_flow.Built:
     """The build of the release of every recorded day into ``target`` (the gate's own
-    build, without its staging)."""
+    build and its record of the rows it validated, without its staging)."""
     with closing_ledger(open_ledger(root, url)) as ledger:
         days, digests = release_days(ledger, "symptoms", CFG.first_public_date)
         plan = release.PARTS.plan(root, CFG, ledger, days, digests, run_id=target.name,
                                   region=None)
-        return plan.build(target)
+        built = plan.build(target)
+        assert built.gate_rows is not None
+        release_flow.record_gate_rows(
+            root, ledger, "symptoms", built.gate_rows,
+            {name: str(meta["sha256"]) for name, meta in checksums(target).items()})
+        return built
 
 
 @pytest.mark.slow
@@ -189,6 +194,34 @@ def test_a_planted_edit_is_never_carried(
             release_flow.publish_staged(release.PARTS, root, CFG, run_id="day-14", ledger_url=url)
     else:
         release_flow.publish_staged(release.PARTS, root, CFG, run_id="day-14", ledger_url=url)
+
+
+def test_rows_are_recorded_only_for_a_release_that_passed_the_contract(
+        tmp_path: Path, published: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate whose release fails the column contract after its rows passed GX records
+    nothing (fault injected: the contract check refuses); once it passes, the record names
+    the staged files."""
+    root, url = _published_root(tmp_path, published)
+    records = root.gx_dir / carried.ROWS_DIR / "symptoms-rows"
+    before = sorted(p.name for p in records.iterdir())
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise GateFailed("injected: the release does not match its column contract")
+
+    with monkeypatch.context() as m:
+        m.setattr(release_flow, "require_contract", refuse)
+        with pytest.raises(GateFailed, match="injected"):
+            release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="day-14",
+                                            ledger_url=url)
+    assert sorted(p.name for p in records.iterdir()) == before
+    release_flow.stage_and_validate(release.PARTS, root, CFG, run_id="day-14b",
+                                    ledger_url=url)
+    staged = read_staged(staging_dir(root, "symptoms", "day-14b"))
+    assert staged is not None
+    files = {name: str(meta["sha256"]) for name, meta in staged.files.items()}
+    added = [json.loads(p.read_text()) for p in records.glob("*.json")
+             if p.name not in before]
+    assert [r["files"] for r in added] == [files]
 
 
 def test_a_bad_new_row_fails_and_a_carried_row_is_not_revalidated(
@@ -271,12 +304,12 @@ def test_rows_that_could_hash_alike_are_not_digested() -> None:
 
 def test_nulls_digest_alike_and_apart_from_the_text_none() -> None:
     """None, NaN and pd.NA in an object column are one null to the digest (GX's null
-    checks treat them alike), and a null is not the text "None"; other text digests as
-    without categorizing."""
+    checks treat them alike), and a null is not the text "None"; a text cell digests the
+    same whatever else its column holds (in an object or a string column alike)."""
     import numpy as np
 
-    def digest(value: object) -> tuple[int, int]:
-        frame = pd.DataFrame({"x": pd.Series(["a", value], dtype=object), "y": [1.5, 2.5]})
+    def digest(value: object, other: object = "a", dtype: object = object) -> tuple[int, int]:
+        frame = pd.DataFrame({"x": pd.Series([other, value], dtype=dtype), "y": [1.5, 2.5]})
         d = carried.row_digests(frame)
         assert d is not None
         return int(d["d0"][1]), int(d["d1"][1])
@@ -284,7 +317,68 @@ def test_nulls_digest_alike_and_apart_from_the_text_none() -> None:
     assert digest(None) == digest(np.nan) == digest(pd.NA)
     assert digest(None) != digest("None")
     assert digest("b") != digest("c") and digest("b") == digest("b")
-    plain = pd.util.hash_pandas_object(pd.DataFrame({"x": ["a", "b"], "y": [1.5, 2.5]}),
-                                       index=False, hash_key=carried._HASH_KEYS[0],
-                                       categorize=False)
-    assert digest("b")[0] == int(plain[1])
+    assert digest("b") == digest("b", other="zzz") == digest("b", other=None)
+    assert digest("b", dtype="str") == digest("b") and digest(None, dtype="str") == digest(None)
+
+
+def _cells() -> pd.DataFrame:
+    """Rows of every kind of column a gate table has (fixed seed)."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    n = 300
+    return pd.DataFrame({
+        "code": pd.Series(rng.choice(["US", "US-CA", "DM", "True"], n), dtype="str"),
+        "flag": pd.Series(rng.choice([True, False], n), dtype=object),
+        "day": pd.Series(rng.integers(0, 7, n), dtype="int32"),
+        "when": pd.to_datetime("2020-01-01") + pd.to_timedelta(rng.integers(0, 400, n), "D"),
+        **{f"s{i}": rng.choice([0.0, -0.0, 1.0, np.nan, np.inf, 2.5, 1e-300], n)
+           for i in range(12)}})
+
+
+def test_a_change_to_any_one_cell_changes_both_lanes() -> None:
+    """The two 64-bit lanes are two digests of every cell, numeric ones included (lane 1
+    is not lane 0 again): a row with any one cell changed differs from the original in
+    both lanes, as do rows with two cells swapped; a row's digest depends on its cells
+    alone, not on its place or the rows beside it."""
+    import numpy as np
+
+    frame = _cells()
+    d = carried.row_digests(frame)
+    assert d is not None and not d.duplicated().any()
+    numeric = frame.filter(like="s")
+    lanes = carried.row_digests(numeric)
+    assert lanes is not None and not (lanes["d0"] == lanes["d1"]).any()
+    replacements = {"code": "US-NY", "flag": None, "day": 7,
+                    "when": pd.Timestamp("2021-06-01"), **{c: 3.25 for c in numeric}}
+    for column, value in replacements.items():
+        changed = frame.copy()
+        changed[column] = changed[column].astype(object).where(
+            changed.index != 5, value).astype(frame[column].dtype)
+        e = carried.row_digests(changed)
+        assert e is not None
+        assert e["d0"][5] != d["d0"][5] and e["d1"][5] != d["d1"][5], column
+        assert e.drop(index=5).equals(d.drop(index=5)), column
+    swapped = frame.copy()
+    swapped[["s0", "s1"]] = frame[["s1", "s0"]].to_numpy()
+    moved = carried.row_digests(swapped)
+    assert moved is not None
+    differs = frame["s0"].to_numpy().view(np.uint64) != frame["s1"].to_numpy().view(np.uint64)
+    assert (moved["d0"][differs] != d["d0"][differs]).all()
+    assert (moved["d1"][differs] != d["d1"][differs]).all()
+    order = np.random.default_rng(8).permutation(len(frame))
+    shuffled = carried.row_digests(frame.iloc[order[:100]].reset_index(drop=True))
+    assert shuffled is not None
+    assert shuffled.equals(d.iloc[order[:100]].reset_index(drop=True))
+
+
+def test_new_rows_looks_both_lanes_up() -> None:
+    """A row is carried only when both lanes match one carried row; carried rows that share
+    a lane, or repeat, are looked up as well; nothing carried: every row is new."""
+    d = pd.DataFrame({"d0": [1, 2, 3, 4], "d1": [10, 20, 30, 40]}, dtype="uint64")
+    carried_rows = pd.DataFrame({"d0": [1, 2, 3, 3], "d1": [10, 21, 30, 30]}, dtype="uint64")
+    assert carried.new_rows(d, carried_rows).tolist() == [False, True, False, True]
+    shared = pd.DataFrame({"d0": [1, 1, 4], "d1": [11, 10, 40]}, dtype="uint64")
+    assert carried.new_rows(d, shared).tolist() == [False, True, True, False]
+    assert carried.new_rows(d, d.iloc[:0]).tolist() == [True] * 4
+    assert carried.new_rows(d, None).tolist() == [True] * 4

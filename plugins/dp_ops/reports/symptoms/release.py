@@ -222,7 +222,6 @@ def _build(root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, target: Path, *,
                                   target, intervals=(candidate.daily_intervals,
                                                      candidate.weekly_intervals))
     write_release_files(candidate, codes[0] if codes else "XX", target)
-    release_flow.record_gate_rows(root, ledger, REPORT, rules, target, validated)
     new = candidate.scaling[candidate.scaling["new"]]
     return Built(
         rows={"daily": len(candidate.daily), "weekly": len(candidate.weekly)},
@@ -231,7 +230,8 @@ def _build(root: DataRoot, cfg: SymptomsConfig, ledger: Ledger, target: Path, *,
         charts=[c.as_dict() for c in charts], uncharted_levels=uncharted,
         inputs_sha256=inputs, build_key=key,
         extras={"new_scaling": new[list(SCALING_COLUMNS)].to_dict(orient="records"),
-                "scaling_sha256": used_scaling})
+                "scaling_sha256": used_scaling},
+        gate_rows=None if validated is None else release_flow.GateRows(rules, validated))
 
 
 def epsilon_accounting(ledger: Ledger, cfg: SymptomsConfig, first: date,
