@@ -134,6 +134,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return FileGroupScheduling(config, log, group_dir(config))
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``DP_TEST_TIMELINE=FILE``: one JSON line per test phase (worker, test id,
+    phase, start and stop), for ``benchmarks/test_timeline.py`` to show where a run's
+    workers spent their time. Test ids and times only."""
+    path = os.environ.get("DP_TEST_TIMELINE")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under xdist, the controller writes every worker's reports
+    import json
+
+    node = getattr(report, "node", None)
+    worker = getattr(getattr(node, "gateway", None), "id", "main")
+    with open(path, "a") as out:
+        out.write(json.dumps({"worker": worker, "test": report.nodeid, "phase": report.when,
+                              "start": getattr(report, "start", None),
+                              "stop": getattr(report, "stop", None)}) + "\n")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
     if GROUP_DIR in config.stash:
