@@ -46,7 +46,8 @@ $(VENV)/.installed: requirements.txt requirements-nodeps.txt requirements-dev.tx
 
 # ruff before every commit (scripts/pre-commit), in a clone with a .git directory
 hooks:
-	@if [ -d .git ]; then mkdir -p .git/hooks && ln -sf ../../scripts/pre-commit .git/hooks/pre-commit; fi
+	@if [ -d .git ]; then mkdir -p .git/hooks && ln -sf ../../scripts/pre-commit .git/hooks/pre-commit \
+		&& ln -sf ../../scripts/commit-msg .git/hooks/commit-msg; fi
 
 generate: venv
 	$(PY) -m dp_ops generate --start $(DEMO_START) --end $(DEMO_END) --users $(DEMO_USERS)
