@@ -265,6 +265,21 @@ def _words(column: pd.Series) -> NDArray[np.uint64] | tuple[NDArray[np.uint64],
     return None
 
 
+def _fold(lanes: tuple[NDArray[np.uint64], NDArray[np.uint64]], first: NDArray[np.uint64],
+          second: NDArray[np.uint64] | None, columns: NDArray[np.intp],
+          k0: NDArray[np.uint64], k1: NDArray[np.uint64]) -> None:
+    """Add the cells of ``columns`` (``first``: their words, a row per column; ``second``:
+    lane 1's own words of a text column, else lane 1 uses ``first``) to both ``lanes``."""
+    cells = first ^ k0[columns, None]
+    _mix(cells, np.empty_like(cells))
+    lanes[0][:] += cells.sum(axis=0, dtype=np.uint64)
+    if second is not None:  # text: lane 1 has its own 64 bits of the hash
+        cells = second ^ k0[columns, None]
+        _mix(cells, np.empty_like(cells))
+    cells *= k1[columns, None]
+    lanes[1][:] += cells.sum(axis=0, dtype=np.uint64)
+
+
 def row_digests(frame: pd.DataFrame, schema: list[list[str]] | None = None
                 ) -> pd.DataFrame | None:
     """(d0, d1) per row of ``frame`` in its order, or None when a column holds values
@@ -276,34 +291,23 @@ def row_digests(frame: pd.DataFrame, schema: list[list[str]] | None = None
         return None
     rows = len(frame)
     k0, k1 = _column_keys(frame.shape[1])
-    lane0, lane1 = np.zeros(rows, np.uint64), np.zeros(rows, np.uint64)
+    lanes = np.zeros(rows, np.uint64), np.zeros(rows, np.uint64)
     is_double = np.array([t == np.float64 for t in frame.dtypes], dtype=bool)
     # the float64 columns as one block, a row per column (a wide table has hundreds: one
-    # Series each would cost more than the hashing)
+    # Series each would cost more than the hashing), a few columns at a time, in cache
     doubles = np.flatnonzero(is_double)
     block = frame.iloc[:, doubles].to_numpy(np.float64).T.view(np.uint64)
-    step = max(1, (1 << 16) // max(rows, 1))  # mix a few columns at a time, in cache
+    step = max(1, (1 << 16) // max(rows, 1))
     for at in range(0, len(doubles), step):
-        cells = block[at:at + step] ^ k0[doubles[at:at + step], None]
-        _mix(cells, np.empty_like(cells))
-        lane0 += cells.sum(axis=0, dtype=np.uint64)
-        cells *= k1[doubles[at:at + step], None]
-        lane1 += cells.sum(axis=0, dtype=np.uint64)
-    cell, scratch = np.empty(rows, np.uint64), np.empty(rows, np.uint64)
+        _fold(lanes, block[at:at + step], None, doubles[at:at + step], k0, k1)
     for j in np.flatnonzero(~is_double):
         words = _words(frame.iloc[:, j])
         if words is None:
             return None
         first, second = words if isinstance(words, tuple) else (words, None)
-        np.bitwise_xor(first, k0[j], out=cell)
-        _mix(cell, scratch)
-        lane0 += cell
-        if second is not None:  # text: lane 1 has its own 64 bits of the hash
-            np.bitwise_xor(second, k0[j], out=cell)
-            _mix(cell, scratch)
-        cell *= k1[j]
-        lane1 += cell
-    return pd.DataFrame({"d0": lane0, "d1": lane1})
+        _fold(lanes, first[None, :], None if second is None else second[None, :],
+              np.array([j]), k0, k1)
+    return pd.DataFrame({"d0": lanes[0], "d1": lanes[1]})
 
 
 def new_rows(digests: pd.DataFrame, carried: pd.DataFrame | None) -> NDArray[np.bool_]:

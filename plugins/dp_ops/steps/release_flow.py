@@ -224,8 +224,7 @@ def _build(parts: ReleaseParts[C], plan: ReleasePlan, stage: Path, days: list[da
     require_contract(parts.report, target, parts.column_contract)  # GateFailed
     files = checksums(target)
     if built.gate_rows is not None:
-        record_gate_rows(root, ledger, parts.report, built.gate_rows,
-                         {name: str(meta["sha256"]) for name, meta in files.items()})
+        record_gate_rows(root, ledger, parts.report, built.gate_rows, files)
     write_staged(stage, Staged(
         run_id=run_id, region=region, first_date=days[0], last_date=days[-1],
         files=files, rows=built.rows, suppression=built.suppression,
@@ -270,14 +269,16 @@ def carried_gate_rows(root: DataRoot, ledger: Ledger, report: str, rules: str, *
 
 
 def record_gate_rows(root: DataRoot, ledger: Ledger, report: str, gate_rows: GateRows,
-                     files: Mapping[str, str]) -> None:
+                     files: Mapping[str, Mapping[str, Any]]) -> None:
     """Record the digests of the rows a gate validated (``gate_rows``) for the release whose
-    files are ``files`` (name: sha256) (:func:`dp_ops.gx.carried.record_rows`); call after
-    its gate passed and its files are written."""
+    files are ``files`` (:func:`~dp_ops.steps.release.checksums` of its directory)
+    (:func:`dp_ops.gx.carried.record_rows`); call after its gate passed and its files are
+    written."""
     from dp_ops.gx.carried import record_rows
 
-    record_rows(root.gx_dir, report, gate_rows.rules, files, gate_rows.tables,
-                key=ledger.key())
+    record_rows(root.gx_dir, report, gate_rows.rules,
+                {name: str(meta["sha256"]) for name, meta in files.items()},
+                gate_rows.tables, key=ledger.key())
 
 
 def publish_staged(parts: ReleaseParts[C], root: DataRoot, cfg: C, *, run_id: str,

@@ -118,9 +118,8 @@ def _build(root: DataRoot, url: str, target: Path) -> release_flow.Built:
                                   region=None)
         built = plan.build(target)
         assert built.gate_rows is not None
-        release_flow.record_gate_rows(
-            root, ledger, "symptoms", built.gate_rows,
-            {name: str(meta["sha256"]) for name, meta in checksums(target).items()})
+        release_flow.record_gate_rows(root, ledger, "symptoms", built.gate_rows,
+                                      checksums(target))
         return built
 
 
